@@ -1,0 +1,5 @@
+import sys
+
+from bbridge.cli import main
+
+sys.exit(main())

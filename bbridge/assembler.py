@@ -1,0 +1,818 @@
+"""The delta assembler: validated `thread/delta` batches in, canonical ThreadEvents out.
+
+Pure and synchronous (assembler.md §4–§12). The caller passes the clock into
+every `assemble()` call, so the same input always yields the same output.
+Events are insertion-ordered dicts with the reference's key order and an
+unstamped `threadId`/`providerThreadId` (the runtime stamps them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from msgspec import UNSET
+
+from bbridge import grammar as g
+from bbridge import items as it
+from bbridge.events import TEXT_EVENT_TYPES, Event, new_event, scope
+
+MAX_THREADS = 256
+MAX_MAP = 1024
+MAX_SETTLED = 512
+
+_TEXT_DELTA_TYPE = {
+    "agentMessage": "item/agentMessage/delta",
+    "reasoningSummary": "item/reasoning/summaryTextDelta",
+    "reasoningText": "item/reasoning/textDelta",
+    "plan": "item/plan/delta",
+}
+_OUTPUT_DELTA_TYPE = {"command": "item/commandExecution/outputDelta", "fileChange": "item/fileChange/outputDelta"}
+_FLUSH_BEFORE = (g.ItemTextClose, g.ItemClose, g.SessionEnded)
+
+
+def _trim(mapping: dict[Any, Any], bound: int) -> None:
+    while len(mapping) > bound:
+        del mapping[next(iter(mapping))]
+
+
+def item_key(key: g.ItemKey) -> str:
+    """K(key): the three key parts joined by U+001F, absent parts empty."""
+    pid, channel, parent = key.providerItemId, key.channel, key.parentRef
+    return (
+        ("" if pid is UNSET else pid)
+        + "\x1f"
+        + ("" if channel is UNSET else channel)
+        + "\x1f"
+        + ("" if parent is UNSET else parent)
+    )
+
+
+def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tuple[str, str, bool] | None:
+    """(delta, next_text, reset) turning a cumulative snapshot into an append, or None."""
+    prev = previous_text or ""
+    if not next_text or next_text == prev:
+        return None
+    if not prev:
+        return next_text, next_text, False
+    if next_text.startswith(prev):
+        return next_text[len(prev) :], next_text, False
+    return next_text, next_text, True
+
+
+class OpenItem:
+    __slots__ = ("bb_id", "key", "item", "thread_attached", "text", "summary_text")
+
+    def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
+        self.bb_id = bb_id
+        self.key = key
+        self.item = item
+        self.thread_attached = thread_attached
+        self.text = ""
+        self.summary_text = ""
+
+
+class ThreadState:
+    __slots__ = (
+        "current_turn", "last_turn", "pending_accepted", "open_items", "cmd_snapshots",
+        "item_by_pid", "pid_by_item", "turn_by_ptid", "ptid_by_turn", "settled_keys",
+        "progress_last_emit", "pending_progress", "text_last_emit", "pending_text",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.current_turn: str | None = None
+        self.last_turn: str | None = None
+        self.pending_accepted: list[str] = []
+        self.open_items: dict[str, OpenItem] = {}
+        self.cmd_snapshots: dict[str, str] = {}
+        self.item_by_pid: dict[str, str] = {}
+        self.pid_by_item: dict[str, str] = {}
+        self.turn_by_ptid: dict[str, str] = {}
+        self.ptid_by_turn: dict[str, str] = {}
+        self.settled_keys: dict[str, None] = {}
+        self.progress_last_emit: dict[str, float] = {}
+        self.pending_progress: dict[str, tuple[Event, bool]] = {}
+        self.text_last_emit: dict[str, float] = {}
+        self.pending_text: dict[str, list[Any]] = {}  # stream key -> [first event, joined text]
+
+    def pinned(self) -> bool:
+        """Threads with open work are never evicted."""
+        return bool(self.current_turn or self.open_items or self.pending_accepted or self.pending_text)
+
+
+def _thread_attached(shape: g.Shape) -> bool:
+    t = type(shape)
+    return t is g.BackgroundTaskShape or (t is g.DelegationShape and shape.background is True)  # type: ignore[attr-defined]
+
+
+class Assembler:
+    """One per bridge process; many threads share its id counters."""
+
+    def __init__(
+        self,
+        provider_id: str,
+        entropy_prefix: str | None = None,
+        progress_throttle_ms: float = 500,
+        text_delta_flush_ms: float = 100,
+    ) -> None:
+        self.provider_id = provider_id
+        self.entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
+        self.progress_throttle_ms = progress_throttle_ms
+        self.text_delta_flush_ms = text_delta_flush_ms
+        self._turn_n = 0
+        self._item_n = 0
+        self._states: dict[str, ThreadState] = {}
+        # per-batch context, valid only inside assemble()
+        self._now: float = 0
+        self._out: list[Event] = []
+        self._tid = ""
+        self._handlers: dict[type, Callable[[ThreadState, Any], None]] = {
+            g.InputAccepted: self._input_accepted,
+            g.TurnOpen: self._turn_open,
+            g.TurnBoundary: self._turn_boundary,
+            g.ItemOpen: self._item_open,
+            g.ItemClose: self._item_close,
+            g.ItemProgress: self._item_progress,
+            g.ItemTextDelta: self._text_delta,
+            g.ItemTextClose: self._text_close,
+            g.ItemOutputDelta: self._output_delta,
+            g.CommandOutputSnapshot: self._output_snapshot,
+            g.Usage: self._usage,
+            g.ContextWindow: self._context_window,
+            g.ContextCompacted: self._context_compacted,
+            g.ContextCleared: self._context_cleared,
+            g.TurnDiff: self._turn_diff,
+            g.ThreadStarted: self._thread_started,
+            g.ThreadIdentity: self._thread_identity,
+            g.ThreadName: self._thread_name,
+            g.ExtensionState: self._extension_state,
+            g.ProviderRateLimits: self._rate_limits,
+            g.ProviderError: self._provider_error,
+            g.ProviderModelFallback: self._model_fallback,
+            g.ProviderWarning: self._warning,
+            g.Unhandled: self._unhandled,
+            g.SessionEnded: self._session_ended,
+        }
+
+    # -- public surface ------------------------------------------------------
+
+    def assemble(self, thread_id: str, deltas: Sequence[g.Delta], now: float = 0) -> list[Event]:
+        """Events of one validated notification; `now` is the clock (ms) for the whole call."""
+        out: list[Event] = []
+        self._now, self._out, self._tid = now, out, thread_id
+        states = self._states
+        pre = None if deltas and type(deltas[0]) is g.SessionReset else states.get(thread_id)
+        if pre is not None:
+            if pre.pending_text:
+                self._flush_elapsed_text(pre)
+            if pre.pending_progress:
+                skip = {item_key(d.key) for d in deltas if type(d) is g.ItemProgress}
+                self._flush_elapsed_progress(pre, skip)
+        handlers = self._handlers
+        for delta in deltas:
+            kind = type(delta)
+            if kind is g.SessionReset:
+                s = states.pop(thread_id, None)
+                if s is not None and s.pending_text:
+                    self._flush_all_text(s)
+                continue
+            if kind in _FLUSH_BEFORE:
+                s = states.get(thread_id)
+                if s is not None and s.pending_text:
+                    self._flush_all_text(s)
+            handlers[kind](self._state(thread_id), delta)
+        self._out = []
+        return out
+
+    def get_bb_item_id(self, thread_id: str, provider_item_id: str) -> str | None:
+        s = self._states.get(thread_id)
+        return None if s is None else s.item_by_pid.get(provider_item_id)
+
+    def get_provider_item_id(self, thread_id: str, bb_item_id: str) -> str | None:
+        s = self._states.get(thread_id)
+        return None if s is None else s.pid_by_item.get(bb_item_id)
+
+    def get_bb_turn_id(self, thread_id: str, provider_turn_id: str) -> str | None:
+        s = self._states.get(thread_id)
+        return None if s is None else s.turn_by_ptid.get(provider_turn_id)
+
+    def get_provider_turn_id(self, thread_id: str, bb_turn_id: str) -> str | None:
+        s = self._states.get(thread_id)
+        return None if s is None else s.ptid_by_turn.get(bb_turn_id)
+
+    def get_open_turn_id(self, thread_id: str) -> str | None:
+        s = self._states.get(thread_id)
+        return None if s is None else s.current_turn
+
+    def thread_count(self) -> int:
+        return len(self._states)
+
+    # -- state and ids -------------------------------------------------------
+
+    def _state(self, thread_id: str) -> ThreadState:
+        states = self._states
+        s = states.get(thread_id)
+        if s is not None:
+            if next(reversed(states)) != thread_id:
+                del states[thread_id]
+                states[thread_id] = s
+            return s
+        s = states[thread_id] = ThreadState()
+        if len(states) > MAX_THREADS:
+            self._prune()
+        return s
+
+    def _prune(self) -> None:
+        states = self._states
+        while len(states) > MAX_THREADS:
+            victim = next((tid for tid, st in states.items() if not st.pinned()), None)
+            if victim is None:
+                return
+            del states[victim]
+
+    def _mint_turn(self) -> str:
+        self._turn_n += 1
+        return f"{self.entropy}-t{self._turn_n}"
+
+    def _mint_item(self) -> str:
+        self._item_n += 1
+        return f"{self.entropy}-i{self._item_n}"
+
+    def _vouch(self, s: ThreadState, ptid: str) -> str:
+        bb = s.turn_by_ptid.get(ptid)
+        if bb is None:
+            bb = self._mint_turn()
+            s.turn_by_ptid[ptid] = bb
+            s.ptid_by_turn[bb] = ptid
+            _trim(s.turn_by_ptid, MAX_MAP)
+            _trim(s.ptid_by_turn, MAX_MAP)
+        return bb
+
+    @staticmethod
+    def _register(s: ThreadState, pid: str, bb: str) -> None:
+        s.item_by_pid[pid] = bb
+        s.pid_by_item[bb] = pid
+        _trim(s.item_by_pid, MAX_MAP)
+        _trim(s.pid_by_item, MAX_MAP)
+
+    def _parent(self, s: ThreadState, ref: str | g.UnsetType) -> str | None:
+        if ref is UNSET:
+            return None
+        bb = s.item_by_pid.get(ref)
+        if bb is None:
+            bb = self._mint_item()
+            self._register(s, ref, bb)
+        return bb
+
+    def _known_or_mint(self, s: ThreadState, pid: str | g.UnsetType) -> str:
+        bb = None if pid is UNSET else s.item_by_pid.get(pid)
+        if bb is None:
+            bb = self._mint_item()
+        if pid is not UNSET:
+            self._register(s, pid, bb)
+        return bb
+
+    # -- the sink: coalescing-aware emission ---------------------------------
+
+    def _push(self, event: Event) -> None:
+        s = self._states.get(self._tid)
+        if s is not None:
+            if self.text_delta_flush_ms > 0 and event["type"] in TEXT_EVENT_TYPES:
+                self._buffer(s, event)
+                return
+            if s.pending_text:
+                self._flush_all_text(s)
+        self._out.append(event)
+
+    def _flush_all_text(self, s: ThreadState) -> None:
+        now = self._now
+        last_emit = s.text_last_emit
+        for stream, (first, text) in s.pending_text.items():
+            merged = dict(first)
+            merged["delta"] = text
+            self._out.append(merged)
+            last_emit[stream] = now
+        s.pending_text.clear()
+        _trim(last_emit, MAX_MAP)
+
+    def _flush_elapsed_text(self, s: ThreadState) -> None:
+        now = self._now
+        for stream in s.pending_text:
+            last = s.text_last_emit.get(stream)
+            if last is None or now - last >= self.text_delta_flush_ms:
+                self._flush_all_text(s)
+                return
+
+    def _buffer(self, s: ThreadState, event: Event) -> None:
+        stream = event["type"] + "\x1f" + event["itemId"]
+        last = s.text_last_emit.get(stream)
+        if last is None or event.get("reset") is True:
+            if s.pending_text:
+                self._flush_all_text(s)
+            self._out.append(event)
+            s.text_last_emit[stream] = self._now
+            _trim(s.text_last_emit, MAX_MAP)
+            return
+        pending = s.pending_text.get(stream)
+        if pending is None:
+            s.pending_text[stream] = [event, event["delta"]]
+        else:
+            pending[1] += event["delta"]
+        if self._now - last >= self.text_delta_flush_ms:
+            self._flush_all_text(s)
+
+    # -- progress throttling -------------------------------------------------
+
+    def _throttle(self, s: ThreadState, key: str, event: Event, turn_scoped: bool, flush: object) -> None:
+        last = s.progress_last_emit.get(key)
+        if flush is not True and last is not None and self._now - last < self.progress_throttle_ms:
+            s.pending_progress[key] = (event, turn_scoped)
+            return
+        s.pending_progress.pop(key, None)
+        s.progress_last_emit[key] = self._now
+        _trim(s.progress_last_emit, MAX_MAP)
+        self._push(event)
+
+    def _flush_elapsed_progress(self, s: ThreadState, skip: set[str]) -> None:
+        now = self._now
+        for key, (event, _) in list(s.pending_progress.items()):
+            if key in skip:
+                continue
+            last = s.progress_last_emit.get(key)
+            if last is not None and now - last < self.progress_throttle_ms:
+                continue
+            del s.pending_progress[key]
+            s.progress_last_emit[key] = now
+            _trim(s.progress_last_emit, MAX_MAP)
+            self._push(event)
+
+    # -- turns ---------------------------------------------------------------
+
+    def _open_turn(self, s: ThreadState) -> str:
+        if s.current_turn is not None:
+            return s.current_turn
+        turn = s.current_turn = self._mint_turn()
+        self._push(new_event("turn/started", turn))
+        queued, s.pending_accepted = s.pending_accepted, []
+        for request_id in queued:
+            event = new_event("turn/input/accepted", turn)
+            event["clientRequestId"] = request_id
+            self._push(event)
+        return turn
+
+    @staticmethod
+    def _finish_turn(s: ThreadState) -> None:
+        if s.current_turn is not None:
+            s.last_turn = s.current_turn
+        s.current_turn = None
+        if s.open_items:
+            s.open_items = {k: rec for k, rec in s.open_items.items() if rec.thread_attached}
+        if s.pending_progress:
+            s.pending_progress = {k: v for k, v in s.pending_progress.items() if not v[1]}
+        s.cmd_snapshots.clear()
+
+    def _settle_turn(self, s: ThreadState, turn: str, status: str, boundary: g.TurnBoundary | None = None) -> None:
+        event = new_event("turn/completed", turn)
+        event["status"] = status
+        if boundary is not None:
+            if boundary.error is not UNSET:
+                event["error"] = boundary.error
+            if boundary.providerCheckpointId is not UNSET:
+                event["providerCheckpointId"] = boundary.providerCheckpointId
+        self._push(event)
+
+    def _turn_for(self, s: ThreadState, ptid: str | g.UnsetType) -> str | None:
+        """The common resolution: vouched provider turn, else the open unkeyed turn."""
+        return s.current_turn if ptid is UNSET else self._vouch(s, ptid)
+
+    def _turn_or_last(self, s: ThreadState, ptid: str | g.UnsetType) -> str | None:
+        if ptid is not UNSET:
+            return self._vouch(s, ptid)
+        return s.current_turn if s.current_turn is not None else s.last_turn
+
+    def _claiming_turn(self, s: ThreadState) -> str | None:
+        """The open turn, or one opened for pending accepted input (lifecycle settlement)."""
+        if s.current_turn is None and s.pending_accepted:
+            return self._open_turn(s)
+        return s.current_turn
+
+    def _fallback(self, s: ThreadState, fallback: g.NoTurnFallback | g.UnsetType, parent_ref: Any) -> None:
+        if fallback is UNSET:
+            return
+        parent = self._parent(s, parent_ref)
+        self._push_unhandled(fallback.rawType, fallback.raw, None, parent)
+
+    def _push_unhandled(self, raw_type: str, raw: g.RawEvent, turn: str | None, parent: str | None) -> None:
+        event: Event = {
+            "type": "provider/unhandled", "threadId": "", "providerThreadId": "",
+            "providerId": self.provider_id, "rawType": raw_type, "rawEvent": raw, "scope": scope(turn),
+        }  # fmt: skip
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _input_accepted(self, s: ThreadState, d: g.InputAccepted) -> None:
+        if d.providerTurnId is not UNSET:
+            turn: str | None = self._vouch(s, d.providerTurnId)
+        else:
+            turn = s.current_turn
+            if turn is None:
+                s.pending_accepted.append(d.clientRequestId)
+                return
+        event = new_event("turn/input/accepted", turn)
+        event["clientRequestId"] = d.clientRequestId
+        self._push(event)
+
+    def _turn_open(self, s: ThreadState, d: g.TurnOpen) -> None:
+        if d.providerTurnId is UNSET:
+            self._open_turn(s)
+            return
+        parent = self._parent(s, d.parentRef)
+        event = new_event("turn/started", self._vouch(s, d.providerTurnId))
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _turn_boundary(self, s: ThreadState, d: g.TurnBoundary) -> None:
+        if d.providerTurnId is not UNSET:
+            self._settle_turn(s, self._vouch(s, d.providerTurnId), d.status, d)
+            return
+        turn = s.current_turn
+        if turn is None and d.claimIfIdle is True and s.pending_accepted:
+            turn = self._open_turn(s)
+        if turn is None:
+            return
+        self._settle_turn(s, turn, d.status, d)
+        self._finish_turn(s)
+
+    # -- items ---------------------------------------------------------------
+
+    def _item_open(self, s: ThreadState, d: g.ItemOpen) -> None:
+        key = d.key
+        if d.providerTurnId is not UNSET:
+            turn: str | None = self._vouch(s, d.providerTurnId)
+        elif d.attach == "currentOrLast":
+            turn = s.current_turn if s.current_turn is not None else s.last_turn
+        else:
+            turn = s.current_turn
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        k = item_key(key)
+        s.settled_keys.pop(k, None)
+        shape = d.item
+        if type(shape) is not g.CompactionShape and s.open_items:
+            parent_ref = key.parentRef
+            released = [
+                ok
+                for ok, rec in s.open_items.items()
+                if rec.key.providerItemId is UNSET
+                and rec.item["type"] == "agentMessage"
+                and rec.key.parentRef == parent_ref
+            ]
+            for ok in released:
+                del s.open_items[ok]
+        bb = self._known_or_mint(s, key.providerItemId)
+        item = it.open_item(bb, shape, self._parent(s, key.parentRef), d.presentation)
+        s.open_items[k] = OpenItem(bb, key, item, _thread_attached(shape))
+        s.progress_last_emit[k] = self._now
+        _trim(s.progress_last_emit, MAX_MAP)
+        event = new_event("item/started", turn)
+        event["item"] = item
+        self._push(event)
+
+    def _item_close(self, s: ThreadState, d: g.ItemClose) -> None:
+        key, shape = d.key, d.item
+        attached = _thread_attached(shape)
+        turn = None if attached else self._turn_for(s, d.providerTurnId)
+        if turn is None and not attached:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        k = item_key(key)
+        pid = key.providerItemId
+        if pid is not UNSET and k in s.settled_keys:
+            return
+        rec = s.open_items.get(k)
+        parent = self._parent(s, key.parentRef)
+        opened = rec.item if rec is not None else None
+        summary = opened.get("summary", UNSET) if opened is not None and opened["type"] == "delegation" else UNSET
+        if opened is not None and turn is not None and not it.shape_matches(shape, opened):
+            echoed = it.echo_item(opened, d.status, d, parent)
+            if "presentation" in opened:
+                echoed["presentation"] = opened["presentation"]
+            event = new_event("item/completed", turn)
+            event["item"] = echoed
+            self._push(event)
+        if rec is not None:
+            bb = rec.bb_id
+            if pid is not UNSET:
+                self._register(s, pid, bb)
+        else:
+            bb = self._known_or_mint(s, pid)
+        pres = d.presentation
+        if pres is UNSET and opened is not None:
+            pres = opened.get("presentation", UNSET)
+        if parent is None and opened is not None:
+            parent = opened.get("parentToolCallId")
+        final = it.close_item(bb, shape, d, summary, parent, pres)
+        s.open_items.pop(k, None)
+        s.cmd_snapshots.pop(k, None)
+        s.pending_progress.pop(k, None)
+        s.progress_last_emit.pop(k, None)
+        if pid is not UNSET:
+            s.settled_keys[k] = None
+            _trim(s.settled_keys, MAX_SETTLED)
+        if final["type"] == "backgroundTask":
+            event = new_event("item/backgroundTask/completed", None)
+        elif final["type"] == "delegation" and final["background"]:
+            event = new_event("item/delegation/completed", None)
+        else:
+            event = new_event("item/completed", turn)
+        event["item"] = final
+        self._push(event)
+
+    def _item_progress(self, s: ThreadState, d: g.ItemProgress) -> None:
+        key = d.key
+        k = item_key(key)
+        rec = s.open_items.get(k)
+        pid = key.providerItemId
+        if rec is not None:
+            bb = rec.bb_id
+        elif pid is not UNSET:
+            bb = s.item_by_pid.get(pid, pid)
+        else:
+            bb = self._mint_item()
+        parent = self._parent(s, key.parentRef)
+        snap = d.snapshot
+        if type(snap) is g.DelegationShape:
+            opened = rec.item if rec is not None else None
+            if parent is None and opened is not None:
+                parent = opened.get("parentToolCallId")
+            summary: Any = snap.summary
+            if summary is UNSET and opened is not None and opened["type"] == "delegation":
+                summary = opened.get("summary", UNSET)
+            pres = opened.get("presentation", UNSET) if opened is not None else UNSET
+            event = new_event("item/delegation/progress", None)
+            event["item"] = it.delegation_item(bb, snap, "pending", summary, parent, pres)
+        elif type(snap) is g.BackgroundTaskShape:
+            event = new_event("item/backgroundTask/progress", None)
+            event["item"] = it.task_item(bb, snap, parent)
+        else:
+            turn = self._turn_for(s, d.providerTurnId)
+            if turn is None:
+                self._fallback(s, d.noTurnFallback, key.parentRef)
+                return
+            event = new_event("item/toolCall/progress", turn)
+            event["itemId"] = bb
+            if d.message is not UNSET:
+                event["message"] = d.message
+            if parent:
+                event["parentToolCallId"] = parent
+        self._throttle(s, k, event, snap is UNSET, d.flush)
+
+    def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
+        key = d.key
+        turn = self._turn_for(s, d.providerTurnId)
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        k = item_key(key)
+        rec = s.open_items.get(k)
+        parent = self._parent(s, key.parentRef)
+        pid = key.providerItemId
+        if rec is not None:
+            bb: str | None = rec.bb_id
+        else:
+            bb = None if pid is UNSET else s.item_by_pid.get(pid)
+            if bb is None:
+                bb = self._mint_item()
+                if pid is not UNSET:
+                    self._register(s, pid, bb)
+                item = it.synthesized_text_item(bb, d.channel, parent)
+                rec = s.open_items[k] = OpenItem(bb, key, item, False)
+                started = new_event("item/started", turn)
+                started["item"] = item
+                self._push(started)
+        if rec is not None:
+            if d.channel == "reasoningSummary":
+                rec.summary_text += d.text
+            else:
+                rec.text += d.text
+        event = new_event(_TEXT_DELTA_TYPE[d.channel], turn)
+        event["itemId"] = bb
+        event["delta"] = d.text
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _text_close(self, s: ThreadState, d: g.ItemTextClose) -> None:
+        key = d.key
+        turn = self._turn_for(s, d.providerTurnId)
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        k = item_key(key)
+        pid = key.providerItemId
+        if pid is not UNSET and k in s.settled_keys:
+            return
+        rec = s.open_items.pop(k, None)
+        summary_channel = d.channel == "reasoningSummary"
+        given = None if d.text is UNSET else d.text
+        if given is not None:
+            final: str | None = given
+        elif rec is not None:
+            final = rec.summary_text if summary_channel else rec.text
+        else:
+            final = None
+        if not final or (given is None and it.is_js_blank(final)):
+            return
+        parent = self._parent(s, key.parentRef)
+        item = None
+        if rec is not None:
+            if summary_channel:
+                main, summary = rec.text, (given if given is not None else rec.summary_text)
+            else:
+                main, summary = (given if given is not None else rec.text), rec.summary_text
+            item = it.text_item(rec.item, main, summary)
+            bb = rec.bb_id
+        if item is None:
+            if rec is None:
+                bb = self._mint_item() if pid is UNSET else s.item_by_pid.get(pid) or self._mint_item()
+            elif parent is None:
+                parent = rec.item.get("parentToolCallId")
+            item = it.bare_text_item(bb, d.channel, final, parent)
+        if pid is not UNSET:
+            self._register(s, pid, bb)
+            s.settled_keys[k] = None
+            _trim(s.settled_keys, MAX_SETTLED)
+        event = new_event("item/completed", turn)
+        event["item"] = item
+        self._push(event)
+
+    def _output_delta(self, s: ThreadState, d: g.ItemOutputDelta) -> None:
+        key = d.key
+        turn = self._turn_for(s, d.providerTurnId)
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        rec = s.open_items.get(item_key(key))
+        bb = rec.bb_id if rec is not None else self._known_or_mint(s, key.providerItemId)
+        parent = self._parent(s, key.parentRef)
+        event = new_event(_OUTPUT_DELTA_TYPE[d.channel], turn)
+        event["itemId"] = bb
+        event["delta"] = d.text
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _output_snapshot(self, s: ThreadState, d: g.CommandOutputSnapshot) -> None:
+        key = d.key
+        turn = s.current_turn
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, key.parentRef)
+            return
+        k = item_key(key)
+        rec = s.open_items.get(k)
+        if rec is None:
+            return
+        step = diff_cumulative_text(d.text, s.cmd_snapshots.get(k))
+        if step is None:
+            return
+        delta, s.cmd_snapshots[k], reset = step
+        parent = self._parent(s, key.parentRef)
+        event = new_event("item/commandExecution/outputDelta", turn)
+        event["itemId"] = rec.bb_id
+        event["delta"] = delta
+        if reset:
+            event["reset"] = True
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    # -- usage, context, metadata --------------------------------------------
+
+    def _usage(self, s: ThreadState, d: g.Usage) -> None:
+        turn = self._turn_or_last(s, d.providerTurnId)
+        if turn is None:
+            return
+        event = new_event("thread/tokenUsage/updated", turn)
+        event["tokenUsage"] = {"total": d.total, "last": d.last, "modelContextWindow": d.modelContextWindow}
+        self._push(event)
+
+    def _context_window(self, s: ThreadState, d: g.ContextWindow) -> None:
+        if d.providerTurnId is not UNSET or d.attach != "open":
+            turn = self._turn_or_last(s, d.providerTurnId)
+        else:
+            turn = s.current_turn
+        event = new_event("thread/contextWindowUsage/updated", turn)
+        size = None if d.size is UNSET else d.size
+        event["contextWindowUsage"] = {"usedTokens": d.used, "modelContextWindow": size, "estimated": d.estimated}
+        self._push(event)
+
+    def _context_compacted(self, s: ThreadState, d: g.ContextCompacted) -> None:
+        turn = self._turn_or_last(s, d.providerTurnId)
+        if turn is None:
+            self._fallback(s, d.noTurnFallback, UNSET)
+            return
+        self._push(new_event("thread/compacted", turn))
+
+    def _context_cleared(self, s: ThreadState, d: g.ContextCleared) -> None:
+        turn = self._turn_or_last(s, UNSET)
+        if turn is not None:
+            self._push(new_event("thread/context/cleared", turn))
+
+    def _turn_diff(self, s: ThreadState, d: g.TurnDiff) -> None:
+        turn = self._turn_for(s, d.providerTurnId)
+        if turn is not None:
+            event = new_event("turn/diff/updated", turn)
+            event["diff"] = d.diff
+            self._push(event)
+
+    def _thread_started(self, s: ThreadState, d: g.ThreadStarted) -> None:
+        self._push({"type": "thread/started", "threadId": "", "scope": {"kind": "thread"}})
+
+    def _thread_identity(self, s: ThreadState, d: g.ThreadIdentity) -> None:
+        self._push({"type": "thread/identity", "threadId": "", "providerThreadId": d.providerThreadId, "scope": {"kind": "thread"}})
+
+    def _thread_name(self, s: ThreadState, d: g.ThreadName) -> None:
+        event = new_event("thread/name/updated", None)
+        event["threadName"] = d.name
+        self._push(event)
+
+    def _extension_state(self, s: ThreadState, d: g.ExtensionState) -> None:
+        event = new_event("thread/extensionState/updated", None)
+        event["kind"] = d.extensionKind
+        event["payload"] = d.payload
+        self._push(event)
+
+    def _rate_limits(self, s: ThreadState, d: g.ProviderRateLimits) -> None:
+        event = new_event("provider/rateLimits/updated", None)
+        event["rateLimits"] = d.rateLimits
+        self._push(event)
+
+    # -- errors, warnings, diagnostics ---------------------------------------
+
+    def _provider_error(self, s: ThreadState, d: g.ProviderError) -> None:
+        if d.providerTurnId is not UNSET:
+            turn: str | None = self._vouch(s, d.providerTurnId)
+        elif d.threadScoped is True:
+            turn = None
+        else:
+            turn = self._claiming_turn(s)
+        event = new_event("provider/error", turn)
+        event["message"] = d.message
+        if d.detail is not UNSET:
+            event["detail"] = d.detail
+        if d.willRetry is not UNSET:
+            event["willRetry"] = d.willRetry
+        if d.errorInfo is not UNSET:
+            event["errorInfo"] = d.errorInfo
+        self._push(event)
+        if d.settlesTurn is True and turn is not None:
+            self._settle_turn(s, turn, "failed")
+            self._finish_turn(s)
+
+    def _model_fallback(self, s: ThreadState, d: g.ProviderModelFallback) -> None:
+        event = new_event("provider/modelFallback", self._turn_or_last(s, UNSET))
+        event["originalModel"] = d.originalModel
+        event["fallbackModel"] = d.fallbackModel
+        event["reason"] = d.reason
+        event["message"] = d.message
+        self._push(event)
+
+    def _warning(self, s: ThreadState, d: g.ProviderWarning) -> None:
+        event = new_event("provider/warning", s.current_turn if d.vouchedTurn is True else None)
+        event["category"] = "general" if d.category is UNSET else d.category
+        if d.summary is not UNSET:
+            event["summary"] = d.summary
+        if d.details is not UNSET:
+            event["details"] = d.details
+        self._push(event)
+
+    def _unhandled(self, s: ThreadState, d: g.Unhandled) -> None:
+        if d.onlyIfNoTurn is True and s.current_turn is not None:
+            return
+        if d.providerTurnId is not UNSET:
+            turn: str | None = self._vouch(s, d.providerTurnId)
+        else:
+            turn = s.current_turn if d.vouchedTurn is True else None
+        self._push_unhandled(d.rawType, d.raw, turn, self._parent(s, d.parentRef))
+
+    def _session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
+        turn = self._claiming_turn(s)
+        if turn is None:
+            return
+        for rec in list(s.open_items.values()):
+            if rec.thread_attached:
+                continue
+            item = None
+            if rec.text or rec.summary_text:
+                item = it.text_item(rec.item, rec.text, rec.summary_text)
+            if item is None:
+                item = it.echo_item(rec.item, "interrupted", None, None)
+            event = new_event("item/completed", turn)
+            event["item"] = item
+            self._push(event)
+        self._settle_turn(s, turn, "interrupted")
+        self._finish_turn(s)

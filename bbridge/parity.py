@@ -1,0 +1,141 @@
+"""Byte-parity checks against the reference's golden outputs.
+
+`check_recordings` compares replayed recording cells with `golden/<provider>/<cell>/`
+and the pinned counts; `run_case` replays one synthetic differential case
+(golden/synthetic/README.md) step by step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bbridge import grammar
+from bbridge.assembler import Assembler
+from bbridge.events import encode_event
+from bbridge.guard import Guard
+from bbridge.recording import find_cells
+from bbridge.replay import GOLDEN_ENTROPY, Replay, replay_cell
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        head = f"{'PASS' if self.ok else 'FAIL'} {self.name}"
+        return head if self.ok or not self.detail else f"{head}\n{self.detail}"
+
+
+def _first_difference(expected: list[str], got: list[str]) -> str:
+    for index in range(max(len(expected), len(got))):
+        want = expected[index] if index < len(expected) else "<end of output>"
+        have = got[index] if index < len(got) else "<end of output>"
+        if want != have:
+            return f"  line {index + 1}:\n    expected: {want}\n    got:      {have}"
+    return ""
+
+
+def _compare_lines(name: str, golden: Path, events: list[dict[str, Any]]) -> Check:
+    expected = [line for line in golden.read_text(encoding="utf-8").split("\n") if line]
+    got = [encode_event(e).decode() for e in events]
+    return Check(name, expected == got, _first_difference(expected, got))
+
+
+def _drops_json(replay: Replay) -> list[dict[str, Any]]:
+    return [{"index": d.index, "rule": d.rule, "reason": d.reason, "eventType": d.event_type} for d in replay.drops]
+
+
+def check_cell(cell: Path, name: str, provider_id: str, golden: Path, pins: dict[str, Any] | None) -> Iterator[Check]:
+    raw = replay_cell(cell, provider_id)
+    if (golden / "raw-events.ndjson").exists():
+        yield _compare_lines(f"{name} raw-events", golden / "raw-events.ndjson", raw.events)
+    coalesced_path = golden / "raw-events.coalesced.ndjson"
+    if coalesced_path.exists():
+        coalesced = replay_cell(cell, provider_id, flush_ms=100, clock="recorded")
+        yield _compare_lines(f"{name} raw-events.coalesced", coalesced_path, coalesced.events)
+    drops_path = golden / "grammar-drops.json"
+    if drops_path.exists():
+        want = json.loads(drops_path.read_text(encoding="utf-8"))
+        got = _drops_json(raw)
+        detail = "" if want == got else f"  expected: {json.dumps(want)}\n  got:      {json.dumps(got)}"
+        yield Check(f"{name} grammar-drops", want == got, detail)
+    if pins is not None:
+        accepted = raw.accepted
+        counts = {
+            "events": len(accepted),
+            "unhandled": sum(1 for e in accepted if e["type"] == "provider/unhandled"),
+            "grammarDrops": len(raw.drops),
+        }
+        for key, value in counts.items():
+            if key in pins:
+                ok = pins[key] == value
+                yield Check(f"{name} {key}", ok, "" if ok else f"  expected: {pins[key]}\n  got:      {value}")
+
+
+def check_recordings(root: Path, golden_root: Path) -> Iterator[Check]:
+    counts_path = root / "row-counts.json"
+    pinned = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else {}
+    for cell in find_cells(root):
+        name = cell.relative_to(root).as_posix()
+        golden = golden_root / name
+        if not golden.is_dir():
+            continue
+        provider_id = cell.parent.name
+        yield from check_cell(cell, name, provider_id, golden, pinned.get(name))
+
+
+# -- synthetic differential cases --------------------------------------------
+
+
+@dataclass
+class CaseResult:
+    case_id: str
+    ok: bool
+    step: int = -1
+    expected: str = ""
+    got: str = ""
+
+
+def run_case(case: dict[str, Any]) -> CaseResult:
+    """Replay one case exactly as the reference harness did; stop at the first differing step."""
+    assembler = Assembler(case["providerId"], GOLDEN_ENTROPY, progress_throttle_ms=500, text_delta_flush_ms=100)
+    guard = Guard()
+    for index, (step, expected) in enumerate(zip(case["steps"], case["expected"], strict=True)):
+        try:
+            params = grammar.convert_params({"threadId": step["threadId"], "deltas": step["deltas"]})
+        except grammar.GrammarError as exc:
+            if expected.get("rejected") is True:
+                continue
+            return CaseResult(case["id"], False, index, _dump(expected), f"rejected: {exc}")
+        if expected.get("rejected") is True:
+            return CaseResult(case["id"], False, index, _dump(expected), "accepted")
+        events = assembler.assemble(params.threadId, params.deltas, step["now"])
+        drops = []
+        for position, event in enumerate(events):
+            violation = guard.observe(event)
+            if violation is not None:
+                drops.append({"index": position, "rule": violation.rule, "eventType": event["type"]})
+        got = msgspec.json.encode({"events": events, "grammarDrops": drops}).decode()
+        want = _dump(expected)
+        if got != want:
+            return CaseResult(case["id"], False, index, want, got)
+    return CaseResult(case["id"], True)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def read_cases(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open("rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                yield msgspec.json.decode(raw)
