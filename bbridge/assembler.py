@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from bbridge import grammar as g
 from bbridge import items as it
@@ -62,7 +62,7 @@ def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tu
 
 
 class OpenItem:
-    __slots__ = ("bb_id", "key", "item", "thread_attached", "text", "summary_text")
+    __slots__ = ("bb_id", "item", "key", "summary_text", "text", "thread_attached")
 
     def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
         self.bb_id = bb_id
@@ -75,9 +75,20 @@ class OpenItem:
 
 class ThreadState:
     __slots__ = (
-        "current_turn", "last_turn", "pending_accepted", "open_items", "cmd_snapshots",
-        "item_by_pid", "pid_by_item", "turn_by_ptid", "ptid_by_turn", "settled_keys",
-        "progress_last_emit", "pending_progress", "text_last_emit", "pending_text",
+        "cmd_snapshots",
+        "current_turn",
+        "item_by_pid",
+        "last_turn",
+        "open_items",
+        "pending_accepted",
+        "pending_progress",
+        "pending_text",
+        "pid_by_item",
+        "progress_last_emit",
+        "ptid_by_turn",
+        "settled_keys",
+        "text_last_emit",
+        "turn_by_ptid",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -205,6 +216,19 @@ class Assembler:
         s = self._states.get(thread_id)
         return None if s is None else s.current_turn
 
+    def has_pending_text(self, thread_id: str) -> bool:
+        """Coalesced text waits for traffic; a live host flushes it with an empty batch when due."""
+        s = self._states.get(thread_id)
+        return s is not None and bool(s.pending_text)
+
+    def pending_input_count(self, thread_id: str) -> int:
+        s = self._states.get(thread_id)
+        return 0 if s is None else len(s.pending_accepted)
+
+    def forget_thread(self, thread_id: str) -> None:
+        """Drop a released thread's state (its ids stay unique: counters never reset)."""
+        self._states.pop(thread_id, None)
+
     def thread_count(self) -> int:
         return len(self._states)
 
@@ -256,7 +280,7 @@ class Assembler:
         _trim(s.item_by_pid, MAX_MAP)
         _trim(s.pid_by_item, MAX_MAP)
 
-    def _parent(self, s: ThreadState, ref: str | g.UnsetType) -> str | None:
+    def _parent(self, s: ThreadState, ref: str | UnsetType) -> str | None:
         if ref is UNSET:
             return None
         bb = s.item_by_pid.get(ref)
@@ -265,7 +289,7 @@ class Assembler:
             self._register(s, ref, bb)
         return bb
 
-    def _known_or_mint(self, s: ThreadState, pid: str | g.UnsetType) -> str:
+    def _known_or_mint(self, s: ThreadState, pid: str | UnsetType) -> str:
         bb = None if pid is UNSET else s.item_by_pid.get(pid)
         if bb is None:
             bb = self._mint_item()
@@ -382,11 +406,11 @@ class Assembler:
                 event["providerCheckpointId"] = boundary.providerCheckpointId
         self._push(event)
 
-    def _turn_for(self, s: ThreadState, ptid: str | g.UnsetType) -> str | None:
+    def _turn_for(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
         """The common resolution: vouched provider turn, else the open unkeyed turn."""
         return s.current_turn if ptid is UNSET else self._vouch(s, ptid)
 
-    def _turn_or_last(self, s: ThreadState, ptid: str | g.UnsetType) -> str | None:
+    def _turn_or_last(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
         if ptid is not UNSET:
             return self._vouch(s, ptid)
         return s.current_turn if s.current_turn is not None else s.last_turn
@@ -397,7 +421,7 @@ class Assembler:
             return self._open_turn(s)
         return s.current_turn
 
-    def _fallback(self, s: ThreadState, fallback: g.NoTurnFallback | g.UnsetType, parent_ref: Any) -> None:
+    def _fallback(self, s: ThreadState, fallback: g.NoTurnFallback | UnsetType, parent_ref: Any) -> None:
         if fallback is UNSET:
             return
         parent = self._parent(s, parent_ref)
@@ -733,7 +757,14 @@ class Assembler:
         self._push({"type": "thread/started", "threadId": "", "scope": {"kind": "thread"}})
 
     def _thread_identity(self, s: ThreadState, d: g.ThreadIdentity) -> None:
-        self._push({"type": "thread/identity", "threadId": "", "providerThreadId": d.providerThreadId, "scope": {"kind": "thread"}})
+        self._push(
+            {
+                "type": "thread/identity",
+                "threadId": "",
+                "providerThreadId": d.providerThreadId,
+                "scope": {"kind": "thread"},
+            }
+        )
 
     def _thread_name(self, s: ThreadState, d: g.ThreadName) -> None:
         event = new_event("thread/name/updated", None)

@@ -7,14 +7,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import trio
+
 from bbridge import parity
+from bbridge.config import ConfigError
 from bbridge.events import encode_lines
 from bbridge.recording import RecordingError
 from bbridge.replay import GOLDEN_ENTROPY, replay_cell
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bbridge", description="The timeline daemon between an IDE and provider bridges.")
+    parser = argparse.ArgumentParser(
+        prog="bbridge", description="The timeline daemon between an IDE and provider bridges."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     replay = commands.add_parser("replay", help="replay a recorded cell and print its events as NDJSON")
@@ -24,6 +29,22 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--clock", choices=("recorded", "fixed"), default="fixed", help="clock: entry ts or 0")
     replay.add_argument("--unstamped", action="store_true", help="leave threadId/providerThreadId unstamped")
     replay.add_argument("--provider", help="provider id (default: the cell's parent folder name)")
+
+    serve = commands.add_parser("serve", help="run the daemon on stdio, or on a Unix socket with --socket")
+    serve.add_argument("--socket", type=Path, metavar="PATH", help="listen on this Unix socket (mode 0600)")
+    serve.add_argument(
+        "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
+    )
+    serve.add_argument("--token-file", type=Path, metavar="F", help="clients must send this token in initialize")
+    serve.add_argument("--journal", type=Path, metavar="DIR", help="keep the per-thread journal durable in DIR")
+    serve.add_argument("--journal-bound", type=int, default=10_000, help="events kept in memory per thread")
+    serve.add_argument(
+        "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
+    )
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+    schema = commands.add_parser("schema", help="write JSON Schemas of the wire (deltas, handshake, requests, events)")
+    schema.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="output directory")
 
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
     kinds = par.add_subparsers(dest="kind", required=True)
@@ -80,14 +101,52 @@ def _parity_cases(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from bbridge import logs, server
+    from bbridge.config import load_providers
+    from bbridge.daemon import Daemon
+    from bbridge.journal import Journal
+    from bbridge.record import record_dir_from_env
+
+    logs.configure(args.log_level)
+    config = args.config
+    if config is None and Path("bbridge.toml").exists():
+        config = Path("bbridge.toml")
+    providers = load_providers(config)
+    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
+    daemon = Daemon(
+        providers,
+        journal=Journal(args.journal_bound, args.journal),
+        record_dir=args.record or record_dir_from_env(),
+        token=token,
+    )
+    if args.socket is not None:
+        trio.run(server.serve_socket, daemon, args.socket)
+    else:
+        trio.run(server.serve_stdio, daemon)
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from bbridge.schema import write_schemas
+
+    for path in write_schemas(args.out):
+        print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "schema":
+            return _schema(args)
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)
-    except (RecordingError, OSError) as exc:
+    except (RecordingError, ConfigError, OSError) as exc:
         print(f"bbridge: {exc}", file=sys.stderr)
         return 2

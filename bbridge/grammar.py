@@ -242,7 +242,7 @@ class WebSearchShape(Shape, tag="webSearch", kw_only=True):
 
 class WebFetchShape(Shape, tag="webFetch", kw_only=True):
     url: str
-    prompt: str | None | UnsetType = UNSET
+    prompt: str | UnsetType | None = UNSET
     pattern: str | None
 
 
@@ -407,7 +407,7 @@ class Usage(Delta, tag="usage", kw_only=True):
 
 class ContextWindow(Delta, tag="contextWindow", kw_only=True):
     used: Number | None
-    size: Number | None | UnsetType = UNSET
+    size: Number | UnsetType | None = UNSET
     estimated: bool
     attach: Attach
     providerTurnId: KeyPart | UnsetType = UNSET
@@ -498,9 +498,7 @@ AnyDelta: TypeAlias = (
     | ProviderModelFallback | ProviderWarning | Unhandled | SessionEnded | SessionReset
 )  # fmt: skip
 
-DELTA_KINDS: tuple[str, ...] = tuple(
-    str(t.__struct_config__.tag) for t in AnyDelta.__args__  # type: ignore[attr-defined]
-)
+DELTA_KINDS: tuple[str, ...] = tuple(str(t.__struct_config__.tag) for t in AnyDelta.__args__)
 
 
 class ThreadDeltaParams(Struct, gc=False):

@@ -40,7 +40,7 @@ class Violation(NamedTuple):
 
 
 class _ThreadGrammar:
-    __slots__ = ("open_items", "settled_items", "started_turns", "completed_turns")
+    __slots__ = ("completed_turns", "open_items", "settled_items", "started_turns")
 
     def __init__(self) -> None:
         self.open_items: dict[str, None] = {}

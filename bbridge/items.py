@@ -208,7 +208,13 @@ def open_item(bb_id: str, shape: g.Shape, parent: str | None, pres: Any) -> Item
         _copy_present(item, shape, ("result", "error", "durationMs"))
     elif t is g.FileChangeShape:
         assert isinstance(shape, g.FileChangeShape)
-        item = {"type": "fileChange", "id": bb_id, "changes": file_changes(shape.changes), "status": "pending", "approvalStatus": None}
+        item = {
+            "type": "fileChange",
+            "id": bb_id,
+            "changes": file_changes(shape.changes),
+            "status": "pending",
+            "approvalStatus": None,
+        }
     elif t is g.WebSearchShape:
         assert isinstance(shape, g.WebSearchShape)
         item = {"type": "webSearch", "id": bb_id, "queries": shape.queries, "resultText": None}
@@ -233,7 +239,14 @@ def open_item(bb_id: str, shape: g.Shape, parent: str | None, pres: Any) -> Item
 
 def _web_fetch(bb_id: str, shape: g.WebFetchShape, result_text: str | None) -> Item:
     prompt = None if shape.prompt is UNSET else shape.prompt
-    return {"type": "webFetch", "id": bb_id, "url": shape.url, "prompt": prompt, "pattern": shape.pattern, "resultText": result_text}
+    return {
+        "type": "webFetch",
+        "id": bb_id,
+        "url": shape.url,
+        "prompt": prompt,
+        "pattern": shape.pattern,
+        "resultText": result_text,
+    }
 
 
 def close_item(
@@ -273,7 +286,13 @@ def close_item(
     elif t is g.FileChangeShape:
         assert isinstance(shape, g.FileChangeShape)
         approval = None if close.approvalStatus is UNSET else close.approvalStatus
-        item = {"type": "fileChange", "id": bb_id, "changes": file_changes(shape.changes), "status": status, "approvalStatus": approval}
+        item = {
+            "type": "fileChange",
+            "id": bb_id,
+            "changes": file_changes(shape.changes),
+            "status": status,
+            "approvalStatus": approval,
+        }
     elif t is g.WebSearchShape:
         assert isinstance(shape, g.WebSearchShape)
         item = {"type": "webSearch", "id": bb_id, "queries": shape.queries, "resultText": result_text}
@@ -314,7 +333,7 @@ def shape_tag(shape: g.Shape) -> str:
 def shape_matches(shape: g.Shape, opened: Item) -> bool:
     if SHAPE_ITEM_TYPE[shape_tag(shape)] != opened["type"]:
         return False
-    return type(shape) is not g.ExtensionShape or shape.kind == opened["kind"]  # type: ignore[attr-defined]
+    return type(shape) is not g.ExtensionShape or shape.kind == opened["kind"]
 
 
 # -- B-echo / B-text / B-bare-text --------------------------------------------
@@ -336,7 +355,13 @@ def echo_item(opened: Item, status: str, close: g.ItemClose | None, parent: str 
         item["status"] = status
         item["approvalStatus"] = opened["approvalStatus"]
     elif kind == "fileChange":
-        item = {"type": kind, "id": opened["id"], "changes": opened["changes"], "status": status, "approvalStatus": opened["approvalStatus"]}
+        item = {
+            "type": kind,
+            "id": opened["id"],
+            "changes": opened["changes"],
+            "status": status,
+            "approvalStatus": opened["approvalStatus"],
+        }
     elif kind == "toolCall":
         item = {"type": kind, "id": opened["id"], "tool": opened["tool"]}
         if "arguments" in opened:

@@ -1,0 +1,364 @@
+"""One provider bridge subprocess: spawn, handshake, requests, exit (protocol.md §2, §9).
+
+The process leads its own process group so termination reaches its
+children. Its stdout is the JSON-RPC connection; stderr is logged line by line
+and its last 4,000 bytes are kept for error messages.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+import structlog
+import trio
+
+from bbridge import errors, protocol, rpc
+from bbridge.assembler import Assembler
+from bbridge.config import ProviderConfig
+from bbridge.guard import Guard
+from bbridge.record import RECORD_ENV, Recorder, RuntimeScoper
+from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
+from bbridge.watchdog import Watchdogs
+
+log = structlog.get_logger("bbridge.bridge")
+
+STDERR_TAIL_BYTES = 4000
+EXIT_GRACE_S = 1.0
+TERMINATE_GRACE_S = 5.0
+KILL_GRACE_S = 1.0
+INITIALIZE_TIMEOUT_S = 30.0
+CLIENT_INFO = {"name": "bbridge", "version": "0.1.0"}
+RUNTIME_GRAMMAR = (3, 3)
+
+
+def bridge_env(
+    provider_id: str, config: ProviderConfig, base: Mapping[str, str], record_dir: Path | None
+) -> dict[str, str]:
+    """The environment of protocol.md §9.6, then the provider's own `env` table."""
+    env = {k: v for k, v in base.items() if k != "NODE_ENV" and not k.startswith("BB_")}
+    for name in config.env_passthrough:
+        value = base.get(name)
+        if value:
+            env[name] = value
+    if record_dir is not None:
+        env[RECORD_ENV] = str(record_dir / provider_id)
+    else:
+        env.pop(RECORD_ENV, None)
+    env.update(config.env)
+    return env
+
+
+@dataclass
+class ExitStatus:
+    code: int | None
+    signal: int | None
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"signal {signal.Signals(self.signal).name}"
+        if self.code is not None:
+            return f"code {self.code}"
+        return "unknown status"
+
+
+class BridgeHost(Protocol):
+    """What a bridge process needs from the daemon (implemented by `Daemon`)."""
+
+    async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None: ...
+
+    async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any: ...
+
+    async def on_exit(self, bridge: BridgeProcess, status: ExitStatus) -> None: ...
+
+    async def on_watchdog(self, bridge: BridgeProcess, events: list[dict[str, Any]]) -> None: ...
+
+    def on_status(self, bridge: BridgeProcess) -> None: ...
+
+
+class _RecordingSend(trio.abc.SendStream):
+    """Tees every line written to the bridge into the `runtime→bridge` lane."""
+
+    def __init__(self, inner: trio.abc.SendStream, tee: Callable[[str, bytes], None]) -> None:
+        self._inner, self._tee = inner, tee
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        for line in bytes(data).split(b"\n"):
+            if line:
+                self._tee(RUNTIME_TO_BRIDGE, line)
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _RecordingReceive(trio.abc.ReceiveStream):
+    """Tees every complete line read from the bridge into the `bridge→runtime` lane."""
+
+    def __init__(self, inner: trio.abc.ReceiveStream, tee: Callable[[str, bytes], None]) -> None:
+        self._inner, self._tee = inner, tee
+        self._lines = rpc.LineReader()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self._inner.receive_some(max_bytes)
+        for line in self._lines.feed(bytes(data)):
+            if isinstance(line, bytes):
+                self._tee(BRIDGE_TO_RUNTIME, line)
+        return data
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BridgeProcess:
+    """A provider's current bridge process, its assembler and its per-process guards."""
+
+    def __init__(
+        self,
+        provider_id: str,
+        config: ProviderConfig,
+        host: BridgeHost,
+        *,
+        record_dir: Path | None = None,
+        text_delta_flush_ms: float = 100,
+        entropy_prefix: str | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.config = config
+        self.host = host
+        self.record_dir = record_dir
+        self.state = "starting"
+        self.reason: str | None = None
+        self.pid: int | None = None
+        self.exit: ExitStatus | None = None
+        self.capabilities = protocol.Capabilities()
+        self.assembler = Assembler(provider_id, entropy_prefix, text_delta_flush_ms=text_delta_flush_ms)
+        self.guard = Guard()
+        self.watchdogs = Watchdogs(config.turn_start_timeout_s, config.turn_stall_timeout_s)
+        self.threads: set[str] = set()
+        self.started_at = trio.current_time()
+        self.stopping = False
+        self._proc: trio.Process | None = None
+        self._conn: rpc.Connection | None = None
+        self._stderr_tail = bytearray()
+        self._finished = trio.Event()
+        self._stdout_closed = trio.Event()
+        self._recorder: Recorder | None = None
+        self._scoper = RuntimeScoper()
+        self._log = log.bind(providerId=provider_id)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Spawn and handshake; raises RpcError (start failure or refusal) after cleaning up."""
+        env = bridge_env(self.provider_id, self.config, os.environ, self.record_dir)
+        try:
+            proc = await trio.lowlevel.open_process(
+                self.config.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.config.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._fail(f"Provider {self.provider_id!r} failed to start: {exc}")
+            raise rpc.RpcError(errors.BRIDGE_START_FAILED, self.reason or "") from None
+        self._proc = proc
+        self.pid = proc.pid
+        self._log = self._log.bind(pid=proc.pid)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        send: trio.abc.SendStream = proc.stdin
+        receive: trio.abc.ReceiveStream = proc.stdout
+        if self.record_dir is not None:
+            self._recorder = Recorder(self.record_dir / self.provider_id)
+            send, receive = _RecordingSend(send, self._tee), _RecordingReceive(receive, self._tee)
+        self._conn = rpc.Connection(
+            send,
+            receive,
+            name=f"bridge:{self.provider_id}",
+            on_request=self._on_request,
+            on_notifications=self._on_notifications,
+            on_junk=self._on_junk,
+        )
+        self.host.on_status(self)
+        self._log.info("bridge spawned", command=self.config.command)
+        nursery.start_soon(self._read_stdout)
+        nursery.start_soon(self._read_stderr, proc.stderr)
+        nursery.start_soon(self._wait_exit)
+        nursery.start_soon(self._sweep_watchdogs)
+        try:
+            await self._handshake()
+        except rpc.RpcError as exc:
+            self._fail(exc.message)
+            await self.terminate()
+            raise
+        self.state = "ready"
+        self.host.on_status(self)
+        self._log.info("bridge ready", capabilities=msgspec.to_builtins(self.capabilities))
+
+    async def _handshake(self) -> None:
+        assert self._conn is not None
+        params = {
+            "protocolVersion": protocol.PROTOCOL_VERSION,
+            "client": CLIENT_INFO,
+            "grammarVersions": list(RUNTIME_GRAMMAR),
+        }
+        try:
+            raw = await self._conn.request_raw("initialize", params, timeout=INITIALIZE_TIMEOUT_S)
+        except rpc.RpcError as exc:
+            if self.exit is not None or isinstance(exc, rpc.ConnectionClosed):
+                await self._wait_finished(EXIT_GRACE_S * 2)
+                status = self.exit.describe() if self.exit is not None else "unknown status"
+                raise rpc.RpcError(
+                    errors.BRIDGE_START_FAILED,
+                    f"Provider {self.provider_id!r} exited during startup with {status}{self._stderr_excerpt(500)}",
+                ) from None
+            raise rpc.RpcError(
+                errors.BRIDGE_START_FAILED,
+                f"Provider {self.provider_id!r} failed its initialize request: {exc.message}",
+            ) from None
+        try:
+            self.capabilities = protocol.check_initialize(self.provider_id, bytes(raw))
+        except protocol.HandshakeRefused as exc:
+            raise rpc.RpcError(errors.HANDSHAKE_REFUSED, str(exc)) from None
+
+    def _fail(self, reason: str) -> None:
+        self.state = "failed"
+        self.reason = reason
+        self._log.warning("bridge failed", reason=reason)
+        self.host.on_status(self)
+
+    async def _wait_finished(self, timeout: float) -> None:
+        with trio.move_on_after(timeout):
+            await self._finished.wait()
+
+    def _stderr_excerpt(self, limit: int | None = None) -> str:
+        tail = self._stderr_tail.decode("utf-8", errors="replace").strip()
+        if limit is not None:
+            tail = tail[:limit]
+        return f"\nstderr: {tail}" if tail else ""
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode("utf-8", errors="replace")
+
+    async def _read_stdout(self) -> None:
+        assert self._conn is not None
+        try:
+            await self._conn.run()
+        finally:
+            self._stdout_closed.set()
+
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        lines = rpc.LineReader(STDERR_TAIL_BYTES)
+        try:
+            while data := await stream.receive_some():
+                self._stderr_tail += data
+                del self._stderr_tail[:-STDERR_TAIL_BYTES]
+                for line in lines.feed(bytes(data)):
+                    if isinstance(line, bytes):
+                        self._log.info("bridge stderr", line=line.decode("utf-8", errors="replace"))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        for line in lines.close():
+            self._log.info("bridge stderr", line=line.decode("utf-8", errors="replace"))
+
+    async def _wait_exit(self) -> None:
+        assert self._proc is not None
+        code = await self._proc.wait()
+        # exit may precede the last stdout data: give the reader a bounded grace
+        with trio.move_on_after(EXIT_GRACE_S):
+            await self._stdout_closed.wait()
+        if self._conn is not None:
+            await self._conn.aclose()
+        self.exit = ExitStatus(code if code >= 0 else None, -code if code < 0 else None)
+        if self.state != "failed":
+            self.state = "exited"
+        self._log.log(20 if self.stopping else 30, "bridge exited", status=self.exit.describe(), expected=self.stopping)
+        try:
+            await self.host.on_exit(self, self.exit)
+        finally:
+            if self._recorder is not None:
+                self._recorder.close()
+            self._finished.set()
+            self.host.on_status(self)
+
+    async def _sweep_watchdogs(self) -> None:
+        interval = self.config.turn_start_sweep_s
+        while not self._finished.is_set():
+            await trio.sleep(interval)
+            if self.state == "ready" and (due := self.watchdogs.sweep(trio.current_time())):
+                await self.host.on_watchdog(self, due)
+
+    async def terminate(self, kill_grace: float = KILL_GRACE_S) -> None:
+        """SIGTERM the leader; after the grace, SIGTERM then SIGKILL the whole group."""
+        self.stopping = True
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            _signal(proc.pid, signal.SIGTERM, group=False)
+            with trio.move_on_after(TERMINATE_GRACE_S):
+                await proc.wait()
+            if proc.returncode is None:
+                _signal(proc.pid, signal.SIGKILL, group=True)
+                with trio.move_on_after(kill_grace):
+                    await proc.wait()
+        # reach grandchildren that outlive the leader
+        _signal(proc.pid, signal.SIGTERM, group=True)
+        await self._wait_finished(TERMINATE_GRACE_S)
+
+    # -- traffic -------------------------------------------------------------
+
+    def _tee(self, direction: str, line: bytes) -> None:
+        if self._recorder is not None:
+            self._recorder.record(direction, self._scoper.scope(direction, line), line)
+
+    async def _on_notifications(self, batch: list[rpc.Notification]) -> None:
+        await self.host.on_notifications(self, batch)
+
+    async def _on_request(self, request: rpc.Request) -> Any:
+        return await self.host.on_bridge_request(self, request)
+
+    def _on_junk(self, line: bytes, reason: str) -> None:
+        self._log.debug("non-protocol bridge output", reason=reason, line=line[:200].decode("utf-8", errors="replace"))
+
+    async def request(self, method: str, params: Any, timeout: float | None) -> msgspec.Raw:
+        """Forward one request; daemon-side failures become RpcErrors naming the provider."""
+        if self._conn is None or self.state != "ready":
+            raise rpc.RpcError(errors.BRIDGE_EXITED, f"Provider {self.provider_id!r} is not running")
+        try:
+            return await self._conn.request_raw(method, params, timeout=timeout)
+        except rpc.RequestTimeout:
+            raise rpc.RpcError(
+                errors.BRIDGE_TIMEOUT, f"Provider {self.provider_id!r} did not answer {method} within {timeout}s"
+            ) from None
+        except rpc.ConnectionClosed:
+            await self._wait_finished(EXIT_GRACE_S * 2)
+            status = self.exit.describe() if self.exit is not None else "unknown status"
+            raise rpc.RpcError(
+                errors.BRIDGE_EXITED,
+                f"Provider {self.provider_id!r} exited unexpectedly ({status}) with {method} in flight"
+                + self._stderr_excerpt(),
+            ) from None
+
+
+def _signal(pid: int, sig: signal.Signals, *, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

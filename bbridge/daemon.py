@@ -1,0 +1,556 @@
+"""The daemon: routes client requests to bridges and bridge output to clients (daemon.md).
+
+Bridge `thread/delta` notifications flow decode → assemble → stamp → check
+(extension payloads, grammar guard) → journal → every client, one
+`thread/events` message per notification. Requests flow the other way with
+the daemon's translations (bb↔provider turn ids) and capability gating.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from bbridge import errors, grammar, protocol, rpc
+from bbridge.bridge import BridgeProcess, ExitStatus
+from bbridge.config import ProviderConfig
+from bbridge.events import Event, stamp
+from bbridge.extensions import ExtensionChecker
+from bbridge.journal import Journal, entries_json
+from bbridge.tracker import Tracker
+
+log = structlog.get_logger("bbridge.daemon")
+
+DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}
+CLIENT_PROTOCOL_VERSION = 1
+DEFAULT_TIMEOUT_S = 30.0
+THREAD_CREATION_TIMEOUT_S = 120.0
+SHUTDOWN_STOP_TIMEOUT_S = 5.0
+
+FORWARDED = frozenset(
+    {
+        "model/list", "provider/health", "provider/usage", "provider/installation/status",
+        "provider/installation/run", "thread/start", "thread/resume", "thread/fork", "turn/start",
+        "turn/steer", "thread/stop", "thread/discard", "thread/name/set", "thread/archive",
+        "thread/unarchive", "thread/goal/clear", "skills/configure",
+    }
+)  # fmt: skip
+_THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
+_RELAYED = frozenset({"item/tool/call", "interaction/request"})
+_FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
+
+
+class ClientSink:
+    """What the daemon needs of a connected client (implemented in `server`)."""
+
+    name: str
+    conn: rpc.Connection
+
+    def enqueue(self, line: bytes) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Counters:
+    deltas_in: int = 0
+    notifications_in: int = 0
+    events_out: int = 0
+    rejected_notifications: int = 0
+    grammar_drops: int = 0
+    unhandled_extensions: int = 0
+    clients_disconnected_slow: int = 0
+
+
+class _ThreadParams(msgspec.Struct):
+    threadId: str | None = None
+    providerThreadId: str | None = None
+
+
+class _Identity(msgspec.Struct):
+    threadId: str
+    providerThreadId: str
+
+
+class _Replaced(msgspec.Struct):
+    threadId: str
+    reason: str
+    providerThreadId: str | None = None
+    contextLost: bool = False
+
+
+class Daemon:
+    def __init__(
+        self,
+        providers: dict[str, ProviderConfig],
+        *,
+        journal: Journal | None = None,
+        record_dir: Path | None = None,
+        token: str | None = None,
+        text_delta_flush_ms: float = 100,
+        entropy_prefix: str | None = None,
+        request_timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.providers = providers
+        self.entropy_prefix = entropy_prefix
+        self.request_timeout_s = request_timeout_s
+        self.journal = journal or Journal()
+        self.record_dir = record_dir
+        self.token = token
+        self.text_delta_flush_ms = text_delta_flush_ms
+        self.counters = Counters()
+        self.tracker = Tracker()
+        self.bridges: dict[str, BridgeProcess] = {}
+        self.thread_provider: dict[str, str] = {}
+        self.provider_threads: dict[str, str] = {}
+        self.thread_owner: dict[str, ClientSink] = {}
+        self.clients: list[ClientSink] = []
+        self.extensions = {pid: ExtensionChecker(pid, cfg.extension_kinds) for pid, cfg in providers.items()}
+        self.shutdown_requested = trio.Event()
+        self.stopped = trio.Event()
+        self._starting: dict[str, trio.Lock] = {}
+        self._flushing: set[tuple[int, str]] = set()
+        self._nursery: trio.Nursery | None = None
+        self._started_at = time.time()
+
+    # -- running -------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Owns the bridges; returns after `shutdown` has stopped them all."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await self.shutdown_requested.wait()
+            await self._stop_bridges()
+            nursery.cancel_scope.cancel()
+        self.journal.close()
+        self.stopped.set()
+
+    def request_shutdown(self) -> None:
+        self.shutdown_requested.set()
+
+    async def _stop_bridges(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for bridge in list(self.bridges.values()):
+                nursery.start_soon(self._stop_bridge, bridge)
+
+    async def _stop_bridge(self, bridge: BridgeProcess) -> None:
+        """Interrupt live turns (the bridge settles them), then terminate the process."""
+        if bridge.state == "ready":
+            for thread_id in list(bridge.threads):
+                turns = self.tracker.open_turns(thread_id)
+                if not turns:
+                    continue
+                params = {
+                    "threadId": thread_id,
+                    "providerThreadId": self.provider_threads.get(thread_id),
+                    "intent": "interrupt",
+                    "activeTurnId": bridge.assembler.get_provider_turn_id(thread_id, turns[0]) or turns[0],
+                }
+                try:
+                    await bridge.request("thread/stop", params, SHUTDOWN_STOP_TIMEOUT_S)
+                except rpc.RpcError as exc:
+                    log.warning(
+                        "interrupt at shutdown failed",
+                        providerId=bridge.provider_id,
+                        threadId=thread_id,
+                        error=exc.message,
+                    )
+        await bridge.terminate(kill_grace=0)
+
+    # -- bridges -------------------------------------------------------------
+
+    async def bridge(self, provider_id: str) -> BridgeProcess:
+        """The provider's ready bridge, spawned and handshaken on first use."""
+        config = self.providers.get(provider_id)
+        if config is None:
+            known = ", ".join(sorted(self.providers))
+            raise rpc.RpcError(errors.UNKNOWN_PROVIDER, f"Unknown provider {provider_id!r} (configured: {known})")
+        if self.shutdown_requested.is_set():
+            raise rpc.RpcError(errors.SHUTTING_DOWN, "The daemon is shutting down")
+        lock = self._starting.setdefault(provider_id, trio.Lock())
+        async with lock:
+            current = self.bridges.get(provider_id)
+            if current is not None and current.state == "ready":
+                return current
+            assert self._nursery is not None
+            bridge = BridgeProcess(
+                provider_id,
+                config,
+                self,
+                record_dir=self.record_dir,
+                text_delta_flush_ms=self.text_delta_flush_ms,
+                entropy_prefix=self.entropy_prefix,
+            )
+            self.bridges[provider_id] = bridge
+            try:
+                await bridge.start(self._nursery)
+            except rpc.RpcError:
+                if self.bridges.get(provider_id) is bridge:
+                    del self.bridges[provider_id]
+                raise
+            return bridge
+
+    def on_status(self, bridge: BridgeProcess) -> None:
+        params: dict[str, Any] = {"providerId": bridge.provider_id, "state": bridge.state, "pid": bridge.pid}
+        if bridge.exit is not None:
+            if bridge.exit.code is not None:
+                params["exitCode"] = bridge.exit.code
+            if bridge.exit.signal is not None:
+                params["signal"] = bridge.exit.signal
+        if bridge.reason:
+            params["reason"] = bridge.reason
+        self._broadcast(rpc.encode_notification("bridge/status", params))
+
+    async def on_exit(self, bridge: BridgeProcess, status: ExitStatus) -> None:
+        if self.bridges.get(bridge.provider_id) is bridge:
+            del self.bridges[bridge.provider_id]
+        verb = "stopped" if bridge.stopping else "exited unexpectedly"
+        tail = bridge.stderr_tail.strip()
+        message = f"Provider {bridge.provider_id!r} {verb} ({status.describe()})" + (
+            f"\nstderr: {tail}" if tail else ""
+        )
+        for thread_id in self._threads_of(bridge):
+            events = self.tracker.settle_failed(thread_id, self.provider_threads.get(thread_id, ""), message)
+            if events:
+                log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
+                self._publish(thread_id, bridge.provider_id, events)
+            bridge.watchdogs.forget(thread_id)
+
+    def _threads_of(self, bridge: BridgeProcess) -> list[str]:
+        return [tid for tid, pid in self.thread_provider.items() if pid == bridge.provider_id] + [
+            tid for tid in bridge.threads if tid not in self.thread_provider
+        ]
+
+    async def on_watchdog(self, bridge: BridgeProcess, events: list[Event]) -> None:
+        for event in events:
+            log.warning("watchdog fired", code=event["code"], threadId=event["threadId"], providerId=bridge.provider_id)
+            self._publish(event["threadId"], bridge.provider_id, [event])
+
+    # -- bridge → daemon traffic ---------------------------------------------
+
+    async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
+        now = trio.current_time()
+        for note in batch:
+            self.counters.notifications_in += 1
+            method = note.method
+            if method == "thread/delta":
+                self._on_delta(bridge, note.params, now)
+            elif method in _FORWARDED_NOTIFICATIONS:
+                self._on_forwarded(bridge, method, note.params)
+            elif method == "error":
+                self._on_bridge_error(bridge, note.params)
+
+    def _on_delta(self, bridge: BridgeProcess, raw: msgspec.Raw | None, now: float) -> None:
+        try:
+            params = grammar.decode_params(raw if raw is not None else b"null")
+        except grammar.GrammarError as exc:
+            self.counters.rejected_notifications += 1
+            log.warning("skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc))
+            return
+        self.counters.deltas_in += len(params.deltas)
+        thread_id = params.threadId
+        bridge.threads.add(thread_id)
+        bridge.watchdogs.traffic(thread_id, now)
+        events = bridge.assembler.assemble(thread_id, params.deltas, now * 1000)
+        self._deliver(bridge, thread_id, events, now)
+
+    def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event], now: float) -> None:
+        checker = self.extensions.get(bridge.provider_id)
+        accepted: list[Event] = []
+        for event in events:
+            if event["type"] == "thread/identity":
+                self.provider_threads[thread_id] = event["providerThreadId"]
+            stamp(event, thread_id, self.provider_threads.get(thread_id))
+            if checker is not None:
+                checked = checker.check(event)
+                if checked is not event:
+                    self.counters.unhandled_extensions += 1
+                    event = checked
+            violation = bridge.guard.observe(event)
+            if violation is not None:
+                self.counters.grammar_drops += 1
+                log.warning(
+                    f"Dropping {event['type']} from provider {bridge.provider_id!r} in thread {thread_id!r} "
+                    f"({violation.rule}): {violation.reason}.",
+                    threadId=thread_id,
+                    providerId=bridge.provider_id,
+                    rule=violation.rule,
+                )
+                continue
+            self.tracker.observe(thread_id, event)
+            bridge.watchdogs.observe(thread_id, event, now)
+            accepted.append(event)
+        if accepted:
+            self._publish(thread_id, bridge.provider_id, accepted)
+        if self.text_delta_flush_ms > 0 and bridge.assembler.has_pending_text(thread_id):
+            self._schedule_flush(bridge, thread_id)
+
+    def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
+        """Coalesced text waits for traffic in the reference; here a timer drains it when due."""
+        key = (id(bridge), thread_id)
+        if key in self._flushing or self._nursery is None:
+            return
+        self._flushing.add(key)
+
+        async def flush_later() -> None:
+            await trio.sleep(self.text_delta_flush_ms / 1000)
+            self._flushing.discard(key)
+            if bridge.state == "ready":
+                now = trio.current_time()
+                self._deliver(bridge, thread_id, bridge.assembler.assemble(thread_id, [], now * 1000), now)
+
+        self._nursery.start_soon(flush_later)
+
+    def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
+        entries = self.journal.append(thread_id, events)
+        self.counters.events_out += len(entries)
+        head = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
+        line = (
+            b'{"jsonrpc":"2.0","method":"thread/events","params":'
+            + head[:-1]
+            + b',"events":['
+            + b",".join(entries)
+            + b"]}}"
+        )
+        self._broadcast(line)
+
+    def _broadcast(self, line: bytes) -> None:
+        for client in list(self.clients):
+            client.enqueue(line)
+
+    def _on_forwarded(self, bridge: BridgeProcess, method: str, raw: msgspec.Raw | None) -> None:
+        try:
+            params = msgspec.json.decode(raw) if raw is not None else {}
+        except msgspec.DecodeError:
+            return
+        if not isinstance(params, dict):
+            return
+        if method == "thread/identity":
+            identity = _decode(raw, _Identity)
+            if identity is not None:
+                self.provider_threads[identity.threadId] = identity.providerThreadId
+                bridge.threads.add(identity.threadId)
+        elif method == "session/replaced":
+            replaced = _decode(raw, _Replaced)
+            if replaced is not None and replaced.providerThreadId and replaced.contextLost:
+                self._deliver_warning(
+                    bridge,
+                    replaced.threadId,
+                    "Provider session was replaced; provider-side context was lost.",
+                    replaced.reason,
+                )
+        params["providerId"] = bridge.provider_id
+        self._broadcast(rpc.encode_notification(method, params))
+
+    def _on_bridge_error(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
+        params = _decode(raw, _ThreadParams)
+        message = _decode(raw, _Message)
+        if params is not None and message is not None and params.threadId and params.providerThreadId:
+            self._deliver_warning(bridge, params.threadId, message.message, None)
+
+    def _deliver_warning(self, bridge: BridgeProcess, thread_id: str, summary: str, details: str | None) -> None:
+        event: Event = {"type": "provider/warning", "threadId": "", "providerThreadId": "", "scope": {"kind": "thread"}}
+        event["category"] = "general"
+        event["summary"] = summary
+        if details is not None:
+            event["details"] = details
+        self._deliver(bridge, thread_id, [event], trio.current_time())
+
+    async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
+        """Relay `item/tool/call` / `interaction/request` to the thread's client."""
+        if request.method not in _RELAYED:
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
+        params = msgspec.json.decode(request.params) if request.params is not None else None
+        if not isinstance(params, dict):
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
+        thread_id = params.get("threadId")
+        if params.get("providerNativeIds") is True and isinstance(thread_id, str):
+            _translate_native_ids(bridge, thread_id, params)
+        client = self.thread_owner.get(thread_id) if isinstance(thread_id, str) else None
+        if client is None or client not in self.clients:
+            client = self.clients[-1] if self.clients else None
+        if client is None:
+            raise rpc.RpcError(
+                errors.NO_CLIENT,
+                f"No client is connected to answer {request.method} from provider {bridge.provider_id!r}",
+            )
+        params["providerId"] = bridge.provider_id
+        return msgspec.Raw(await client.conn.request_raw(request.method, params, timeout=None))
+
+    # -- client → daemon requests --------------------------------------------
+
+    def add_client(self, client: ClientSink) -> None:
+        self.clients.append(client)
+
+    def remove_client(self, client: ClientSink) -> None:
+        if client in self.clients:
+            self.clients.remove(client)
+        for thread_id, owner in list(self.thread_owner.items()):
+            if owner is client:
+                del self.thread_owner[thread_id]
+
+    async def handle(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "daemon/status":
+            return self.status()
+        if method == "thread/events":
+            return self._thread_events(params)
+        if method == "shutdown":
+            self.request_shutdown()
+            await self.stopped.wait()
+            return {}
+        if method not in FORWARDED:
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        return await self._forward(client, method, params)
+
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        providers = [
+            {"providerId": pid, "state": self.bridges[pid].state if pid in self.bridges else "idle"}
+            for pid in sorted(self.providers)
+        ]
+        return {
+            "daemon": DAEMON_INFO,
+            "protocolVersion": CLIENT_PROTOCOL_VERSION,
+            "grammarVersions": [3, 3],
+            "providers": providers,
+        }
+
+    def _thread_events(self, params: dict[str, Any]) -> dict[str, Any]:
+        thread_id = params.get("threadId")
+        after = params.get("afterSeq", 0)
+        if not isinstance(thread_id, str) or not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "thread/events needs threadId (string) and afterSeq (integer ≥ 0)")
+        replay = self.journal.after(thread_id, after)
+        result: dict[str, Any] = {"events": entries_json(replay.entries), "lastSeq": replay.last_seq}
+        if replay.missing_before:
+            result["missingThrough"] = replay.missing_before
+        return result
+
+    async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        thread_id = params.get("threadId")
+        provider_id = params.pop("providerId", None)
+        if provider_id is None and isinstance(thread_id, str):
+            provider_id = self.thread_provider.get(thread_id)
+        if not isinstance(provider_id, str):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method} needs providerId (string)")
+        bridge = await self.bridge(provider_id)
+        refusal = protocol.method_allowed(method, bridge.capabilities)
+        if refusal is not None:
+            raise rpc.RpcError(errors.NOT_ADVERTISED, f"Provider {provider_id!r} refused {method}: {refusal}")
+        if isinstance(thread_id, str):
+            self._translate_turn_ids(bridge, method, thread_id, params)
+            if method in _THREAD_CREATION:
+                self.thread_provider[thread_id] = provider_id
+                self.thread_owner[thread_id] = client
+                bridge.threads.add(thread_id)
+            elif method == "turn/start":
+                bridge.watchdogs.turn_dispatched(thread_id, trio.current_time())
+        timeout = self.request_timeout_s
+        if method in ("thread/start", "thread/fork"):
+            timeout = max(timeout, THREAD_CREATION_TIMEOUT_S)
+        try:
+            raw = await bridge.request(method, params, timeout)
+        except rpc.RpcError:
+            if method == "turn/start" and isinstance(thread_id, str):
+                bridge.watchdogs.dispatch_failed(thread_id)
+            raise
+        if isinstance(thread_id, str):
+            self._after_forward(bridge, method, thread_id, params, raw)
+        return msgspec.Raw(raw)
+
+    def _translate_turn_ids(self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any]) -> None:
+        field = "expectedTurnId" if method == "turn/steer" else "activeTurnId" if method == "thread/stop" else None
+        if field is not None and isinstance(params.get(field), str):
+            params[field] = bridge.assembler.get_provider_turn_id(thread_id, params[field]) or params[field]
+
+    def _after_forward(
+        self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any], raw: msgspec.Raw
+    ) -> None:
+        if method in _THREAD_CREATION:
+            result = _decode(raw, _ThreadParams)
+            if result is not None and result.providerThreadId:
+                self.provider_threads[thread_id] = result.providerThreadId
+        elif method == "thread/stop" and params.get("intent") == "release":
+            bridge.guard.clear_thread(thread_id)
+            bridge.watchdogs.forget(thread_id)
+            bridge.threads.discard(thread_id)
+
+    # -- status --------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        now = trio.current_time()
+        providers = []
+        for pid in sorted(self.providers):
+            bridge = self.bridges.get(pid)
+            entry: dict[str, Any] = {"providerId": pid, "state": bridge.state if bridge else "idle"}
+            if bridge is not None:
+                entry.update(
+                    pid=bridge.pid,
+                    capabilities=msgspec.to_builtins(bridge.capabilities),
+                    uptimeS=round(now - bridge.started_at, 3),
+                    threads=len(bridge.threads),
+                )
+            providers.append(entry)
+        return {
+            "daemon": {
+                **DAEMON_INFO,
+                "uptimeS": round(time.time() - self._started_at, 3),
+                "clients": len(self.clients),
+            },
+            "providers": providers,
+            "threads": list(self._thread_status()),
+            "counters": msgspec.to_builtins(self.counters),
+        }
+
+    def _thread_status(self) -> Iterable[dict[str, Any]]:
+        tracked = self.tracker.threads()
+        for thread_id, last_seq in sorted(self.journal.threads().items()):
+            provider_id = self.thread_provider.get(thread_id)
+            bridge = self.bridges.get(provider_id) if provider_id else None
+            work = tracked.get(thread_id)
+            yield {
+                "threadId": thread_id,
+                "providerId": provider_id,
+                "providerThreadId": self.provider_threads.get(thread_id),
+                "openTurns": list(work.open_turns) if work else [],
+                "openItems": list(work.open_items) if work else [],
+                "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
+                "pendingTurnStart": bridge.watchdogs.pending_start(thread_id) if bridge else False,
+                "lastSeq": last_seq,
+            }
+
+
+class _Message(msgspec.Struct):
+    message: str
+
+
+def _decode(raw: msgspec.Raw | None, kind: type[Any]) -> Any:
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _translate_native_ids(bridge: BridgeProcess, thread_id: str, params: dict[str, Any]) -> None:
+    """Provider-native turn/item ids on relayed requests become bb ids (protocol.md §3.6)."""
+    assembler = bridge.assembler
+    turn = params.get("turnId")
+    if isinstance(turn, str):
+        params["turnId"] = assembler.get_bb_turn_id(thread_id, turn) or turn
+    call = params.get("callId")
+    if isinstance(call, str):
+        params["callId"] = assembler.get_bb_item_id(thread_id, call) or call
+    payload = params.get("payload")
+    subject = payload.get("subject") if isinstance(payload, dict) else None
+    if isinstance(subject, dict) and isinstance(subject.get("itemId"), str):
+        subject["itemId"] = assembler.get_bb_item_id(thread_id, subject["itemId"]) or subject["itemId"]

@@ -1,0 +1,364 @@
+"""Write a provider bridge in Python (daemon.md §8): the plumbing every bridge needs, so its code is only the provider.
+
+* `Bridge`: JSON-RPC on the process's own stdin/stdout with stdout guarded
+  (fd 1 is pointed at stderr, so a stray `print()`, a logger or an inherited
+  child stdout cannot corrupt the protocol), method dispatch with typed params
+  (-32601 for unknown methods, -32602 with `[{path, message}]` issues), the
+  `initialize` answer with grammar negotiation, and session openings that meet
+  the §4.2 obligations.
+* `emit`: deltas are the `bbridge.grammar` Structs; every batch is validated by
+  the same decoder the daemon uses before it is written, so an invalid delta is
+  a `DeltaError` in the bridge instead of a silently dropped notification.
+* `UsageMeter`: per-turn providers sum usage in the bridge (assembler.md §11.1).
+* Record mode for the provider lanes (protocol.md §5.3, §5.5): `record_child_io`
+  and `env_without_runtime`.
+
+Grammar negotiation (§2.4, §11.11): the kit emits grammar v3 only. It answers
+the highest version in both its range and the params' `grammarVersions`. When
+the params *state* a range that misses ours, `initialize` fails with -32000
+naming both ranges; when they omit it (legacy `[2, 2]`, e.g. the parity
+harness) the kit answers anyway, as the reference bridges do, and lets the
+runtime's own check decide.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import msgspec
+import structlog
+import trio
+from msgspec import UNSET
+
+from bbridge import grammar as g
+from bbridge import logs, protocol, rpc
+from bbridge.record import Recorder, record_dir_from_env, sanitize_scope
+from bbridge.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
+
+log = structlog.get_logger("bbridge.kit")
+
+P = TypeVar("P")
+Handler = Callable[[P], Awaitable[Any]]
+RUNTIME_ONLY_ENV = ("BB_PROVIDER_BRIDGE_RECORD_DIR", "ELECTRON_RUN_AS_NODE")
+
+# -- deltas --------------------------------------------------------------------
+
+
+class DeltaError(ValueError):
+    """A `thread/delta` batch the grammar rejects; raised before anything is written."""
+
+
+def encode_deltas(thread_id: str, deltas: Sequence[g.Delta]) -> bytes:
+    """`thread/delta` params as JSON, validated exactly as the daemon will decode them."""
+    data = msgspec.json.encode(g.ThreadDeltaParams(thread_id, cast("list[g.AnyDelta]", list(deltas))))
+    try:
+        g.decode_params(data)
+    except g.GrammarError as exc:
+        raise DeltaError(f"invalid thread/delta for thread {thread_id!r}: {exc}") from None
+    return data
+
+
+_TOKEN_FIELDS = ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
+
+
+def tokens(
+    input: float = 0, output: float = 0, *, cached_input: float = 0, reasoning_output: float = 0
+) -> g.TokenBreakdown:
+    """A token breakdown whose total is input + output (cached and reasoning tokens are parts of those)."""
+    return g.TokenBreakdown(
+        totalTokens=input + output,
+        inputTokens=input,
+        cachedInputTokens=cached_input,
+        outputTokens=output,
+        reasoningOutputTokens=reasoning_output,
+    )
+
+
+class UsageMeter:
+    """Running token usage of one provider session, for providers that report each turn on its own."""
+
+    def __init__(self) -> None:
+        self.total = tokens()
+
+    def turn(
+        self,
+        last: g.TokenBreakdown,
+        *,
+        model_context_window: float | None = None,
+        provider_turn_id: str | None = None,
+    ) -> g.Usage:
+        """Add one turn's usage; the `usage` delta carries the new running total and the turn's own `last`."""
+        self.total = g.TokenBreakdown(**{f: getattr(self.total, f) + getattr(last, f) for f in _TOKEN_FIELDS})
+        return g.Usage(
+            total=self.total,
+            last=last,
+            modelContextWindow=model_context_window,
+            providerTurnId=UNSET if provider_turn_id is None else provider_turn_id,
+        )
+
+
+# -- record mode (provider lanes) ---------------------------------------------
+
+
+def env_without_runtime(env: Mapping[str, str]) -> dict[str, str]:
+    """A child's environment: no record dir (a recorded child never records) and no Electron flag (§5.5)."""
+    return {k: v for k, v in env.items() if k not in RUNTIME_ONLY_ENV}
+
+
+@functools.cache
+def process_recorder() -> Recorder | None:
+    """The process-wide recorder (one `run`, one `seq` for every lane), or None when recording is off."""
+    root = record_dir_from_env()
+    return Recorder(root) if root is not None else None
+
+
+class _TeeSend(trio.abc.SendStream):
+    """Records each complete line written, before writing it."""
+
+    def __init__(self, inner: trio.abc.SendStream, record: Callable[[bytes], None]) -> None:
+        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        for line in self._lines.feed(data):
+            if isinstance(line, bytes):
+                self._record(line)
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _TeeReceive(trio.abc.ReceiveStream):
+    """Records each complete line read."""
+
+    def __init__(self, inner: trio.abc.ReceiveStream, record: Callable[[bytes], None]) -> None:
+        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        data = await self._inner.receive_some(max_bytes)
+        for line in self._lines.feed(data):
+            if isinstance(line, bytes):
+                self._record(line)
+        return data
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def record_child_io(
+    stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream, *, thread_id: str | None
+) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
+    """Wrap a provider child's pipes so its lines land in the `bridge→provider` / `provider→bridge` lanes.
+
+    Call right after spawning, with the bb thread the child serves (None for process-wide work such as
+    `model/list`). Returns the pipes unchanged when recording is off. Oversized and unterminated final lines
+    are not recorded.
+    """
+    recorder = process_recorder()
+    if recorder is None:
+        return stdin, stdout
+    scope = sanitize_scope(thread_id)
+    return (
+        _TeeSend(stdin, lambda line: recorder.record(BRIDGE_TO_PROVIDER, scope, line)),
+        _TeeReceive(stdout, lambda line: recorder.record(PROVIDER_TO_BRIDGE, scope, line)),
+    )
+
+
+# -- the bridge ----------------------------------------------------------------
+
+
+def invalid_params(method: str, exc: msgspec.ValidationError | msgspec.DecodeError) -> rpc.RpcError:
+    """The -32602 answer the echo bridges send: message `Invalid params for <method>`, data the issues."""
+    path, message = protocol.first_issue(exc)
+    return rpc.RpcError(rpc.INVALID_PARAMS, f"Invalid params for {method}", [{"path": path, "message": message}])
+
+
+def claim_stdio() -> tuple[int, int]:
+    """Take fds 0/1 for the protocol and return private copies; fd 1 then writes to stderr, fd 0 reads /dev/null.
+
+    Everything that writes to stdout — `print`, loggers bound to the original `sys.stdout`, C code, and children
+    that inherit it — lands on stderr, and children cannot consume the runtime's requests.
+    """
+    sys.stdout.flush()
+    protocol_in, protocol_out = os.dup(0), os.dup(1)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    return protocol_in, protocol_out
+
+
+class Bridge:
+    """A provider bridge: register handlers with `method`, then `run()` (or `serve` over given streams)."""
+
+    def __init__(self, name: str, capabilities: protocol.Capabilities | None = None) -> None:
+        self.name = name
+        caps = capabilities if capabilities is not None else protocol.Capabilities()
+        # the kit validates against the grammar it ships, so that is the range it can honour
+        self.capabilities = msgspec.structs.replace(caps, grammarVersions=g.GRAMMAR_VERSIONS)
+        self.grammar_version: int | None = None  # negotiated by `initialize`
+        self._methods: dict[str, tuple[Any, Handler[Any]]] = {}
+        self._meters: dict[str, UsageMeter] = {}
+        self._conn: rpc.Connection | None = None
+        self._nursery: trio.Nursery | None = None
+        self._log = log.bind(bridge=name)
+        self.method("initialize", protocol.InitializeParams)(self._initialize)
+
+    def method(self, name: str, params: type[P]) -> Callable[[Handler[P]], Handler[P]]:
+        """Decorator: handle requests for `name` with params decoded into `params` (absent params read as {})."""
+
+        def register(handler: Handler[P]) -> Handler[P]:
+            self._methods[name] = (params, handler)
+            return handler
+
+        return register
+
+    # -- talking to the runtime ----------------------------------------------
+
+    @property
+    def conn(self) -> rpc.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"bridge {self.name!r} is not serving")
+        return self._conn
+
+    async def emit(self, thread_id: str, deltas: Sequence[g.Delta]) -> None:
+        """One `thread/delta` notification; raises `DeltaError` (and sends nothing) if any delta is invalid."""
+        await self.conn.notify("thread/delta", msgspec.Raw(encode_deltas(thread_id, deltas)))
+
+    async def open_session(
+        self,
+        thread_id: str,
+        provider_thread_id: str,
+        *,
+        session_restorable: bool | None = None,
+        deltas: Sequence[g.Delta] = (),
+    ) -> None:
+        """A new provider session for a thread (§4.2): identity, then `session.reset` (+ `deltas`), usage zeroed.
+
+        Settle the old session's open work before calling this.
+        """
+        batch = encode_deltas(thread_id, [g.SessionReset(), *deltas])
+        identity = protocol.ThreadIdentityParams(
+            threadId=thread_id,
+            providerThreadId=provider_thread_id,
+            sessionRestorable=UNSET if session_restorable is None else session_restorable,
+        )
+        self._meters[thread_id] = UsageMeter()
+        await self.conn.send_lines(
+            [
+                rpc.encode_notification("thread/identity", identity),
+                rpc.encode_notification("thread/delta", msgspec.Raw(batch)),
+            ]
+        )
+
+    def usage(self, thread_id: str) -> UsageMeter:
+        """The thread's running usage (restarted by `open_session`)."""
+        return self._meters.setdefault(thread_id, UsageMeter())
+
+    def forget(self, thread_id: str) -> None:
+        """Drop per-thread kit state (usage) when a session is released."""
+        self._meters.pop(thread_id, None)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self.conn.notify(method, params)
+
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """A bridge→runtime request (`item/tool/call`, `interaction/request`); no timeout by default (users answer)."""
+        return await self.conn.request(method, params, timeout=timeout)
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run work that outlives its request (a streaming turn); cancelled when the runtime goes away."""
+        if self._nursery is None:
+            raise RuntimeError(f"bridge {self.name!r} is not serving")
+        self._nursery.start_soon(fn, *args)
+
+    # -- serving -------------------------------------------------------------
+
+    async def serve(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        """Serve the runtime until it closes our input: in-flight requests are answered, spawned work cancelled."""
+        conn = rpc.Connection(
+            send,
+            receive,
+            name=self.name,
+            on_request=self._dispatch,
+            on_junk=self._on_junk,
+            answer_junk=True,
+            default_timeout=None,
+        )
+        self._conn = conn
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await conn.run(drain=True)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            self._conn = None
+
+    def run(self) -> None:
+        """The process entry point: guarded stdio, logs on stderr, SIGTERM/SIGINT end the bridge cleanly."""
+        logs.configure()
+        protocol_in, protocol_out = claim_stdio()
+        try:
+            trio.run(self._main, protocol_in, protocol_out)
+        finally:
+            recorder = process_recorder()
+            if recorder is not None:
+                recorder.close()
+
+    async def _main(self, protocol_in: int, protocol_out: int) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with (
+                trio.lowlevel.FdStream(protocol_in) as receive,
+                trio.lowlevel.FdStream(protocol_out) as send,
+                trio.open_nursery() as nursery,
+            ):
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        self._log.info("bridge stopping", signal=signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_on_signal)
+                await self.serve(send, receive)
+                nursery.cancel_scope.cancel()
+
+    async def _dispatch(self, request: rpc.Request) -> Any:
+        entry = self._methods.get(request.method)
+        if entry is None:
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        params_type, handler = entry
+        try:
+            params = msgspec.json.decode(request.params or b"{}", type=params_type)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise invalid_params(request.method, exc) from None
+        return await handler(params)
+
+    def _on_junk(self, line: bytes, reason: str) -> None:
+        if line:
+            self._log.debug("ignored a non-protocol line", reason=reason)
+        else:  # an oversized line
+            self._log.warning("Discarded an oversized JSON-RPC line from the runtime", reason=reason)
+
+    async def _initialize(self, params: protocol.InitializeParams) -> protocol.InitializeResult:
+        ours = self.capabilities.grammarVersions
+        asked = params.grammarVersions
+        version = protocol.negotiate(ours, protocol.LEGACY_GRAMMAR_RANGE if asked is UNSET else asked)
+        if version is None and asked is not UNSET:
+            raise rpc.RpcError(
+                rpc.BRIDGE_ERROR,
+                f'Bridge "{self.name}" emits thread/delta grammar versions {ours[0]}-{ours[1]}, but the runtime '
+                f"assembles versions {asked[0]}-{asked[1]}; no version is in both ranges.",
+                {"bridgeGrammarVersions": list(ours), "runtimeGrammarVersions": list(asked)},
+            )
+        self.grammar_version = ours[1] if version is None else version
+        return protocol.InitializeResult(protocolVersion=protocol.PROTOCOL_VERSION, capabilities=self.capabilities)

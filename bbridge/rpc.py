@@ -1,0 +1,474 @@
+"""One newline-delimited JSON-RPC 2.0 connection, used in every direction (protocol.md §1, daemon.md §1).
+
+The same class serves the daemon's side of a bridge (child stdin/stdout), the
+daemon's side of a client (socket or stdio) and a bridge's own stdin/stdout
+(`bbridge.kit`). `LineReader` is the sans-IO bounded framer; `Connection` is
+the trio shell around it.
+
+Decisions the spec leaves open, fixed here:
+
+* Ordering. Each read chunk is processed in wire order. Consecutive
+  notifications are handed to `on_notifications` as one batch; a response or a
+  request ends the batch (the batch is delivered first), so a response is never
+  observed before the notifications that preceded it (e.g. the settling deltas
+  of an interrupt before the `thread/stop` answer). A chunk of notifications
+  only, the streaming hot path, is exactly one call.
+* Request handlers run concurrently in the connection's nursery, but each one
+  runs up to its first checkpoint before the next request is dispatched, so
+  state a handler sets before its first `await` is seen by later requests.
+* Junk. Lines that are not JSON, not an object, or no valid JSON-RPC message go
+  to `on_junk` (or a debug log). With `answer_junk`, a junk *object* that
+  carries a valid id is answered -32600 Invalid Request. Nothing is ever
+  answered -32700 with id null: hygiene (§1.8 rule 3) says a non-JSON line is
+  ignored, and a null-id error is itself unclassifiable junk to the peer. An
+  oversized line is dropped unread, so its id is unknown and it is only
+  reported.
+* Blank lines (whitespace only) are skipped silently.
+* `Overflow.size` counts the whole dropped line; the reference's counter
+  misses the segment before the terminator. Lines longer than the cap are
+  dropped whether or not they arrived in one chunk, so framing never depends
+  on how the stream was chunked.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple
+
+import msgspec
+import structlog
+import trio
+from msgspec import UNSET
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+BRIDGE_ERROR = -32000
+NO_ACTIVE_TURN = -32001
+SESSION_NOT_RESTORABLE = -32002
+FORK_CHECKPOINT_UNSUPPORTED = -32003
+
+log = structlog.get_logger("bbridge.rpc")
+
+# -- framing (sans-IO) -------------------------------------------------------
+
+
+class Overflow(NamedTuple):
+    """An oversized line was discarded; `size` is its byte count (terminator excluded)."""
+
+    size: int
+
+
+class LineReader:
+    """Bounded line splitter of protocol.md §1.2, over bytes (0x0A never occurs inside a UTF-8 sequence)."""
+
+    def __init__(self, max_bytes: int = MAX_LINE_BYTES) -> None:
+        self._max = max_bytes
+        self._pending = bytearray()
+        self._discarding = False
+        self._discarded = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | Overflow]:
+        """Complete lines in order (one trailing CR removed), an `Overflow` where a line was dropped."""
+        parts = bytes(data).split(b"\n")
+        tail = parts.pop()
+        out: list[bytes | Overflow] = []
+        for segment in parts:
+            if self._discarding:
+                out.append(Overflow(self._discarded + len(segment)))
+                self._discarding, self._discarded = False, 0
+                continue
+            if self._pending:
+                self._pending += segment
+                segment = bytes(self._pending)
+                self._pending.clear()
+            out.append(_strip_cr(segment) if len(segment) <= self._max else Overflow(len(segment)))
+        if self._discarding:
+            self._discarded += len(tail)
+        elif tail:
+            self._pending += tail
+            if len(self._pending) > self._max:
+                self._discarding, self._discarded = True, len(self._pending)
+                self._pending = bytearray()
+        return out
+
+    def close(self) -> list[bytes]:
+        """The unterminated tail at end of stream; an oversized one is dropped silently."""
+        tail, self._pending = bytes(self._pending), bytearray()
+        discarding, self._discarding, self._discarded = self._discarding, False, 0
+        return [_strip_cr(tail)] if tail and not discarding else []
+
+
+def _strip_cr(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+# -- messages ----------------------------------------------------------------
+
+
+class RpcError(Exception):
+    """A JSON-RPC error object: raised by handlers to answer with it, raised by `request` when the peer sent one."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code}, {self.message!r})"
+
+
+class RequestTimeout(RpcError):
+    """No response within the request's timeout (protocol.md §1.6 wording)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(BRIDGE_ERROR, f"JSON-RPC request timed out: {method}")
+        self.method = method
+
+
+class ConnectionClosed(RpcError):
+    """The peer went away (or the connection was closed) with the request outstanding."""
+
+    def __init__(self, message: str = "JSON-RPC connection closed") -> None:
+        super().__init__(BRIDGE_ERROR, message)
+
+
+class Request(msgspec.Struct, gc=False):
+    id: str | int | float
+    method: str
+    params: msgspec.Raw | None  # None when the key was absent
+
+
+class Notification(msgspec.Struct, gc=False):
+    method: str
+    params: msgspec.Raw | None
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    """Any JSON object; only the members that classify a message are looked at (`jsonrpc` is not checked)."""
+
+    id: Any = UNSET
+    method: Any = UNSET
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+_encode = msgspec.json.Encoder().encode
+_NULL = msgspec.Raw(b"null")
+
+
+def _valid_id(value: Any) -> bool:
+    return type(value) in (str, int, float)
+
+
+def encode_request(method: str, params: Any, id: str | int | float) -> bytes:
+    """`{"jsonrpc","method","params"?,"id"}`, the runtime's key order; `params` omitted when None."""
+    head = b'{"jsonrpc":"2.0","method":' + _encode(method)
+    body = b"" if params is None else b',"params":' + _encode(params)
+    return head + body + b',"id":' + _encode(id) + b"}"
+
+
+def encode_notification(method: str, params: Any = None) -> bytes:
+    head = b'{"jsonrpc":"2.0","method":' + _encode(method)
+    return head + (b"}" if params is None else b',"params":' + _encode(params) + b"}")
+
+
+def encode_result(id: str | int | float, result: Any) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + _encode(id) + b',"result":' + _encode(result) + b"}"
+
+
+def encode_error(id: str | int | float, error: RpcError) -> bytes:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.data is not None:
+        body["data"] = error.data
+    return b'{"jsonrpc":"2.0","id":' + _encode(id) + b',"error":' + _encode(body) + b"}"
+
+
+def _peer_error(raw: msgspec.Raw) -> RpcError | None:
+    """The error a response carries, or None when its `error` is falsy (§1.6)."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return RpcError(BRIDGE_ERROR, bytes(raw).decode("utf-8", errors="replace"))
+    if not value:
+        return None
+    if isinstance(value, dict):
+        code, message = value.get("code"), value.get("message")
+        if isinstance(message, str):
+            if type(code) is float and code.is_integer():
+                code = int(code)
+            if type(code) is int:
+                return RpcError(code, message, value.get("data"))
+            return RpcError(BRIDGE_ERROR, message, value.get("data"))
+    return RpcError(BRIDGE_ERROR, _encode(value).decode())
+
+
+# -- the connection (trio shell) ---------------------------------------------
+
+
+class _Default(enum.Enum):
+    TOKEN = enum.auto()
+
+
+DEFAULT = _Default.TOKEN  # `timeout=` placeholder: the connection's default timeout
+
+
+class _Pending:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: msgspec.Raw = _NULL
+        self.error: RpcError | None = None
+
+    def settle(self, result: msgspec.Raw, error: RpcError | None) -> None:
+        if not self.done.is_set():
+            self.result, self.error = result, error
+            self.done.set()
+
+
+RequestHandler = Callable[[Request], Awaitable[Any]]
+NotificationHandler = Callable[[list[Notification]], Awaitable[None]]
+JunkHandler = Callable[[bytes, str], None]
+
+
+class Connection:
+    """A JSON-RPC peer over a byte stream pair: one writer, one reader loop, concurrent request handlers."""
+
+    def __init__(
+        self,
+        send: trio.abc.SendStream | None,
+        receive: trio.abc.ReceiveStream,
+        *,
+        name: str,
+        on_request: RequestHandler | None = None,
+        on_notifications: NotificationHandler | None = None,
+        on_junk: JunkHandler | None = None,
+        answer_junk: bool = False,
+        default_timeout: float | None = 30.0,
+        max_line: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.name = name
+        self._send = send
+        self._receive = receive
+        self._on_request = on_request
+        self._on_notifications = on_notifications
+        self._on_junk = on_junk
+        self._answer_junk = answer_junk
+        self._default_timeout = default_timeout
+        self._max_line = max_line
+        self._log = log.bind(connection=name)
+        self._write_lock = trio.StrictFIFOLock()
+        self._write_closed = send is None
+        self._torn = False  # a cancelled write may have left a partial line on the wire
+        self._closed = False
+        self._aclosed = False
+        self._next_id = 0
+        self._pending: dict[str | int | float, _Pending] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the peer closed, `aclose` ran, or writing failed: no round trip is possible any more."""
+        return self._closed or self._write_closed
+
+    # -- outbound ------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | _Default | None = DEFAULT,
+        id: str | int | float | None = None,
+    ) -> Any:
+        """Send a request and return its result decoded to builtins."""
+        return msgspec.json.decode(await self.request_raw(method, params, timeout=timeout, id=id))
+
+    async def request_raw(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        timeout: float | _Default | None = DEFAULT,
+        id: str | int | float | None = None,
+    ) -> msgspec.Raw:
+        """Send a request and return its result undecoded (the caller decodes into its own type).
+
+        Raises `RpcError` as the peer sent it, `RequestTimeout`, or `ConnectionClosed`.
+        """
+        if self.closed:
+            raise ConnectionClosed(f"JSON-RPC connection {self.name!r} is closed")
+        if id is None:
+            self._next_id += 1
+            id = self._next_id
+        if id in self._pending:
+            raise ValueError(f"request id {id!r} is already outstanding on {self.name!r}")
+        slot = self._pending[id] = _Pending()
+        limit = self._default_timeout if timeout is DEFAULT else timeout
+        try:
+            await self._write(encode_request(method, params, id))
+            with trio.move_on_after(math.inf if limit is None else limit):
+                await slot.done.wait()
+        finally:
+            if self._pending.get(id) is slot:
+                del self._pending[id]
+        if not slot.done.is_set():
+            raise RequestTimeout(method)
+        if slot.error is not None:
+            raise slot.error.with_traceback(None)  # one instance may fail many requests
+        return slot.result
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self._write(encode_notification(method, params))
+
+    async def send_lines(self, lines: list[bytes]) -> None:
+        """Write pre-encoded messages (no terminators) in one `send_all`, so they stay contiguous."""
+        if lines:
+            await self._write(b"\n".join(lines))
+
+    def fail_pending(self, error: RpcError) -> None:
+        """Fail every outstanding request with `error`, e.g. naming the exit status once it is known."""
+        for slot in self._pending.values():
+            slot.settle(_NULL, error)
+        self._pending.clear()
+
+    async def _write(self, message: bytes) -> None:
+        """Single writer: whole lines in call order; a broken peer is swallowed and marks us closed for writing."""
+        if self._write_closed or self._send is None:
+            return
+        async with self._write_lock:
+            if self._write_closed:
+                return
+            data = (b"\n" if self._torn else b"") + message + b"\n"
+            self._torn = False
+            try:
+                await self._send.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._write_closed = True
+                self._log.debug("peer stopped reading", error=repr(exc))
+            except trio.Cancelled:
+                self._torn = True
+                raise
+
+    async def aclose(self) -> None:
+        """Close both streams, fail outstanding requests and stop the reader and handlers."""
+        if self._aclosed:
+            return
+        self._aclosed = self._closed = True
+        self.fail_pending(ConnectionClosed(f"JSON-RPC connection {self.name!r} was closed"))
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        if self._send is not None:
+            await trio.aclose_forcefully(self._send)
+        await trio.aclose_forcefully(self._receive)
+
+    # -- inbound -------------------------------------------------------------
+
+    async def run(self, *, drain: bool = False) -> None:
+        """Read until EOF, then fail outstanding requests with `ConnectionClosed` and return.
+
+        Request handlers still running at EOF are cancelled, or awaited with `drain=True` (a bridge whose runtime
+        closed its stdin still finishes what it was asked; its writes are swallowed if nobody reads).
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._read_loop()
+                self._closed = True
+                self.fail_pending(ConnectionClosed(f"JSON-RPC peer {self.name!r} closed the connection"))
+                if not drain:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            self._nursery = None
+
+    async def _read_loop(self) -> None:
+        reader = LineReader(self._max_line)
+        while True:
+            try:
+                data = await self._receive.receive_some()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+            if not data:
+                break
+            await self._dispatch(reader.feed(data))
+        await self._dispatch(reader.close())
+
+    async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
+        batch: list[Notification] = []
+        for line in lines:
+            if isinstance(line, Overflow):
+                self._junk(b"", f"discarded an oversized JSON-RPC line ({line.size} bytes)")
+                continue
+            try:
+                env = _decode_envelope(line)
+            except msgspec.ValidationError:
+                self._junk(line, "not a JSON object")
+                continue
+            except msgspec.DecodeError:
+                if line.strip():
+                    self._junk(line, "not JSON")
+                continue
+            method, id = env.method, env.id
+            if isinstance(method, str) and method:
+                params = env.params if env.params else None
+                if not _valid_id(id):
+                    batch.append(Notification(method, params))
+                    continue
+                batch = await self._flush(batch)
+                assert self._nursery is not None
+                await self._nursery.start(self._serve, Request(id, method, params))
+            elif _valid_id(id) and not method:
+                batch = await self._flush(batch)
+                self._settle(id, env)
+            elif isinstance(method, str):
+                batch.append(Notification(method, env.params if env.params else None))
+            else:
+                self._junk(line, "not a JSON-RPC message")
+                if self._answer_junk and _valid_id(id):
+                    await self._write(encode_error(id, RpcError(INVALID_REQUEST, "Invalid Request")))
+        await self._flush(batch)
+
+    async def _flush(self, batch: list[Notification]) -> list[Notification]:
+        if batch and self._on_notifications is not None:
+            try:
+                await self._on_notifications(batch)
+            except Exception:
+                self._log.exception("notification handler failed", methods=sorted({n.method for n in batch}))
+        return []
+
+    def _settle(self, id: Any, env: _Envelope) -> None:
+        slot = self._pending.pop(id, None)
+        if slot is None:
+            return  # unknown or timed-out id: ignored, never answered
+        error = _peer_error(env.error) if env.error else None
+        slot.settle(env.result if env.result else _NULL, error)
+
+    def _junk(self, line: bytes, reason: str) -> None:
+        if self._on_junk is not None:
+            self._on_junk(line, reason)
+        else:
+            self._log.debug("ignored a non-protocol line", reason=reason, line=line[:200].decode("utf-8", "replace"))
+
+    async def _serve(self, request: Request, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            if self._on_request is None:
+                raise RpcError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            result = await self._on_request(request)
+            answer = encode_result(request.id, result)
+        except RpcError as exc:
+            answer = encode_error(request.id, exc)
+        except Exception as exc:
+            self._log.exception("request handler failed", method=request.method)
+            answer = encode_error(request.id, RpcError(BRIDGE_ERROR, str(exc) or type(exc).__name__))
+        await self._write(answer)

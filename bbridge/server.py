@@ -1,0 +1,206 @@
+"""Client transports: the daemon on stdio or on a Unix socket (daemon.md §1).
+
+Each client gets a bounded outbound queue drained by its own writer task, so a
+slow client never blocks a bridge: when the queue is full the client is
+disconnected with a logged reason and catches up from the journal later.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket as stdlib_socket
+import stat
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from bbridge import errors, rpc
+from bbridge.daemon import ClientSink, Daemon
+
+log = structlog.get_logger("bbridge.server")
+
+DEFAULT_QUEUE = 10_000
+FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before connections close
+
+
+class Client(ClientSink):
+    def __init__(
+        self, daemon: Daemon, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, name: str, queue: int
+    ) -> None:
+        self.daemon = daemon
+        self.name = name
+        self.initialized = daemon.token is None
+        self._send_stream = send
+        self.conn = rpc.Connection(
+            send,
+            receive,
+            name=name,
+            on_request=self._on_request,
+            on_junk=self._on_junk,
+            answer_junk=True,
+        )
+        self._outbox_send, self._outbox_receive = trio.open_memory_channel[bytes](queue)
+        self._nursery: trio.Nursery | None = None
+        self._log = log.bind(client=name)
+
+    def enqueue(self, line: bytes) -> None:
+        try:
+            self._outbox_send.send_nowait(line)
+        except trio.WouldBlock:
+            self.daemon.counters.clients_disconnected_slow += 1
+            self._log.warning("disconnecting a client that stopped reading", reason="outbound queue full")
+            self._disconnect()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    def _disconnect(self) -> None:
+        self.daemon.remove_client(self)
+        self._outbox_send.close()
+        if self._nursery is not None:
+            self._nursery.start_soon(self.conn.aclose)  # unblocks a writer stuck on a full socket
+
+    async def run(self) -> None:
+        self.daemon.add_client(self)
+        self._log.info("client connected")
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                await self.conn.run()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            self.daemon.remove_client(self)
+            self._outbox_send.close()
+            self._log.info("client disconnected")
+
+    async def _writer(self) -> None:
+        """One write per wake-up: everything queued goes out in a single send."""
+        async with self._outbox_receive:
+            async for line in self._outbox_receive:
+                batch = [line]
+                while True:
+                    try:
+                        batch.append(self._outbox_receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self.conn.send_lines(batch)
+                if self.conn.closed:
+                    return
+        # the queue was closed because the client fell behind: drop the connection
+        await self.conn.aclose()
+
+    def _on_junk(self, line: bytes, reason: str) -> None:
+        self._log.warning("unreadable client message", reason=reason, line=line[:200].decode("utf-8", errors="replace"))
+
+    async def _on_request(self, request: rpc.Request) -> Any:
+        params: Any = {} if request.params is None else msgspec.json.decode(request.params)
+        if not isinstance(params, dict):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"Invalid params for {request.method}: expected an object")
+        if request.method == "initialize":
+            if self.daemon.token is not None and params.get("token") != self.daemon.token:
+                self._log.warning("client refused: bad or missing token")
+                trio.lowlevel.spawn_system_task(self._close_soon)
+                raise rpc.RpcError(errors.UNAUTHORIZED, "initialize needs the daemon's token (see --token-file)")
+            self.initialized = True
+        elif not self.initialized:
+            raise rpc.RpcError(errors.UNAUTHORIZED, "send initialize with the daemon's token first")
+        return await self.daemon.handle(self, request.method, params)
+
+    async def _close_soon(self) -> None:
+        await trio.sleep(0.05)
+        await self.conn.aclose()
+
+
+async def _watch_signals(daemon: Daemon) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("signal received; shutting down", signal=signal.Signals(signum).name)
+            daemon.request_shutdown()
+            return
+
+
+async def serve_stdio(daemon: Daemon, queue: int = DEFAULT_QUEUE) -> None:
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    stdout = trio.lowlevel.FdStream(os.dup(1))
+    client = Client(daemon, stdout, stdin, "stdio", queue)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        nursery.start_soon(_watch_signals, daemon)
+
+        async def client_then_stop() -> None:
+            await client.run()
+            daemon.request_shutdown()  # the spawning process went away
+
+        nursery.start_soon(client_then_stop)
+        await daemon.stopped.wait()
+        await trio.sleep(FINAL_FLUSH_S)
+        nursery.cancel_scope.cancel()
+
+
+def _prepare_socket_path(path: Path) -> None:
+    """Create the directory (0700) or replace a stale socket nobody answers on."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    if not path.exists():
+        return
+    if not stat.S_ISSOCK(path.stat().st_mode):
+        raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+    probe = stdlib_socket.socket(stdlib_socket.AF_UNIX, stdlib_socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # stale: nothing answers
+        return
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"another daemon is listening on {path}")
+
+
+async def open_socket_listener(path: Path) -> trio.SocketListener:
+    _prepare_socket_path(path)
+    sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return trio.SocketListener(sock)
+
+
+async def serve_socket(
+    daemon: Daemon,
+    path: Path,
+    queue: int = DEFAULT_QUEUE,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    listener = await open_socket_listener(path)
+    counter = 0
+
+    async def handle(stream: trio.SocketStream) -> None:
+        nonlocal counter
+        counter += 1
+        client = Client(daemon, stream, stream, f"socket-{counter}", queue)
+        await client.run()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.run)
+            nursery.start_soon(_watch_signals, daemon)
+            nursery.start_soon(trio.serve_listeners, handle, [listener])
+            log.info("listening", socket=str(path))
+            task_status.started()
+            await daemon.stopped.wait()
+            await trio.sleep(FINAL_FLUSH_S)
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await listener.aclose()
+        path.unlink(missing_ok=True)

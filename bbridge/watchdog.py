@@ -1,0 +1,104 @@
+"""Turn-start and turn-stall watchdogs (daemon.md §5, protocol.md §9.7), pure.
+
+The daemon's timers call `sweep(now)`; everything else is fed from the
+request path (`turn_dispatched`) and the delivered events (`observe`). Times
+are seconds on the daemon's clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bbridge.events import Event
+
+
+def _round_half_up(value: float) -> int:
+    return math.floor(value + 0.5)
+
+
+@dataclass
+class _PendingStart:
+    since: float
+    fired: bool = False
+
+
+@dataclass
+class _OpenTurn:
+    last_activity: float
+    warned: bool = False
+
+
+class Watchdogs:
+    def __init__(self, start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> None:
+        self.start_timeout_s = start_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self._starts: dict[str, _PendingStart] = {}
+        self._turns: dict[str, dict[str, _OpenTurn]] = {}
+
+    def turn_dispatched(self, thread_id: str, now: float) -> None:
+        self._starts[thread_id] = _PendingStart(now)
+
+    def dispatch_failed(self, thread_id: str) -> None:
+        self._starts.pop(thread_id, None)
+
+    def forget(self, thread_id: str) -> None:
+        self._starts.pop(thread_id, None)
+        self._turns.pop(thread_id, None)
+
+    def traffic(self, thread_id: str, now: float) -> None:
+        """Any bridge traffic for a thread re-arms its stall timers."""
+        for turn in self._turns.get(thread_id, {}).values():
+            turn.last_activity = now
+            turn.warned = False
+
+    def observe(self, thread_id: str, event: Event, now: float) -> None:
+        kind = event["type"]
+        if kind == "turn/started" or kind == "turn/completed":
+            self._starts.pop(thread_id, None)
+            if event["scope"]["kind"] == "turn":
+                turn_id = event["scope"]["turnId"]
+                if kind == "turn/started":
+                    self._turns.setdefault(thread_id, {})[turn_id] = _OpenTurn(now)
+                else:
+                    self._turns.get(thread_id, {}).pop(turn_id, None)
+        elif kind == "provider/error" and event.get("willRetry") is not True:
+            self._starts.pop(thread_id, None)
+
+    def pending_start(self, thread_id: str) -> bool:
+        return thread_id in self._starts
+
+    def sweep(self, now: float) -> list[Event]:
+        """Events due now: at most one per stalled dispatch, one per silent turn until traffic."""
+        out: list[Event] = []
+        for thread_id, pending in self._starts.items():
+            if not pending.fired and now - pending.since >= self.start_timeout_s:
+                pending.fired = True
+                seconds = _round_half_up(self.start_timeout_s)
+                out.append(
+                    {
+                        "type": "system/error",
+                        "threadId": thread_id,
+                        "scope": {"kind": "thread"},
+                        "code": "provider_turn_start_timeout",
+                        "message": f"The provider accepted a turn but did not start it within {seconds}s. "
+                        "The request may be stalled; stopping the thread interrupts it.",
+                    }
+                )
+        for thread_id, turns in self._turns.items():
+            for turn_id, turn in turns.items():
+                silent = now - turn.last_activity
+                if not turn.warned and silent >= self.stall_timeout_s:
+                    turn.warned = True
+                    out.append(
+                        {
+                            "type": "system/warning",
+                            "threadId": thread_id,
+                            "scope": {"kind": "thread"},
+                            "code": "provider_turn_stalled",
+                            "message": f"Turn {turn_id} has had no provider traffic for {_round_half_up(silent)}s; "
+                            "it stays open until the provider settles it or the thread is stopped.",
+                            "turnId": turn_id,
+                        }
+                    )
+        return out

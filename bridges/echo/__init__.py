@@ -1,0 +1,440 @@
+"""The echo bridge (`python -m bridges.echo`): a provider that echoes prompts, written with `bbridge.kit`.
+
+It is the canary for the daemon and for bridge tooling (protocol.md §8): the
+plain behaviour matches the example echo (§8.1) — identity then
+`session.reset` on every session, one assistant message `echo: <prompt>` per
+turn — streamed in several `item.textDelta` chunks, with usage summed per
+session and a `providerCheckpointId` on every completed turn.
+
+Capabilities: grammar [3, 3], `steerMode: "inject"`, `sessionRestore: true`,
+`fork: "checkpoint"` (forks may start from any checkpoint this process has
+handed out; resume refuses -32002 for a `providerThreadId` it could never
+have minted, i.e. one not starting with `echo_`). Methods: `initialize`,
+`model/list`, `thread/start` (runs a turn for `input` when given),
+`thread/resume`, `thread/fork`, `turn/start`, `turn/steer`, `thread/stop`,
+`thread/discard`; anything else is -32601.
+
+Prompt directives (whitespace-separated tokens of the joined text inputs):
+
+* *(none)* — stream `echo: <prompt>`, then usage and `turn.boundary completed`.
+* `noop`, or a prompt with no text — a zero-work turn: `turn.open` then
+  `turn.boundary completed`, nothing in between (§4.6).
+* `slow:<ms>` — wait `<ms>` milliseconds before each streamed chunk, so a
+  steer or an interrupt can land mid-turn.
+* `hold` — after streaming, keep the turn open: steers are accepted and
+  streamed into it; a steer whose text contains `finish` completes it;
+  `thread/stop {intent: "interrupt"}` settles it.
+* `fail` or `fail:<detail>` — stream the answer, then a settling
+  `provider.error` (`Provider error`, detail with `_` read as spaces): the
+  turn ends `failed`.
+* `deltas:all` — one turn that uses 24 of the 26 delta kinds (all but the two
+  session boundaries: `session.reset` opens every session, `session.ended`
+  settles an interrupt) and all 16 item shapes, so the assembled timeline
+  holds all 30 canonical event types. Extension kinds used: `echo/note`
+  (item) and `echo/state` (state).
+* `deltas:session.ended` — stream the answer, then end the turn with
+  `session.ended` (streamed text kept, turn `interrupted`).
+
+`turn/steer` answers -32001 when the thread has no live turn; otherwise the
+steer is accepted (`input.accepted`) into the live turn and its text streamed
+as part of the answer. `thread/stop` with `interrupt` settles a live turn with
+`session.ended` *before* answering; `release` forgets the session and
+fabricates nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+import trio
+from msgspec import UNSET
+
+from bbridge import grammar as g
+from bbridge import protocol, rpc
+from bbridge.kit import Bridge, tokens
+
+CONTEXT_WINDOW = 200_000
+PRESENTATION = g.Presentation(label=g.Label(pending="Echoing", completed="Echoed"), icon=g.Icon(glyph="Sparkles"))
+CAPABILITIES = protocol.Capabilities(sessionRestore=True, fork="checkpoint", steerMode="inject")
+ECHO_MODEL = {
+    "id": "echo",
+    "model": "echo",
+    "displayName": "Echo",
+    "description": "Repeats the prompt",
+    "supportedReasoningEfforts": [{"reasoningEffort": "low", "description": "Echo at once"}],
+    "defaultReasoningEffort": "low",
+    "isDefault": True,
+}
+
+
+@dataclass
+class Directives:
+    mode: str = "echo"  # echo | noop | fail | all | ended
+    delay: float = 0.0  # seconds before each streamed chunk
+    hold: bool = False
+    detail: str = "echo failure requested by the prompt"
+
+
+def parse_directives(text: str) -> Directives:
+    """The prompt's directives; unknown tokens are just text to echo."""
+    found = Directives(mode="echo" if text.strip() else "noop")
+    for token in text.split():
+        name, _, arg = token.partition(":")
+        if token == "noop":
+            found.mode = "noop"
+        elif name == "slow" and arg.isdigit():
+            found.delay = int(arg) / 1000
+        elif token == "hold":
+            found.hold = True
+        elif name == "fail":
+            found.mode = "fail"
+            if arg:
+                found.detail = arg.replace("_", " ")
+        elif token == "deltas:all":
+            found.mode = "all"
+        elif token == "deltas:session.ended":
+            found.mode = "ended"
+    return found
+
+
+def prompt_text(inputs: list[protocol.PromptInput]) -> str:
+    return " ".join(i.text for i in inputs if isinstance(i, protocol.TextInput))
+
+
+def chunks(text: str) -> list[str]:
+    """Word-sized pieces (each keeps its trailing whitespace) that concatenate back to `text`."""
+    return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+
+
+@dataclass
+class Turn:
+    number: int
+    directives: Directives
+    batches: deque[list[g.Delta]] = field(default_factory=deque)  # middle batches still to stream
+    text: str = ""  # the whole answer streamed (or queued) so far
+    live: bool = True
+    lock: trio.Lock = field(default_factory=trio.Lock)  # one turn step at a time (runner, steer, stop)
+    wake: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    @property
+    def key(self) -> g.ItemKey:
+        return g.ItemKey(providerItemId=f"msg-{self.number}")
+
+    def queue_text(self, text: str) -> None:
+        self.text += text
+        self.batches.extend([g.ItemTextDelta(key=self.key, channel="agentMessage", text=c)] for c in chunks(text))
+
+
+@dataclass
+class Session:
+    thread_id: str
+    provider_thread_id: str
+    cwd: str
+    checkpoints: list[str]  # shared with the process-wide history of this provider session
+    turns: int = 0
+    turn: Turn | None = None
+
+
+class Echo:
+    """Sessions, turns and the request handlers of one echo bridge process."""
+
+    def __init__(self) -> None:
+        self.bridge = Bridge("echo", CAPABILITIES)
+        self.nonce = uuid.uuid4().hex[:12]
+        self.minted = 0
+        self.sessions: dict[str, Session] = {}
+        self.histories: dict[str, list[str]] = {}  # providerThreadId -> checkpoints, kept after release for forks
+        handle = self.bridge.method
+        handle("model/list", protocol.ModelListParams)(self.model_list)
+        handle("thread/start", protocol.ThreadStartParams)(self.thread_start)
+        handle("thread/resume", protocol.ThreadResumeParams)(self.thread_resume)
+        handle("thread/fork", protocol.ThreadForkParams)(self.thread_fork)
+        handle("turn/start", protocol.TurnStartParams)(self.turn_start)
+        handle("turn/steer", protocol.TurnSteerParams)(self.turn_steer)
+        handle("thread/stop", protocol.ThreadStopParams)(self.thread_stop)
+        handle("thread/discard", protocol.ThreadRefParams)(self.thread_discard)
+
+    # -- sessions --------------------------------------------------------------
+
+    async def model_list(self, params: protocol.ModelListParams) -> dict[str, object]:
+        return {"models": [ECHO_MODEL], "selectedOnlyModels": []}
+
+    async def thread_start(self, params: protocol.ThreadStartParams) -> dict[str, object]:
+        self.minted += 1
+        session = await self._open(params, f"echo_{self.nonce}_{self.minted}", [])
+        if params.input is not UNSET and params.input:
+            self._start_turn(session, params.input, None)
+        return {"providerThreadId": session.provider_thread_id, "sessionRestorable": True}
+
+    async def thread_resume(self, params: protocol.ThreadResumeParams) -> dict[str, object]:
+        ptid = params.providerThreadId
+        if not ptid.startswith("echo_"):
+            raise rpc.RpcError(rpc.SESSION_NOT_RESTORABLE, f'Echo session "{ptid}" cannot be restored')
+        await self._open(params, ptid, self.histories.setdefault(ptid, []))
+        return {"providerThreadId": ptid, "sessionRestorable": True}
+
+    async def thread_fork(self, params: protocol.ThreadForkParams) -> dict[str, object]:
+        source = self.histories.get(params.sourceProviderThreadId, [])
+        checkpoint = params.sourceProviderCheckpointId
+        if checkpoint is UNSET:
+            history = list(source)
+        elif checkpoint in source:
+            history = source[: source.index(checkpoint) + 1]
+        else:
+            message = f'Unknown checkpoint "{checkpoint}" in echo session "{params.sourceProviderThreadId}"'
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, message)
+        self.minted += 1
+        session = await self._open(params, f"echo_{self.nonce}_{self.minted}", history)
+        return {"providerThreadId": session.provider_thread_id, "sessionRestorable": True}
+
+    async def _open(self, params: protocol.ThreadStartParams, ptid: str, history: list[str]) -> Session:
+        """Settle the thread's old session, then identity + reset for the new one (§4.2)."""
+        old = self.sessions.get(params.threadId)
+        if old is not None:
+            await self._settle(old)
+        self.histories[ptid] = history
+        session = self.sessions[params.threadId] = Session(params.threadId, ptid, params.cwd, history)
+        await self.bridge.open_session(params.threadId, ptid, session_restorable=True)
+        return session
+
+    async def thread_stop(self, params: protocol.ThreadStopParams) -> dict[str, object]:
+        session = self.sessions.get(params.threadId)
+        if session is None:
+            return {}
+        if params.intent == "interrupt":
+            await self._settle(session)
+        else:  # release: detach quietly, whatever the provider was doing
+            if session.turn is not None:
+                session.turn.live = False
+                session.turn.scope.cancel()
+            del self.sessions[params.threadId]
+            self.bridge.forget(params.threadId)
+        return {"providerCheckpointId": session.checkpoints[-1]} if session.checkpoints else {}
+
+    async def thread_discard(self, params: protocol.ThreadRefParams) -> dict[str, object]:
+        session = self.sessions.pop(params.threadId, None)
+        if session is not None and session.turn is not None:
+            session.turn.scope.cancel()
+        self.bridge.forget(params.threadId)
+        return {}
+
+    async def _settle(self, session: Session) -> None:
+        """Interrupt the live turn, if any: `session.ended` closes it and its open items."""
+        turn = session.turn
+        if turn is None:
+            return
+        async with turn.lock:
+            turn.scope.cancel()
+            if turn.live:
+                turn.live = False
+                session.turn = None
+                await self.bridge.emit(session.thread_id, [g.SessionEnded()])
+
+    # -- turns -------------------------------------------------------------------
+
+    def _session(self, thread_id: str) -> Session:
+        session = self.sessions.get(thread_id)
+        if session is None:
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, f"Unknown thread: {thread_id}")
+        return session
+
+    async def turn_start(self, params: protocol.TurnStartParams) -> dict[str, object]:
+        session = self._session(params.threadId)
+        if session.turn is not None:
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, f"Thread {params.threadId} has a live turn; steer or stop it first")
+        self._start_turn(session, params.input, params.clientRequestId)
+        return {}
+
+    async def turn_steer(self, params: protocol.TurnSteerParams) -> dict[str, object]:
+        session = self._session(params.threadId)
+        turn = session.turn
+        refusal = rpc.RpcError(rpc.NO_ACTIVE_TURN, f"No active turn to steer (expected {params.expectedTurnId})")
+        if turn is None:
+            raise refusal
+        async with turn.lock:
+            if not turn.live:
+                raise refusal
+            text = prompt_text(params.input)
+            await self.bridge.emit(session.thread_id, [g.InputAccepted(clientRequestId=params.clientRequestId)])
+            turn.queue_text(f" [steer] {text}")
+            if "finish" in text.split():
+                turn.directives.hold = False
+            turn.wake.set()
+        return {}
+
+    def _start_turn(self, session: Session, inputs: list[protocol.PromptInput], creq: str | None) -> None:
+        """Register the live turn now (later requests see it) and stream it in the background."""
+        session.turns += 1
+        prompt = prompt_text(inputs)
+        turn = Turn(session.turns, parse_directives(prompt))
+        opening: list[g.Delta] = [] if creq is None else [g.InputAccepted(clientRequestId=creq)]
+        opening.append(g.TurnOpen())
+        if turn.directives.mode == "all":
+            opening += self._coverage_head(session)
+            turn.batches.extend(self._coverage_items(session))
+        turn.batches.appendleft(opening)
+        if turn.directives.mode != "noop":
+            turn.queue_text(f"echo: {prompt}")
+        session.turn = turn
+        self.bridge.spawn(self._run, session, turn)
+
+    async def _run(self, session: Session, turn: Turn) -> None:
+        with turn.scope:
+            first = True
+            while True:
+                if not turn.batches and turn.directives.hold:
+                    await turn.wake.wait()
+                    turn.wake = trio.Event()
+                    continue
+                if turn.directives.delay and not first:
+                    await trio.sleep(turn.directives.delay)
+                first = False
+                async with turn.lock:
+                    if not turn.live:
+                        return
+                    if turn.batches:
+                        await self.bridge.emit(session.thread_id, turn.batches.popleft())
+                        continue
+                    if turn.directives.hold:
+                        continue
+                    turn.live = False
+                    session.turn = None
+                    await self.bridge.emit(session.thread_id, self._closing(session, turn))
+                    return
+
+    def _closing(self, session: Session, turn: Turn) -> list[g.Delta]:
+        mode = turn.directives.mode
+        if mode == "noop":
+            return [g.TurnBoundary(status="completed")]
+        if mode == "ended":
+            return [g.SessionEnded()]
+        close: list[g.Delta] = [g.ItemTextClose(key=turn.key, channel="agentMessage")]
+        if mode == "fail":
+            error = g.ProviderError(
+                message="Provider error", detail=turn.directives.detail, willRetry=False, settlesTurn=True
+            )
+            return [*close, error]
+        usage = self.bridge.usage(session.thread_id).turn(
+            tokens(input=len(turn.text), output=len(turn.text)), model_context_window=CONTEXT_WINDOW
+        )
+        close.append(usage)
+        if mode == "all":
+            used = usage.total.totalTokens
+            close.append(g.ContextWindow(used=used, size=CONTEXT_WINDOW, estimated=False, attach="open"))
+        checkpoint = f"{session.provider_thread_id}:{turn.number}"
+        session.checkpoints.append(checkpoint)
+        return [*close, g.TurnBoundary(status="completed", providerCheckpointId=checkpoint)]
+
+    # -- deltas:all ----------------------------------------------------------------
+
+    def _coverage_head(self, session: Session) -> list[g.Delta]:
+        """Thread metadata, in the turn's opening batch."""
+        return [
+            g.ThreadStarted(),
+            g.ThreadIdentity(providerThreadId=session.provider_thread_id),
+            g.ThreadName(name="echo"),
+        ]
+
+    def _coverage_items(self, session: Session) -> list[list[g.Delta]]:
+        """Every item shape and every non-session delta kind, one logical step per batch."""
+        cwd = session.cwd
+        thinking, plan = g.ItemKey(channel="thinking"), g.ItemKey(channel="plan")
+        streams: list[g.Delta] = [
+            g.ItemTextDelta(key=thinking, channel="reasoningSummary", text="Plan the echo"),
+            g.ItemTextDelta(key=thinking, channel="reasoningText", text="The prompt asks for every kind."),
+            g.ItemTextClose(key=thinking, channel="reasoningText"),
+            g.ItemTextDelta(key=plan, channel="plan", text="1. echo everything"),
+            g.ItemTextClose(key=plan, channel="plan"),
+        ]
+        cmd1, cmd2 = g.ItemKey(providerItemId="cmd-1"), g.ItemKey(providerItemId="cmd-2")
+        command1 = g.CommandShape(command="echo hi", cwd=cwd)
+        command2 = g.CommandShape(command="printf ab", cwd=cwd)
+        commands: list[g.Delta] = [
+            g.ItemOpen(key=cmd1, item=command1, presentation=PRESENTATION),
+            g.ItemOutputDelta(key=cmd1, channel="command", text="hi\n"),
+            g.ItemClose(key=cmd1, status="completed", exitCode=0, aggregatedOutput="hi\n", item=command1),
+            g.ItemOpen(key=cmd2, item=command2),
+            g.CommandOutputSnapshot(key=cmd2, text="a"),
+            g.CommandOutputSnapshot(key=cmd2, text="ab"),
+            g.ItemClose(key=cmd2, status="completed", exitCode=0, item=command2),
+        ]
+        fc, tool = g.ItemKey(providerItemId="fc-1"), g.ItemKey(providerItemId="tool-1")
+        change = g.FileChangeShape(changes=[g.FileChangeEntry(path=f"{cwd}/echo.txt", kind="add", newText="echo\n")])
+        call = g.ToolShape(tool="echo_tool", args={"text": "echo"})
+        edits: list[g.Delta] = [
+            g.ItemOpen(key=fc, item=change),
+            g.ItemOutputDelta(key=fc, channel="fileChange", text="wrote echo.txt\n"),
+            g.ItemClose(key=fc, status="completed", item=change),
+            g.ItemOpen(key=tool, item=call, presentation=PRESENTATION),
+            g.ItemProgress(key=tool, message="working", flush=True),
+            g.ItemClose(
+                key=tool, status="completed", item=g.ToolShape(tool="echo_tool", args={"text": "echo"}, result="ok")
+            ),
+        ]
+        shapes: list[tuple[str, g.ItemShape]] = [
+            ("search-1", g.WebSearchShape(queries=["echo"])),
+            ("fetch-1", g.WebFetchShape(url="https://example.com/echo", pattern=None)),
+            ("image-1", g.ImageViewShape(path=f"{cwd}/echo.png")),
+            ("read-1", g.FileReadShape(path=f"{cwd}/echo.txt")),
+            ("grep-1", g.SearchShape(mode="content", query="echo")),
+            ("steps-1", g.PlanStepsShape(steps=[g.PlanStep(step="echo", status="completed")])),
+            ("compact-1", g.CompactionShape()),
+            ("reason-1", g.ReasoningShape(summary=["echo"], content=["echo"])),
+            ("named-1", g.AgentMessageShape(text="a named message")),
+            ("child-1", g.DelegationShape(childRef="child-1", label="Echo helper", background=False)),
+            ("note-1", g.ExtensionShape(kind="echo/note", payload={"note": "echo"})),
+        ]
+        singles: list[g.Delta] = []
+        for pid, shape in shapes:
+            key = g.ItemKey(providerItemId=pid)
+            presentation = PRESENTATION if isinstance(shape, g.ExtensionShape) else UNSET
+            singles.append(g.ItemOpen(key=key, item=shape, presentation=presentation))
+            singles.append(
+                g.ItemClose(key=key, status="completed", resultText="done", item=shape, presentation=presentation)
+            )
+        task = g.ItemKey(providerItemId="bg-1")
+        helper = g.ItemKey(providerItemId="child-2")
+
+        def background(status: g.ItemStatus, task_status: Literal["running", "completed"]) -> g.BackgroundTaskShape:
+            return g.BackgroundTaskShape(
+                familyId="echo", taskType="shell", description="echo in the background", status=status,
+                taskStatus=task_status, skipTranscript=False,
+            )  # fmt: skip
+
+        delegate = g.DelegationShape(childRef="child-2", label="Echo in the background", background=True)
+        lasting: list[g.Delta] = [
+            g.ItemOpen(key=task, item=background("pending", "running")),
+            g.ItemProgress(key=task, snapshot=background("pending", "running"), flush=True),
+            g.ItemClose(key=task, status="completed", item=background("completed", "completed")),
+            g.ItemOpen(key=helper, item=delegate),
+            g.ItemProgress(key=helper, snapshot=delegate, flush=True),
+            g.ItemClose(key=helper, status="completed", item=delegate),
+        ]
+        limits = g.RateLimits(
+            providerId="echo", status="allowed", kind="unknown", windows=[], reachedReason=None,
+            overageStatus=None, overageReason=None,
+        )  # fmt: skip
+        raw = g.RawEvent(jsonrpc="2.0", method="echo/unknown")
+        signals: list[g.Delta] = [
+            g.ExtensionState(extensionKind="echo/state", payload={"n": 1}),
+            g.ProviderRateLimits(rateLimits=limits),
+            g.ProviderModelFallback(
+                originalModel="echo-large", fallbackModel="echo", reason="provider", message="fell back"
+            ),
+            g.ProviderWarning(summary="echo warning", vouchedTurn=True),
+            g.Unhandled(raw=raw, rawType="echo/unknown", vouchedTurn=True),
+            g.ProviderError(message="transient", willRetry=True),
+            g.TurnDiff(diff="--- /dev/null\n+++ b/echo.txt\n+echo\n"),
+            g.ContextCompacted(),
+            g.ContextCleared(),
+        ]
+        return [streams, commands, edits, singles, lasting, signals]
+
+
+def main() -> None:
+    Echo().bridge.run()

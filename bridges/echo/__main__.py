@@ -1,0 +1,3 @@
+from bridges.echo import main
+
+main()

@@ -1,0 +1,70 @@
+"""Shared test configuration: where the out-of-repo reference data lives.
+
+The spec, recordings and goldens are not part of this repository (they must
+never be copied into it). They are looked up in exactly one place, here:
+`$BBRIDGE_SHARED` when set, else `<repo>/../shared`. Tests that need them call
+`shared_path(...)` (usable at collection time, e.g. for parametrization) or
+use the `shared` fixture, and skip with a clear reason when the data is absent,
+so a fresh clone without ../shared still passes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_ENV = "BBRIDGE_SHARED"
+
+
+def shared_root() -> Path:
+    """The shared-data root (it may not exist)."""
+    env = os.environ.get(SHARED_ENV)
+    return Path(env).resolve() if env else (REPO.parent / "shared").resolve()
+
+
+def shared_path(*parts: str) -> Path | None:
+    """`<shared>/<parts...>` when it exists, else None."""
+    path = shared_root().joinpath(*parts)
+    return path if path.exists() else None
+
+
+def missing_reason(*parts: str) -> str:
+    where = shared_root().joinpath(*parts)
+    return f"shared reference data not found: {where} (set ${SHARED_ENV} or place it at <repo>/../shared)"
+
+
+def require_shared(*parts: str) -> Path:
+    """`<shared>/<parts...>`, or skip the calling test when it is absent."""
+    path = shared_path(*parts)
+    if path is None:
+        pytest.skip(missing_reason(*parts))
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """The shared-data root; skips the test when it is absent."""
+    return require_shared()
+
+
+@pytest.fixture(scope="session")
+def spec_path() -> Path:
+    return require_shared("spec", "assembler.md")
+
+
+@pytest.fixture(scope="session")
+def recordings_root() -> Path:
+    return require_shared("recordings")
+
+
+@pytest.fixture(scope="session")
+def golden_root() -> Path:
+    return require_shared("golden")
+
+
+@pytest.fixture(scope="session")
+def cases_path() -> Path:
+    return require_shared("golden", "synthetic", "cases.ndjson")

@@ -1,0 +1,176 @@
+"""A scriptable misbehaving bridge for the daemon's tests (stdlib only, blocking I/O).
+
+Usage: python fake_bridge.py MODE[,MODE...]
+Modes change one behaviour each; with none the bridge is well behaved:
+  keyed           turns use providerTurnId "pt-<n>" (a keyed-turn provider)
+  crash-mid-turn  exits with code 3 after opening a turn and a command item
+  crash-at-start  exits with code 4 before answering initialize (stderr says why)
+  garbage         writes non-JSON text on stdout before every answer
+  oversize        writes a 65 MiB line on stdout before answering turn/start
+  invalid-delta   sends an invalid thread/delta before the turn's real deltas
+  never-answer    never answers turn/start
+  no-start        answers turn/start but never opens the turn
+  silent-turn     opens the turn and then goes quiet (no boundary)
+  old-protocol    answers initialize with protocolVersion 1
+  grammar-2       answers initialize with grammarVersions [2, 2]
+  ask             sends interaction/request before finishing the turn and reports the answer as text
+  extension       emits an extension item of kind "fake/card" with payload {"n": 1}
+  bad-extension   emits an extension item of kind "fake/card" with payload {"n": "x"}
+Requests seen are logged to stderr as `seen <method> <params-json>`.
+"""
+
+import json
+import sys
+
+MODES = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else set()
+out = sys.stdout
+turns = 0
+live: dict[str, str] = {}  # threadId -> provider turn id
+request_id = 0
+
+
+def send(obj):
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+
+
+def delta(thread, *deltas):
+    send({"jsonrpc": "2.0", "method": "thread/delta", "params": {"threadId": thread, "deltas": list(deltas)}})
+
+
+def answer(msg, result):
+    if "garbage" in MODES:
+        out.write("this is not json\n")
+    send({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+
+
+def error(msg, code, message):
+    send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": code, "message": message}})
+
+
+def turn_field():
+    return {"providerTurnId": f"pt-{turns}"} if "keyed" in MODES else {}
+
+
+def read():
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    return json.loads(line)
+
+
+def handle(msg):
+    global turns, request_id
+    method = msg.get("method")
+    if method is None:
+        return
+    params = msg.get("params") or {}
+    print(f"seen {method} {json.dumps(params)}", file=sys.stderr, flush=True)
+    thread = params.get("threadId")
+    if method == "initialize":
+        if "crash-at-start" in MODES:
+            print("fake bridge: cannot start (crash-at-start)", file=sys.stderr, flush=True)
+            sys.exit(4)
+        caps = {"grammarVersions": [2, 2] if "grammar-2" in MODES else [3, 3], "fork": "tip"}
+        answer(msg, {"protocolVersion": 1 if "old-protocol" in MODES else 2, "capabilities": caps})
+    elif method in ("thread/start", "thread/resume", "thread/fork"):
+        ptid = f"prov-{thread}"
+        send({"jsonrpc": "2.0", "method": "thread/identity", "params": {"threadId": thread, "providerThreadId": ptid}})
+        delta(thread, {"kind": "session.reset"})
+        answer(msg, {"providerThreadId": ptid})
+        delta(thread, {"kind": "thread.started"}, {"kind": "thread.identity", "providerThreadId": ptid})
+    elif method == "turn/start":
+        if "never-answer" in MODES:
+            return
+        if "oversize" in MODES:
+            out.write("x" * (65 * 1024 * 1024) + "\n")
+            out.flush()
+        turns += 1
+        answer(msg, {})
+        if "no-start" in MODES:
+            return
+        if "invalid-delta" in MODES:
+            delta(thread, {"kind": "turn.open"}, {"kind": "message.delta", "text": "v2"})
+        tf = turn_field()
+        live[thread] = tf.get("providerTurnId", "current")
+        accepted = {"kind": "input.accepted", "clientRequestId": params["clientRequestId"], **tf}
+        delta(thread, {"kind": "turn.open", **tf}, accepted)
+        if "silent-turn" in MODES:
+            return
+        delta(
+            thread,
+            {
+                "kind": "item.open",
+                "key": {"providerItemId": f"cmd-{turns}"},
+                "item": {"type": "command", "command": "ls", "cwd": "/"},
+                **tf,
+            },
+        )
+        if "crash-mid-turn" in MODES:
+            print("fake bridge: crashing mid-turn", file=sys.stderr, flush=True)
+            sys.exit(3)
+        text = "hello"
+        if "ask" in MODES:
+            request_id += 1
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": f"ask-{request_id}",
+                    "method": "interaction/request",
+                    "params": {
+                        "providerThreadId": f"prov-{thread}",
+                        "threadId": thread,
+                        "turnId": None,
+                        "payload": {"kind": "user_question", "questions": []},
+                    },
+                }
+            )
+            reply = read()
+            while reply.get("method") is not None:  # requests that arrive meanwhile wait their turn
+                handle(reply)
+                reply = read()
+            text = json.dumps(reply.get("result", reply.get("error")))
+        if "extension" in MODES or "bad-extension" in MODES:
+            payload = {"n": "x"} if "bad-extension" in MODES else {"n": 1}
+            delta(
+                thread,
+                {
+                    "kind": "item.open",
+                    "key": {"providerItemId": f"ext-{turns}"},
+                    "item": {"type": "extension", "kind": "fake/card", "payload": payload},
+                    "presentation": {"label": {"pending": "Card", "completed": "Card"}, "icon": {"glyph": "Card"}},
+                    **tf,
+                },
+            )
+        delta(
+            thread,
+            {
+                "kind": "item.close",
+                "key": {"providerItemId": f"cmd-{turns}"},
+                "status": "completed",
+                "item": {"type": "command", "command": "ls", "cwd": "/"},
+                **tf,
+            },
+            {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf},
+            {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage", **tf},
+        )
+        delta(thread, {"kind": "turn.boundary", "status": "completed", **tf})
+        live.pop(thread, None)
+    elif method == "turn/steer":
+        if thread not in live:
+            error(msg, -32001, "no active turn")
+        else:
+            answer(msg, {"steeredTurnId": params.get("expectedTurnId")})
+    elif method == "thread/stop":
+        if params.get("intent") == "interrupt":
+            delta(thread, {"kind": "session.ended"})
+            live.pop(thread, None)
+        answer(msg, {"stoppedTurnId": params.get("activeTurnId")})
+    elif method == "model/list":
+        answer(msg, {"models": [{"id": "fake-1"}], "selectedOnlyModels": []})
+    else:
+        error(msg, -32601, f"Method not found: {method}")
+
+
+while True:
+    handle(read())

@@ -1,0 +1,314 @@
+"""The daemon end to end: a socket client, fake bridge subprocesses, real processes and pipes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from bbridge import errors, rpc
+from bbridge.config import ExtensionKind
+from tests.daemon_support import connect, fake_provider, running
+
+THREAD = "thr_test"
+START = {"providerId": "fake", "threadId": THREAD, "cwd": "/tmp", "options": {}}
+
+
+def turn(n: int = 1, thread: str = THREAD) -> dict[str, Any]:
+    return {
+        "providerId": "fake",
+        "threadId": thread,
+        "input": [],
+        "clientRequestId": f"creq_{'abcdefghjk'[:9]}{'mnpqrstuvw'[n % 10]}",
+    }
+
+
+def completed(client: Any, thread: str = THREAD, count: int = 1) -> bool:
+    return client.types(thread).count("turn/completed") >= count
+
+
+async def test_turn_events_have_contiguous_seq_and_stamped_ids(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
+        init = await client.request("initialize", {"client": {"name": "t", "version": "1"}, "protocolVersion": 1})
+        assert init["grammarVersions"] == [3, 3] and init["protocolVersion"] == 1
+        result = await client.request("thread/start", START)
+        assert result == {"providerThreadId": f"prov-{THREAD}"}
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        seqs = [entry["seq"] for entry in client.entries[THREAD]]
+        assert seqs == list(range(1, len(seqs) + 1))
+        events = client.events(THREAD)
+        assert all(event["threadId"] == THREAD for event in events)
+        stamped = [e for e in events if "providerThreadId" in e]
+        assert stamped and all(e["providerThreadId"] == f"prov-{THREAD}" for e in stamped)
+        assert client.types(THREAD)[-1] == "turn/completed"
+        assert daemon.counters.deltas_in > 0
+
+
+async def test_steer_and_interrupt_reach_a_keyed_bridge_with_provider_turn_ids(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, {"fake": fake_provider("keyed,silent-turn")}) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: "turn/started" in client.types(THREAD))
+        bb_turn = client.events(THREAD)[client.types(THREAD).index("turn/started")]["scope"]["turnId"]
+        assert bb_turn != "pt-1"
+        steer = await client.request("turn/steer", {**turn(2), "expectedTurnId": bb_turn})
+        assert steer == {"steeredTurnId": "pt-1"}
+        stop = await client.request(
+            "thread/stop", {"providerId": "fake", "threadId": THREAD, "intent": "interrupt", "activeTurnId": bb_turn}
+        )
+        assert stop == {"stoppedTurnId": "pt-1"}
+
+
+async def test_a_reconnecting_client_gets_exactly_what_it_missed(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
+        async with connect(path) as first:
+            await first.request("thread/start", START)
+            await first.request("turn/start", turn())
+            await first.wait_for(lambda: completed(first))
+            seen = first.entries[THREAD][-1]["seq"]
+        async with connect(path) as other:
+            await other.request("turn/start", turn(2))
+            await other.wait_for(lambda: completed(other))
+        async with connect(path) as again:
+            replay = await again.request("thread/events", {"threadId": THREAD, "afterSeq": seen})
+            seqs = [entry["seq"] for entry in replay["events"]]
+            assert seqs == list(range(seen + 1, replay["lastSeq"] + 1)) and seqs
+            assert replay["events"][-1]["event"]["type"] == "turn/completed"
+
+
+async def test_journal_bound_reports_what_it_cannot_serve(tmp_path: Path) -> None:
+    from bbridge.journal import Journal
+
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, journal=Journal(bound=3)) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        replay = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+        assert len(replay["events"]) == 3
+        assert replay["missingThrough"] == replay["lastSeq"] - 3
+
+
+async def test_durable_journal_survives_a_daemon_restart(tmp_path: Path) -> None:
+    from bbridge.journal import Journal
+
+    folder = tmp_path / "journal"
+    async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (_, path):
+        async with connect(path) as client:
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn())
+            await client.wait_for(lambda: completed(client))
+            before = client.entries[THREAD]
+    async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (_, path):
+        async with connect(path) as client:
+            replay = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+            assert replay["events"] == before
+            await client.request("thread/resume", START)
+            await client.wait_for(lambda: bool(client.entries[THREAD]))
+            assert client.entries[THREAD][0]["seq"] == before[-1]["seq"] + 1
+
+
+async def test_turn_start_watchdog_fires_exactly_once(tmp_path: Path) -> None:
+    provider = fake_provider("no-start", turn_start_timeout_s=0.3, turn_start_sweep_s=0.05)
+    async with running(tmp_path, {"fake": provider}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: "system/error" in client.types(THREAD))
+        await trio.sleep(0.5)
+        errors_seen = [e for e in client.events(THREAD) if e["type"] == "system/error"]
+        assert len(errors_seen) == 1
+        assert errors_seen[0]["code"] == "provider_turn_start_timeout"
+        assert errors_seen[0]["scope"] == {"kind": "thread"}
+        assert "did not start it within 0s" in errors_seen[0]["message"]
+
+
+async def test_turn_stall_watchdog_warns_once_until_traffic(tmp_path: Path) -> None:
+    provider = fake_provider("silent-turn", turn_stall_timeout_s=0.3, turn_start_sweep_s=0.05)
+    async with running(tmp_path, {"fake": provider}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: "system/warning" in client.types(THREAD))
+        await trio.sleep(0.4)
+        warnings = [e for e in client.events(THREAD) if e["type"] == "system/warning"]
+        assert len(warnings) == 1 and warnings[0]["code"] == "provider_turn_stalled"
+        assert "turn/completed" not in client.types(THREAD)
+
+
+async def test_a_crash_mid_turn_is_settled_and_the_next_thread_gets_a_fresh_bridge(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("crash-mid-turn")}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        first_pid = daemon.bridges["fake"].pid
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        events = client.events(THREAD)
+        error = next(e for e in events if e["type"] == "provider/error")
+        assert "exited unexpectedly (code 3)" in error["message"]
+        assert "crashing mid-turn" in error["message"]
+        assert error["scope"] == {"kind": "thread"}
+        item = next(e for e in events if e["type"] == "item/completed")
+        assert item["item"]["status"] == "failed"
+        assert events[-1]["type"] == "turn/completed" and events[-1]["status"] == "failed"
+        await client.wait_for(
+            lambda: any(n == ("bridge/status", n[1]) and n[1]["state"] == "exited" for n in client.notes)
+        )
+        await client.request("thread/start", {**START, "threadId": "thr_next"})
+        assert daemon.bridges["fake"].pid != first_pid
+
+
+async def test_garbage_oversize_lines_and_invalid_deltas_are_survived(tmp_path: Path) -> None:
+    provider = fake_provider("garbage,oversize,invalid-delta")
+    async with running(tmp_path, {"fake": provider}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client), timeout=30)
+        assert daemon.counters.rejected_notifications == 1
+        assert "item/completed" in client.types(THREAD)
+
+
+@pytest.mark.parametrize(
+    ("modes", "code", "words"),
+    [
+        (
+            "grammar-2",
+            errors.HANDSHAKE_REFUSED,
+            "speaks thread/delta grammar versions 2-2, but this runtime assembles versions 3-3",
+        ),
+        (
+            "old-protocol",
+            errors.HANDSHAKE_REFUSED,
+            "speaks Provider Bridge Protocol version 1, but this runtime requires version 2",
+        ),
+        ("crash-at-start", errors.BRIDGE_START_FAILED, "exited during startup with code 4\nstderr: "),
+    ],
+)
+async def test_refused_or_failed_starts_are_legible(tmp_path: Path, modes: str, code: int, words: str) -> None:
+    async with running(tmp_path, {"fake": fake_provider(modes)}) as (daemon, path), connect(path) as client:
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("thread/start", START)
+        assert caught.value.code == code
+        assert words in caught.value.message
+        if modes == "crash-at-start":
+            assert "fake bridge: cannot start" in caught.value.message
+        await client.wait_for(lambda: any(m == "bridge/status" and p["state"] == "failed" for m, p in client.notes))
+
+
+async def test_unknown_methods_and_providers(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("no/such/method", {})
+        assert caught.value.code == rpc.METHOD_NOT_FOUND
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("thread/start", {**START, "providerId": "nobody"})
+        assert caught.value.code == errors.UNKNOWN_PROVIDER and "nobody" in caught.value.message
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("thread/name/set", {**START, "title": "x"})
+        assert caught.value.code == errors.NOT_ADVERTISED
+        models = await client.request("model/list", {"providerId": "fake"})
+        assert models["models"] == [{"id": "fake-1"}]
+
+
+async def test_a_bridge_that_never_answers_times_out_with_a_named_error(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, {"fake": fake_provider("never-answer")}, request_timeout_s=0.5) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("turn/start", turn())
+        assert caught.value.code == errors.BRIDGE_TIMEOUT and "'fake'" in caught.value.message
+
+
+async def test_bridge_requests_are_relayed_to_the_client(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("ask")}) as (daemon, path):
+        async with connect(path, answer=lambda request: {"answer": 42}) as client:
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn())
+            await client.wait_for(lambda: completed(client))
+            assert client.requests[0].method == "interaction/request"
+            texts = [e["delta"] for e in client.events(THREAD) if e["type"] == "item/agentMessage/delta"]
+            assert texts == ['{"answer": 42}']
+
+
+async def test_extension_payloads_are_checked_against_declared_schemas(tmp_path: Path) -> None:
+    card = ExtensionKind(item={"type": "object", "properties": {"n": {"type": "integer"}}})
+    good = fake_provider("extension", extension_kinds={"fake/card": card})
+    bad = fake_provider("bad-extension", extension_kinds={"fake/card": card})
+    async with running(tmp_path, {"fake": good, "bad": bad}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        assert any(e["type"] == "item/started" and e["item"]["type"] == "extension" for e in client.events(THREAD))
+        await client.request("thread/start", {**START, "providerId": "bad", "threadId": "thr_bad"})
+        await client.request("turn/start", {**turn(thread="thr_bad"), "providerId": "bad"})
+        await client.wait_for(lambda: completed(client, "thr_bad"))
+        unhandled = [e for e in client.events("thr_bad") if e["type"] == "provider/unhandled"]
+        assert len(unhandled) == 1 and "fails its schema" in unhandled[0]["rawType"]
+        assert unhandled[0]["rawEvent"]["params"]["item"]["payload"] == {"n": "x"}
+
+
+async def test_a_client_that_never_reads_is_disconnected_without_blocking_the_bridge(tmp_path: Path) -> None:
+    from bbridge.server import Client
+
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
+        ours, theirs = trio.testing.lockstep_stream_pair()  # writes block until the peer reads: it never does
+        slow = Client(daemon, ours, ours, "slow", queue=2)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(slow.run)
+            while slow not in daemon.clients:
+                await trio.sleep(0.01)
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn())
+            await client.wait_for(lambda: completed(client))
+            assert slow not in daemon.clients
+            assert daemon.counters.clients_disconnected_slow == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_bad_json_from_a_client_gets_an_answer_and_the_connection_lives(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
+        stream = await trio.open_unix_socket(str(path))
+        await stream.send_all(b"{not json\n" + b'{"jsonrpc":"2.0","id":7,"method":"daemon/status"}\n')
+        data = b""
+        with trio.fail_after(5):
+            while b'"id":7' not in data:
+                data += await stream.receive_some()
+        assert b'"counters"' in data
+        await stream.aclose()
+
+
+async def test_shutdown_stops_the_bridges_and_the_daemon(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        pid = daemon.bridges["fake"].pid
+        assert pid is not None
+        assert await client.request("shutdown", {}) == {}
+        assert daemon.stopped.is_set()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+async def test_record_mode_writes_the_runtime_lanes(tmp_path: Path) -> None:
+    from bbridge.recording import read_cell
+
+    record = tmp_path / "rec"
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, record_dir=record) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+    cell = record / "fake" / THREAD
+    entries = read_cell(cell)
+    assert {e.dir for e in entries} == {"runtime→bridge", "bridge→runtime"}
+    assert (record / "fake" / "_process" / "runtime→bridge.ndjson").exists()  # initialize

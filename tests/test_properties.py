@@ -1,0 +1,737 @@
+"""Property tests over the assembler and the guard (assembler.md §16.4 and friends).
+
+The strategy generates VALID `thread/delta` streams: several threads, a monotone
+clock whose gaps straddle the 100 ms / 500 ms windows, keyed and unkeyed turns,
+accepted input, items of many shapes, streamed text and output, progress,
+session.ended and session.reset. Every generated batch must pass the grammar.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bbridge import grammar as g
+from bbridge.assembler import MAX_THREADS, Assembler
+from bbridge.events import EVENT_TYPES, TEXT_EVENT_TYPES, encode_event
+from bbridge.guard import Guard
+
+Event = dict[str, Any]
+
+ENTROPY = "E"
+PROVIDER = "codex"
+TURN_ID = re.compile(rf"^{ENTROPY}-t\d+$")
+ITEM_ID = re.compile(rf"^{ENTROPY}-i\d+$")
+
+THREADS = ("thr_a", "thr_b", "thr_c")
+PIDS = ("p1", "p2", "p3")
+CHANNEL_KEYS = ("assistant", "thinking")
+PARENTS = ("agent-1", "p1")  # "p1" is also a provider item id: parent refs share that namespace (§5.2)
+PTIDS = ("pt-1", "pt-2")
+GAPS = (0, 1, 50, 99, 100, 101, 499, 500, 501)
+CREQ_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
+
+PRES = {"label": {"pending": "P", "completed": "C"}, "icon": {"glyph": "G"}}
+RAW = {"raw": {"jsonrpc": "2.0", "method": "sdk/x"}, "rawType": "sdk/x"}
+TASK = {
+    "type": "backgroundTask",
+    "familyId": "f",
+    "taskType": "local_bash",
+    "description": "d",
+    "status": "pending",
+    "taskStatus": "running",
+    "skipTranscript": False,
+}
+STATIC_SHAPES = (
+    {"type": "command", "command": "ls", "cwd": "/"},
+    {"type": "command", "command": "ls", "cwd": "/", "aggregatedOutput": "o", "exitCode": 0},
+    {"type": "tool", "tool": "Read", "args": {"path": "a"}},
+    {"type": "tool", "tool": "Read", "server": "fs", "args": [1], "result": None},
+    {"type": "fileChange", "changes": [{"path": "a", "kind": "update", "oldText": "x\n", "newText": "y\n"}]},
+    {"type": "reasoning", "summary": [], "content": []},
+    {"type": "plan", "text": "p"},
+    {"type": "fileRead", "path": "a"},
+    {"type": "search", "mode": "content", "query": "q"},
+    {"type": "planSteps", "steps": [{"step": "s"}]},
+    {"type": "webSearch", "queries": ["q"]},
+    {"type": "webFetch", "url": "u", "pattern": None},
+    {"type": "imageView", "path": "i.png"},
+    {"type": "compaction"},
+    {"type": "extension", "kind": "plug/one", "payload": {"b": 1, "a": 2}},
+    TASK,
+    {**TASK, "status": "completed", "taskStatus": "completed"},
+    {"type": "delegation", "childRef": "c1", "label": "L", "background": True},
+    {"type": "delegation", "childRef": "c1", "label": "L", "background": False, "summary": "s"},
+)
+SNAPSHOTS = (TASK, {"type": "delegation", "childRef": "c1", "label": "L", "background": True, "summary": "half"})
+OTHER_DELTAS = (
+    {"kind": "usage", "total": {"totalTokens": 1, "inputTokens": 1, "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0}, "last": {"totalTokens": 1, "inputTokens": 1, "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0}, "modelContextWindow": None},
+    {"kind": "contextWindow", "used": 5, "estimated": True, "attach": "currentOrLast"},
+    {"kind": "contextWindow", "used": None, "size": 9, "estimated": False, "attach": "open", "providerTurnId": "pt-1"},
+    {"kind": "context.compacted", "noTurnFallback": RAW},
+    {"kind": "context.cleared"},
+    {"kind": "turn.diff", "diff": "d"},
+    {"kind": "thread.started"},
+    {"kind": "thread.identity", "providerThreadId": "prov-1"},
+    {"kind": "thread.name", "name": "n"},
+    {"kind": "extension.state", "extensionKind": "plug/one", "payload": None},
+    {"kind": "provider.warning", "vouchedTurn": True},
+    {"kind": "provider.modelFallback", "originalModel": "a", "fallbackModel": "b", "reason": "provider", "message": "m"},
+    {"kind": "unhandled", "raw": {"jsonrpc": "2.0", "method": "m"}, "rawType": "r", "vouchedTurn": True, "onlyIfNoTurn": True},
+    {"kind": "unhandled", "raw": {"jsonrpc": "2.0", "method": "m"}, "rawType": "r", "vouchedTurn": False, "parentRef": "agent-1", "providerTurnId": "pt-2"},
+    {"kind": "provider.rateLimits", "rateLimits": {"providerId": "codex", "status": "allowed", "kind": "credits", "windows": [], "reachedReason": None, "overageStatus": None, "overageReason": None}},
+)  # fmt: skip
+
+# §3.2 scope policy column: "turn", "thread" or "either".
+SCOPE_POLICY = {
+    "turn/started": "turn", "turn/completed": "turn", "turn/input/accepted": "turn", "item/started": "turn",
+    "item/completed": "turn", "item/agentMessage/delta": "turn", "item/reasoning/summaryTextDelta": "turn",
+    "item/reasoning/textDelta": "turn", "item/plan/delta": "turn", "item/commandExecution/outputDelta": "turn",
+    "item/fileChange/outputDelta": "turn", "item/toolCall/progress": "turn", "item/backgroundTask/progress": "thread",
+    "item/backgroundTask/completed": "thread", "item/delegation/progress": "thread",
+    "item/delegation/completed": "thread", "thread/tokenUsage/updated": "turn",
+    "thread/contextWindowUsage/updated": "either", "thread/compacted": "turn", "thread/context/cleared": "turn",
+    "turn/diff/updated": "turn", "provider/error": "either", "provider/warning": "either",
+    "provider/modelFallback": "either", "provider/unhandled": "either", "provider/rateLimits/updated": "thread",
+    "thread/extensionState/updated": "thread", "thread/started": "thread", "thread/identity": "thread",
+    "thread/name/updated": "thread",
+}  # fmt: skip
+PROGRESS_TYPES = frozenset({"item/toolCall/progress", "item/backgroundTask/progress", "item/delegation/progress"})
+STREAMED_TEXT_TYPES = frozenset(
+    {"item/agentMessage/delta", "item/reasoning/summaryTextDelta", "item/reasoning/textDelta", "item/plan/delta"}
+)
+
+# -- the stream strategy --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    text_pid_keys: bool = True  # text deltas/closes may carry a providerItemId (else channel-only keys)
+    keyed_lifecycle: bool = True  # keyed turn.open / turn.boundary / settling provider.error allowed
+
+
+@dataclass
+class Stream:
+    steps: list[tuple[str, int, list[dict[str, Any]]]] = field(default_factory=list)  # (thread, now, deltas)
+
+    @property
+    def threads(self) -> list[str]:
+        return sorted({thread for thread, _, _ in self.steps})
+
+    @property
+    def end(self) -> int:
+        return self.steps[-1][1] if self.steps else 0
+
+
+def _maybe(draw: st.DrawFn, value: Any, chance: int = 3) -> Any:
+    """`value` with probability 1/chance, else None."""
+    return value if draw(st.integers(0, chance - 1)) == 0 else None
+
+
+def _put(delta: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    delta.update({k: v for k, v in fields.items() if v is not None})
+    return delta
+
+
+TEXT = st.text(alphabet=" ab\n\u2028é\U0001f600", max_size=4)
+ANY_KEY = st.fixed_dictionaries(
+    {},
+    optional={
+        "providerItemId": st.sampled_from(PIDS),
+        "channel": st.sampled_from(CHANNEL_KEYS),
+        "parentRef": st.sampled_from(PARENTS),
+    },
+)
+CHANNEL_KEY = st.fixed_dictionaries(
+    {"channel": st.sampled_from(CHANNEL_KEYS)}, optional={"parentRef": st.sampled_from(PARENTS)}
+)
+# text keys repeat often, so streams actually accumulate (and coalesce)
+COMMON_CHANNEL_KEYS = ({"channel": "assistant"}, {"channel": "thinking", "parentRef": "agent-1"})
+TEXT_KEY = st.one_of(st.sampled_from((*COMMON_CHANNEL_KEYS, {"providerItemId": "p1"})), ANY_KEY)
+TEXT_CHANNEL_KEY = st.one_of(st.sampled_from(COMMON_CHANNEL_KEYS), CHANNEL_KEY)
+SHAPE = st.one_of(st.sampled_from(STATIC_SHAPES), st.builds(lambda t: {"type": "agentMessage", "text": t}, TEXT))
+KINDS = (
+    ["turn.open"] * 3 + ["turn.boundary"] * 2 + ["input.accepted"] * 2 + ["item.open"] * 3 + ["item.close"] * 2
+    + ["item.progress"] * 2 + ["item.textDelta"] * 5 + ["item.textClose"] * 2 + ["item.outputDelta"] * 2
+    + ["command.outputSnapshot", "session.ended", "session.reset", "provider.error", "other"]
+)  # fmt: skip
+
+
+@st.composite
+def deltas(draw: st.DrawFn, cfg: Config) -> dict[str, Any]:
+    kind = draw(st.sampled_from(KINDS))
+    d: dict[str, Any] = {"kind": kind}
+    ptid = draw(st.sampled_from((None, None, None, *PTIDS)))
+    ntf = _maybe(draw, RAW)
+    if kind == "turn.open":
+        if cfg.keyed_lifecycle:
+            _put(d, providerTurnId=ptid, parentRef=_maybe(draw, "agent-1"))
+    elif kind == "turn.boundary":
+        d["status"] = draw(st.sampled_from(("completed", "failed", "interrupted")))
+        _put(d, claimIfIdle=_maybe(draw, True, 2), providerTurnId=ptid if cfg.keyed_lifecycle else None)
+    elif kind == "input.accepted":
+        _put(d, clientRequestId="creq_aaaaaaaaaa", providerTurnId=_maybe(draw, "pt-1", 4))
+    elif kind in ("item.open", "item.close"):
+        d["key"] = draw(ANY_KEY)
+        shape = draw(SHAPE)
+        if kind == "item.close":
+            d["status"] = draw(st.sampled_from(("completed", "failed", "interrupted", "pending")))
+            _put(d, resultText=_maybe(draw, "r"))
+        d["item"] = shape
+        pres = PRES if shape["type"] == "extension" else _maybe(draw, PRES)
+        attach = _maybe(draw, "currentOrLast") if kind == "item.open" else None
+        _put(d, presentation=pres, attach=attach, providerTurnId=ptid, noTurnFallback=ntf)
+    elif kind == "item.progress":
+        d["key"] = draw(ANY_KEY)
+        snapshot = _maybe(draw, draw(st.sampled_from(SNAPSHOTS)), 2)
+        _put(d, message=_maybe(draw, "m", 2), snapshot=snapshot, flush=_maybe(draw, True, 4))
+        _put(d, providerTurnId=ptid, noTurnFallback=ntf)
+    elif kind in ("item.textDelta", "item.textClose"):
+        d["key"] = draw(TEXT_KEY if cfg.text_pid_keys else TEXT_CHANNEL_KEY)
+        d["channel"] = draw(st.sampled_from(("agentMessage", "reasoningSummary", "reasoningText", "plan")))
+        text = draw(TEXT) if kind == "item.textDelta" else _maybe(draw, draw(TEXT), 2)
+        _put(d, text=text, providerTurnId=ptid, noTurnFallback=ntf)
+    elif kind == "item.outputDelta":
+        d["key"] = draw(ANY_KEY)
+        d["channel"] = draw(st.sampled_from(("command", "fileChange")))
+        _put(d, text=draw(TEXT), providerTurnId=ptid, noTurnFallback=ntf)
+    elif kind == "command.outputSnapshot":
+        d["key"] = draw(ANY_KEY)
+        _put(d, text=draw(st.sampled_from(("", "a", "ab", "abc", "x"))), noTurnFallback=ntf)
+    elif kind == "provider.error":
+        d["message"] = "boom"
+        settles = _maybe(draw, True, 2)
+        ptid = _maybe(draw, "pt-2") if cfg.keyed_lifecycle or not settles else None
+        _put(d, settlesTurn=settles, willRetry=_maybe(draw, True), providerTurnId=ptid)
+        _put(d, threadScoped=_maybe(draw, True, 4))
+    elif kind == "other":
+        return dict(draw(st.sampled_from(OTHER_DELTAS)))
+    return d
+
+
+@st.composite
+def streams(draw: st.DrawFn, cfg: Config = Config(), max_steps: int = 25) -> Stream:
+    stream = Stream()
+    now = 1_787_000_000_000
+    creq = 0
+    for _ in range(draw(st.integers(1, max_steps))):
+        now += draw(st.sampled_from(GAPS))
+        thread = draw(st.sampled_from(THREADS))
+        batch = draw(st.lists(deltas(cfg), max_size=4))
+        if batch and batch[-1]["kind"] in ("item.textDelta", "item.outputDelta") and draw(st.booleans()):
+            # a burst on the same stream: what coalescing merges
+            batch.extend({**batch[-1], "text": text} for text in draw(st.lists(TEXT, min_size=1, max_size=3)))
+        elif batch and batch[-1]["kind"] == "command.outputSnapshot" and draw(st.booleans()):
+            batch.extend({**batch[-1], "text": text} for text in ("a", "ab", "abc"))
+        for delta in batch:
+            if delta["kind"] == "input.accepted":  # unique ids, so every accepted input can be followed
+                creq += 1
+                delta["clientRequestId"] = "creq_" + _base32(creq)
+        stream.steps.append((thread, now, batch))
+    return stream
+
+
+def _base32(n: int) -> str:
+    digits = ""
+    for _ in range(10):
+        n, r = divmod(n, 32)
+        digits = CREQ_ALPHABET[r] + digits
+    return digits
+
+
+# -- running a stream ---------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    assembler: Assembler
+    steps: list[tuple[str, list[Event]]]  # (thread, events of that batch)
+
+    def by_thread(self) -> dict[str, list[Event]]:
+        out: dict[str, list[Event]] = defaultdict(list)
+        for thread, events in self.steps:
+            out[thread].extend(events)
+        return out
+
+    def all_events(self) -> list[Event]:
+        return [event for _, events in self.steps for event in events]
+
+
+def run(
+    stream: Stream,
+    flush_ms: float = 0,
+    throttle_ms: float = 500,
+    clock: bool = True,
+    tail: Sequence[dict[str, Any]] = (),
+) -> Run:
+    """Feed every batch (validated) and then one final batch `tail` per thread, 1000 ms after the last step."""
+    assembler = Assembler(PROVIDER, ENTROPY, progress_throttle_ms=throttle_ms, text_delta_flush_ms=flush_ms)
+    steps = []
+    for thread, now, batch in stream.steps:
+        params = g.convert_params({"threadId": thread, "deltas": batch})
+        steps.append((thread, assembler.assemble(thread, params.deltas, now if clock else 0)))
+    final = g.convert_params({"threadId": "x", "deltas": list(tail)}).deltas
+    for thread in stream.threads:
+        steps.append((thread, assembler.assemble(thread, final, stream.end + 1000 if clock else 0)))
+    return Run(assembler, steps)
+
+
+def guarded(run_: Run) -> list[tuple[str, Event, Any]]:
+    """(thread, event, violation) for every event, through one guard fed thread-stamped copies."""
+    guard = Guard()
+    out = []
+    for thread, events in run_.steps:
+        for event in events:
+            out.append((thread, event, guard.observe({**event, "threadId": thread})))
+    return out
+
+
+def item_ids(event: Event) -> list[str]:
+    """Item ids an event names: item.id, itemId, and every parentToolCallId."""
+    ids = []
+    item = event.get("item")
+    if item is not None:
+        ids.append(item["id"])
+        if "parentToolCallId" in item:
+            ids.append(item["parentToolCallId"])
+    for key in ("itemId", "parentToolCallId"):
+        if key in event:
+            ids.append(event[key])
+    return ids
+
+
+def subject(event: Event) -> str | None:
+    """The item an event is about (not its parent)."""
+    item = event.get("item")
+    return item["id"] if item is not None else event.get("itemId")
+
+
+PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# -- envelope, scope, ids -----------------------------------------------------------------
+
+
+@PROPS
+@given(stream=streams(), flush_ms=st.sampled_from((0, 100)))
+def test_envelope_scope_policy_and_ids(stream: Stream, flush_ms: int) -> None:
+    result = run(stream, flush_ms=flush_ms)
+    turn_thread: dict[str, str] = {}
+    item_thread: dict[str, str] = {}
+    for thread, events in result.steps:
+        for event in events:
+            kind = event["type"]
+            assert kind in EVENT_TYPES
+            keys = list(event)
+            if kind == "thread/started":
+                assert keys == ["type", "threadId", "scope"]
+            else:
+                assert keys[:3] == ["type", "threadId", "providerThreadId"]
+                assert event["providerThreadId"] == ("prov-1" if kind == "thread/identity" else "")
+            assert event["threadId"] == ""
+            if kind == "provider/unhandled":
+                assert keys[3:7] == ["providerId", "rawType", "rawEvent", "scope"]
+                assert event["providerId"] == PROVIDER
+            elif kind != "thread/started":
+                assert keys[3] == "scope"
+            # §3.2 policy column
+            scope = event["scope"]
+            policy = SCOPE_POLICY[kind]
+            if scope["kind"] == "turn":
+                assert list(scope) == ["kind", "turnId"] and policy in ("turn", "either"), event
+                assert TURN_ID.match(scope["turnId"]), event
+                assert turn_thread.setdefault(scope["turnId"], thread) == thread, "a turn id names two threads"
+            else:
+                assert scope == {"kind": "thread"} and policy in ("thread", "either"), event
+            # ids: minted formats; the only raw ids are those of progress for an unknown provider id (§5.1, §8.3)
+            for item_id in item_ids(event):
+                if kind in PROGRESS_TYPES and item_id == subject(event) and item_id in PIDS:
+                    continue
+                assert ITEM_ID.match(item_id), event
+                assert item_thread.setdefault(item_id, thread) == thread, "an item id names two threads"
+            # the encoder keeps every key in place
+            assert list(json.loads(encode_event(event))) == keys
+
+
+@PROPS
+@given(stream=streams(Config(keyed_lifecycle=False)), flush_ms=st.sampled_from((0, 100)))
+def test_unkeyed_turns_start_and_settle_once(stream: Stream, flush_ms: int) -> None:
+    """Without keyed turn.open/turn.boundary/settling errors (which may repeat or settle never-started
+    provider turns, §7.5, §7.6, X43), every unkeyed turn starts once and settles at most once."""
+    result = run(stream, flush_ms=flush_ms)
+    for _, event, violation in guarded(result):
+        if event["type"] in ("turn/started", "turn/completed"):
+            assert violation is None, (event, violation)
+    started = [e["scope"]["turnId"] for e in result.all_events() if e["type"] == "turn/started"]
+    assert len(started) == len(set(started))
+    numbers = [int(t.rsplit("-t", 1)[1]) for t in started]
+    assert numbers == sorted(numbers), "unkeyed turns are minted in start order"
+
+
+# -- items: first events and the spec's exceptions ------------------------------------
+
+
+@PROPS
+@given(stream=streams(), flush_ms=st.sampled_from((0, 100)))
+def test_item_first_events_and_guard(stream: Stream, flush_ms: int) -> None:
+    """An item's first event is `item/started` except where the spec says otherwise: output deltas never
+    synthesize an open (§8.6, X23), bare and late closes complete without one (§8.2, §8.5, X05), progress
+    may carry a raw or throwaway id or target an unopened task (§8.3, X42), and a text delta for a provider
+    id that is mapped but not open streams under the old id (§8.4, X29). Every such delta-like event is
+    dropped by the guard; item/started itself never is."""
+    started: dict[str, set[str]] = defaultdict(set)
+    settled: dict[str, set[str]] = defaultdict(set)
+    for thread, event, violation in guarded(run(stream, flush_ms=flush_ms)):
+        kind = event["type"]
+        item_id = subject(event)
+        if kind == "item/started":
+            assert violation is None
+            started[thread].add(item_id)
+        elif item_id is not None and item_id not in started[thread]:
+            if kind in TEXT_EVENT_TYPES or kind in PROGRESS_TYPES:
+                assert violation is not None and violation.rule == "item/opens-before-delta", event
+            else:
+                assert kind in ("item/completed", "item/backgroundTask/completed", "item/delegation/completed")
+                if item_id in settled[thread]:  # e.g. a bare close under another key naming the same provider id
+                    assert violation is not None and violation.rule == "item/settles-once", event
+                else:
+                    assert violation is None, "completing an item that never opened is allowed"
+                    settled[thread].add(item_id)
+
+
+@PROPS
+@given(stream=streams(Config(text_pid_keys=False)), flush_ms=st.sampled_from((0, 100)))
+def test_channel_keyed_text_always_streams_into_a_started_item(stream: Stream, flush_ms: int) -> None:
+    """Text deltas whose keys carry no providerItemId never hit a stale mapping: each one streams into an
+    item this thread started and has not settled, so the guard keeps all of them (coalesced ones too)."""
+    for _, event, violation in guarded(run(stream, flush_ms=flush_ms)):
+        if event["type"] in STREAMED_TEXT_TYPES:
+            assert violation is None, event
+
+
+def _after_progress(events: list[Event]) -> list[Event]:
+    """Drop the trailing-edge progress a batch may flush at its start (§10.3)."""
+    i = 0
+    while i < len(events) and events[i]["type"] in PROGRESS_TYPES:
+        i += 1
+    return events[i:]
+
+
+@PROPS
+@given(stream=streams(), channel=st.sampled_from(("agentMessage", "reasoningSummary", "reasoningText", "plan")))
+def test_text_delta_on_a_fresh_key_opens_the_item(stream: Stream, channel: str) -> None:
+    result = run(stream)
+    delta = {
+        "kind": "item.textDelta",
+        "key": {"channel": "probe"},
+        "channel": channel,
+        "text": "t",
+        "providerTurnId": "pt-9",
+    }
+    events = _after_progress(result.assembler.assemble("thr_a", g.convert_params(params(delta)).deltas, stream.end + 1))
+    assert [e["type"] for e in events] == ["item/started", _text_type(channel)]
+    assert events[0]["item"]["id"] == events[1]["itemId"]
+    assert (
+        events[0]["scope"]
+        == events[1]["scope"]
+        == {"kind": "turn", "turnId": result.assembler.get_bb_turn_id("thr_a", "pt-9")}
+    )
+
+
+@PROPS
+@given(stream=streams(), channel=st.sampled_from(("command", "fileChange")))
+def test_output_delta_never_synthesizes_an_open(stream: Stream, channel: str) -> None:
+    result = run(stream)
+    delta = {
+        "kind": "item.outputDelta",
+        "key": {"providerItemId": "probe"},
+        "channel": channel,
+        "text": "o",
+        "providerTurnId": "pt-9",
+    }
+    events = _after_progress(result.assembler.assemble("thr_a", g.convert_params(params(delta)).deltas, stream.end + 1))
+    assert [e["type"] for e in events] == [
+        f"item/{'commandExecution' if channel == 'command' else 'fileChange'}/outputDelta"
+    ]
+    assert result.assembler.get_bb_item_id("thr_a", "probe") == events[0]["itemId"]  # registered all the same
+
+
+def _text_type(channel: str) -> str:
+    return {
+        "agentMessage": "item/agentMessage/delta",
+        "reasoningSummary": "item/reasoning/summaryTextDelta",
+        "reasoningText": "item/reasoning/textDelta",
+        "plan": "item/plan/delta",
+    }[channel]
+
+
+def params(*batch: dict[str, Any], thread: str = "thr_a") -> dict[str, Any]:
+    return {"threadId": thread, "deltas": list(batch)}
+
+
+# -- coalescing ---------------------------------------------------------------------------
+
+
+def _text_key(event: Event) -> tuple[str, str]:
+    return event["type"], event["itemId"]
+
+
+@PROPS
+@given(stream=streams())
+def test_coalescing_keeps_order_and_text(stream: Stream) -> None:
+    """flush 100 vs flush 0 on the same stream and clock: per thread, the non-text events are identical and
+    in the same order, and before each of them every stream has emitted exactly the same text (so text
+    never moves across another event); a reset output delta is never merged; nothing is left buffered."""
+    plain, coalesced = run(stream, flush_ms=0), run(stream, flush_ms=100)
+    plain_threads, coalesced_threads = plain.by_thread(), coalesced.by_thread()
+    assert plain_threads.keys() == coalesced_threads.keys()
+    for thread, plain_events in plain_threads.items():
+        segments = []
+        for events in (plain_events, coalesced_threads[thread]):
+            barriers: list[bytes] = []
+            text: dict[tuple[str, str], str] = defaultdict(str)
+            snapshots = []
+            resets = []
+            for event in events:
+                if event["type"] in TEXT_EVENT_TYPES:
+                    text[_text_key(event)] += event["delta"]
+                    if event.get("reset") is True:
+                        resets.append(encode_event(event))
+                else:
+                    snapshots.append(dict(text))
+                    barriers.append(encode_event(event))
+            snapshots.append(dict(text))
+            segments.append((barriers, snapshots, resets))
+        assert segments[0] == segments[1], thread
+    assert sum(len(e) for _, e in coalesced.steps) <= sum(len(e) for _, e in plain.steps)
+
+
+@PROPS
+@given(stream=streams())
+def test_clock_only_matters_for_throttling(stream: Stream) -> None:
+    """§16.4: with text_delta_flush_ms = 0 and no throttling, the output does not depend on the clock."""
+    with_clock = run(stream, throttle_ms=0, clock=True)
+    frozen = run(stream, throttle_ms=0, clock=False)
+    assert [[encode_event(e) for e in events] for _, events in with_clock.steps] == [
+        [encode_event(e) for e in events] for _, events in frozen.steps
+    ]
+
+
+# -- accepted input always ends in a terminal turn ------------------------------------------
+
+
+@PROPS
+@given(stream=streams(), flush_ms=st.sampled_from((0, 100)))
+def test_accepted_input_reaches_a_completed_turn_after_session_ended(stream: Stream, flush_ms: int) -> None:
+    """Every clientRequestId accepted without providerTurnId shows up in exactly one `turn/input/accepted`
+    whose turn then gets `turn/completed` once `session.ended` arrives (it is the final batch here).
+    Excluded, as the spec drops them on purpose: input accepted before a `session.reset` (all state is
+    deleted, §11.12) or before a keyed settling `provider.error` (it ends the unkeyed turn without
+    completing it, §11.7, X43)."""
+    result = run(stream, flush_ms=flush_ms, tail=[{"kind": "session.ended"}])
+    owed: dict[str, list[str]] = defaultdict(list)
+    for thread, _, batch in stream.steps:
+        for delta in batch:
+            kind = delta["kind"]
+            if kind == "session.reset" or (
+                kind == "provider.error" and delta.get("settlesTurn") and "providerTurnId" in delta
+            ):
+                owed[thread].clear()
+            elif kind == "input.accepted" and "providerTurnId" not in delta:
+                owed[thread].append(delta["clientRequestId"])
+    for thread, events in result.by_thread().items():
+        for creq in owed[thread]:
+            accepted = [
+                i for i, e in enumerate(events) if e["type"] == "turn/input/accepted" and e["clientRequestId"] == creq
+            ]
+            assert len(accepted) == 1, creq
+            turn = events[accepted[0]]["scope"]["turnId"]
+            later = events[accepted[0] + 1 :]
+            assert any(e["type"] == "turn/completed" and e["scope"]["turnId"] == turn for e in later), creq
+        assert result.assembler.get_open_turn_id(thread) is None
+
+
+# -- no exception, getters --------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams(max_steps=40), flush_ms=st.sampled_from((0, 100)), throttle_ms=st.sampled_from((0, 500)))
+def test_no_exception_on_valid_streams(stream: Stream, flush_ms: int, throttle_ms: int) -> None:
+    result = run(
+        stream, flush_ms=flush_ms, throttle_ms=throttle_ms, tail=[{"kind": "session.ended"}, {"kind": "session.reset"}]
+    )
+    assembler = result.assembler
+    for event in result.all_events():
+        encode_event(event)
+    for thread in (*THREADS, "never-seen"):
+        for pid in (*PIDS, *PARENTS, "x"):
+            bb = assembler.get_bb_item_id(thread, pid)
+            assert bb is None or assembler.get_provider_item_id(thread, bb) == pid
+        for ptid in (*PTIDS, "x"):
+            bb = assembler.get_bb_turn_id(thread, ptid)
+            assert bb is None or assembler.get_provider_turn_id(thread, bb) == ptid
+        assert assembler.get_open_turn_id(thread) is None  # session.ended then session.reset
+
+
+# -- bounded state ------------------------------------------------------------------------------
+
+
+def _batch(*batch: dict[str, Any], thread: str) -> list[g.Delta]:
+    return g.convert_params(params(*batch, thread=thread)).deltas
+
+
+SHORT_TURN = [
+    {"kind": "turn.open"},
+    {"kind": "item.textDelta", "key": {"channel": "assistant"}, "channel": "agentMessage", "text": "hi"},
+    {"kind": "turn.boundary", "status": "completed"},
+]
+
+
+def test_ten_thousand_short_threads_leave_at_most_256_states() -> None:
+    assembler = Assembler(PROVIDER, ENTROPY, text_delta_flush_ms=100)
+    deltas_ = _batch(*SHORT_TURN, thread="t")
+    peak = 0
+    for n in range(10_000):
+        events = assembler.assemble(f"thr_{n}", deltas_, n)
+        assert events[0]["type"] == "turn/started"
+        peak = max(peak, assembler.thread_count())
+    assert MAX_THREADS == 256
+    assert peak <= 256
+    assert assembler.thread_count() == 256
+    assert assembler.get_bb_turn_id("thr_0", "x") is None
+    assert assembler.get_open_turn_id("thr_0") is None
+
+
+def test_pinned_threads_are_never_evicted() -> None:
+    assembler = Assembler(PROVIDER, ENTROPY, text_delta_flush_ms=100)
+    # an open unkeyed turn
+    (started,) = assembler.assemble("open-turn", _batch({"kind": "turn.open"}, thread="x"), 0)
+    turn = started["scope"]["turnId"]
+    # thread-attached background work outliving its turn
+    task = {"kind": "item.open", "key": {"providerItemId": "task-1"}, "item": TASK}
+    assembler.assemble(
+        "open-task",
+        _batch({"kind": "turn.open"}, task, {"kind": "turn.boundary", "status": "completed"}, thread="x"),
+        0,
+    )
+    # accepted input waiting for a turn
+    assembler.assemble(
+        "pending-input", _batch({"kind": "input.accepted", "clientRequestId": "creq_abcdefghjk"}, thread="x"), 0
+    )
+    # buffered text on a keyed turn (no unkeyed turn open)
+    text = {
+        "kind": "item.textDelta",
+        "key": {"channel": "a"},
+        "channel": "agentMessage",
+        "text": "x",
+        "providerTurnId": "pt",
+    }
+    assembler.assemble("pending-text", _batch(text, thread="x"), 0)
+    assert assembler.assemble("pending-text", _batch(text, thread="x"), 10) == []  # buffered
+    # and one unpinned thread that only remembers a settled turn
+    assembler.assemble("idle", _batch(*SHORT_TURN, thread="x"), 0)
+
+    short = _batch(*SHORT_TURN, thread="x")
+    for n in range(10_000):
+        assembler.assemble(f"thr_{n}", short, 20)
+        assert assembler.thread_count() <= 256
+    assert assembler.get_open_turn_id("open-turn") == turn
+    assert assembler.get_bb_item_id("open-task", "task-1") is not None
+    assert assembler.get_bb_turn_id("pending-text", "pt") is not None
+    assert assembler.get_bb_item_id("idle", "x") is None and assembler.get_open_turn_id("idle") is None
+
+    (completed,) = assembler.assemble(
+        "open-turn", _batch({"kind": "turn.boundary", "status": "completed"}, thread="x"), 30
+    )
+    assert completed["type"] == "turn/completed" and completed["scope"]["turnId"] == turn
+    claimed = assembler.assemble("pending-input", _batch({"kind": "turn.open"}, thread="x"), 30)
+    assert [e["type"] for e in claimed] == ["turn/started", "turn/input/accepted"]
+    assert claimed[1]["clientRequestId"] == "creq_abcdefghjk"
+    flushed = assembler.assemble("pending-text", [], 1000)
+    assert [(e["type"], e["delta"]) for e in flushed] == [("item/agentMessage/delta", "x")]
+    closed = assembler.assemble(
+        "open-task",
+        _batch(
+            {"kind": "item.close", "key": {"providerItemId": "task-1"}, "status": "completed", "item": TASK}, thread="x"
+        ),
+        30,
+    )
+    assert [e["type"] for e in closed] == ["item/backgroundTask/completed"]
+
+
+@pytest.mark.parametrize("flush_ms", [0, 100])
+def test_eviction_is_least_recently_used(flush_ms: int) -> None:
+    assembler = Assembler(PROVIDER, ENTROPY, text_delta_flush_ms=flush_ms)
+    ptid_turn = {"kind": "turn.open", "providerTurnId": "pt"}
+    for n in range(256):
+        assembler.assemble(f"thr_{n}", _batch(ptid_turn, thread="x"), 0)
+    assembler.assemble("thr_0", [], 0)  # an empty batch does not refresh the LRU position
+    assembler.assemble("thr_1", _batch({"kind": "context.cleared"}, thread="x"), 0)  # a delta does
+    assembler.assemble("thr_new", _batch(ptid_turn, thread="x"), 0)
+    assert assembler.thread_count() == 256
+    assert assembler.get_bb_turn_id("thr_0", "pt") is None  # evicted: least recently used
+    assert assembler.get_bb_turn_id("thr_1", "pt") is not None
+    assert assembler.get_bb_turn_id("thr_2", "pt") is not None
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+GUARD_TYPES = (
+    "turn/started", "turn/completed", "item/started", "item/completed", "item/backgroundTask/completed",
+    "item/delegation/completed", "item/agentMessage/delta", "item/commandExecution/outputDelta",
+    "item/toolCall/progress", "item/backgroundTask/progress", "item/delegation/progress", "provider/error",
+)  # fmt: skip
+
+
+@st.composite
+def guard_events(draw: st.DrawFn) -> Event:
+    kind = draw(st.sampled_from(GUARD_TYPES))
+    ident = draw(st.sampled_from(("a", "b", "c")))
+    event: Event = {"type": kind, "threadId": draw(st.sampled_from(("", "t2"))), "providerThreadId": ""}
+    if kind.startswith("turn/"):
+        event["scope"] = {"kind": "turn", "turnId": ident} if draw(st.integers(0, 5)) else {"kind": "thread"}
+    elif kind.endswith(("started", "completed")) or kind in (
+        "item/backgroundTask/progress",
+        "item/delegation/progress",
+    ):
+        event["scope"] = {"kind": "thread"}
+        event["item"] = {"type": "x", "id": ident}
+    elif kind.startswith("item/"):
+        event["scope"] = {"kind": "turn", "turnId": "T"}
+        event["itemId"] = ident
+    else:
+        event["scope"] = {"kind": "thread"}
+    return event
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(guard_events(), max_size=40))
+def test_guard_violations_leave_state_untouched(events: list[Event]) -> None:
+    """Dropping any one violating event changes no other verdict: a violation never changes state (§13)."""
+    guard = Guard()
+    verdicts = [guard.observe(event) for event in events]
+    for k, verdict in enumerate(verdicts):
+        if verdict is None:
+            continue
+        without = Guard()
+        assert [without.observe(e) for e in events[:k] + events[k + 1 :]] == verdicts[:k] + verdicts[k + 1 :]
+
+
+def test_guard_item_sets_are_bounded_to_512() -> None:
+    guard = Guard()
+    for n in range(513):
+        assert guard.observe({"type": "item/started", "threadId": "", "item": {"id": f"i{n}"}}) is None
+    delta = {"type": "item/plan/delta", "threadId": "", "itemId": "i0", "delta": "x"}
+    assert guard.observe(delta) is not None  # the oldest open id was trimmed
+    assert guard.observe({**delta, "itemId": "i1"}) is None
+    for n in range(513):
+        assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": f"s{n}"}}) is None
+    assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": "s0"}}) is None  # forgotten
+    assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": "s512"}}) is not None
