@@ -14,8 +14,10 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The daemon's main job on the built-in echo bridge: spawn, handshake, one turn, the live timeline.
 run: install
-	$(PY) -m bbridge replay recordings/echo/plain-turn
+	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "hello from bbridge"
+	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "deltas:all"
 
 test: install
 	$(PY) -m pytest

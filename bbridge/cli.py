@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
+    run = commands.add_parser("run", help="run one turn against a bridge and print its live timeline")
+    run.add_argument("--provider-cmd", required=True, metavar='"CMD ..."', help="the bridge command line")
+    run.add_argument("--prompt", required=True, help="the prompt of the one turn")
+    run.add_argument("--cwd", help="working directory for the bridge and the thread")
+    run.add_argument("--json", action="store_true", help="NDJSON events instead of the readable timeline")
+    run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+
     schema = commands.add_parser("schema", help="write JSON Schemas of the wire (deltas, handshake, requests, events)")
     schema.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="output directory")
 
@@ -135,11 +142,26 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from bbridge import logs
+    from bbridge.config import command_from_string
+    from bbridge.run import run_once
+
+    logs.configure(args.log_level)
+    command = command_from_string(args.provider_cmd)
+    if not command:
+        print("bbridge run: --provider-cmd is empty", file=sys.stderr)
+        return 2
+    return trio.run(run_once, command, args.prompt, args.cwd, args.json)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "run":
+            return _run(args)
         if args.command == "replay":
             return _replay(args)
         if args.command == "schema":

@@ -47,7 +47,11 @@ class ConfigError(ValueError):
 
 
 def echo_provider() -> ProviderConfig:
-    return ProviderConfig(command=[sys.executable, "-m", "bridges.echo"])
+    """The built-in canary: `bridges.echo`, with the extension kinds its `deltas:all` turn uses."""
+    return ProviderConfig(
+        command=[sys.executable, "-m", "bridges.echo"],
+        extension_kinds={"echo/note": ExtensionKind(item={}), "echo/state": ExtensionKind(state={})},
+    )
 
 
 def command_from_string(text: str) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -47,14 +47,17 @@ _RELAYED = frozenset({"item/tool/call", "interaction/request"})
 _FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
 
 
-class ClientSink:
-    """What the daemon needs of a connected client (implemented in `server`)."""
+class ClientSink(Protocol):
+    """What the daemon needs of a connected client (a socket/stdio client, or `bbridge run`)."""
 
     name: str
-    conn: rpc.Connection
 
     def enqueue(self, line: bytes) -> None:
-        raise NotImplementedError
+        """Queue one encoded notification; never blocks (a slow client is dropped instead)."""
+
+    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+        """Ask the client to answer a bridge's request."""
+        ...
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Daemon:
         text_delta_flush_ms: float = 100,
         entropy_prefix: str | None = None,
         request_timeout_s: float = DEFAULT_TIMEOUT_S,
+        open_extensions: bool = False,
     ) -> None:
         self.providers = providers
         self.entropy_prefix = entropy_prefix
@@ -111,7 +115,10 @@ class Daemon:
         self.provider_threads: dict[str, str] = {}
         self.thread_owner: dict[str, ClientSink] = {}
         self.clients: list[ClientSink] = []
-        self.extensions = {pid: ExtensionChecker(pid, cfg.extension_kinds) for pid, cfg in providers.items()}
+        self.extensions = {
+            pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
+            for pid, cfg in providers.items()
+        }
         self.shutdown_requested = trio.Event()
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
@@ -382,7 +389,7 @@ class Daemon:
                 f"No client is connected to answer {request.method} from provider {bridge.provider_id!r}",
             )
         params["providerId"] = bridge.provider_id
-        return msgspec.Raw(await client.conn.request_raw(request.method, params, timeout=None))
+        return await client.relay(request.method, params)
 
     # -- client → daemon requests --------------------------------------------
 
@@ -446,6 +453,9 @@ class Daemon:
         if refusal is not None:
             raise rpc.RpcError(errors.NOT_ADVERTISED, f"Provider {provider_id!r} refused {method}: {refusal}")
         if isinstance(thread_id, str):
+            known = self.provider_threads.get(thread_id)
+            if known is not None and method not in _THREAD_CREATION:
+                params.setdefault("providerThreadId", known)
             self._translate_turn_ids(bridge, method, thread_id, params)
             if method in _THREAD_CREATION:
                 self.thread_provider[thread_id] = provider_id

@@ -24,8 +24,9 @@ log = structlog.get_logger("bbridge.extensions")
 
 
 class ExtensionChecker:
-    def __init__(self, provider_id: str, kinds: dict[str, ExtensionKind]) -> None:
+    def __init__(self, provider_id: str, kinds: dict[str, ExtensionKind], *, allow_undeclared: bool = False) -> None:
         self.provider_id = provider_id
+        self.allow_undeclared = allow_undeclared
         self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
         for kind, schemas in kinds.items():
             for slot, schema in (("item", schemas.item), ("state", schemas.state)):
@@ -63,12 +64,12 @@ class ExtensionChecker:
 
     def _problem(self, kind: str, slot: str, payload: Any) -> str | None:
         key = (kind, slot)
-        if key not in self._validators:
+        if key not in self._validators and not self.allow_undeclared:
             return f"extension kind {kind!r} ({slot}) is not declared by provider {self.provider_id!r}"
         size = len(msgspec.json.encode(payload))
         if size > MAX_PAYLOAD_BYTES:
             return f"extension {slot} payload of {kind!r} is {size} bytes (limit {MAX_PAYLOAD_BYTES})"
-        validator = self._validators[key]
+        validator = self._validators.get(key)
         if validator is None:
             return None
         error = jsonschema.exceptions.best_match(validator.iter_errors(payload))

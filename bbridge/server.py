@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from bbridge import errors, rpc
-from bbridge.daemon import ClientSink, Daemon
+from bbridge.daemon import Daemon
 
 log = structlog.get_logger("bbridge.server")
 
@@ -28,7 +28,7 @@ DEFAULT_QUEUE = 10_000
 FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before connections close
 
 
-class Client(ClientSink):
+class Client:
     def __init__(
         self, daemon: Daemon, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, name: str, queue: int
     ) -> None:
@@ -47,6 +47,9 @@ class Client(ClientSink):
         self._outbox_send, self._outbox_receive = trio.open_memory_channel[bytes](queue)
         self._nursery: trio.Nursery | None = None
         self._log = log.bind(client=name)
+
+    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+        return await self.conn.request_raw(method, params, timeout=None)
 
     def enqueue(self, line: bytes) -> None:
         try:

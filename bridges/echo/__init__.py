@@ -19,8 +19,8 @@ Prompt directives (whitespace-separated tokens of the joined text inputs):
 * *(none)* — stream `echo: <prompt>`, then usage and `turn.boundary completed`.
 * `noop`, or a prompt with no text — a zero-work turn: `turn.open` then
   `turn.boundary completed`, nothing in between (§4.6).
-* `slow:<ms>` — wait `<ms>` milliseconds before each streamed chunk, so a
-  steer or an interrupt can land mid-turn.
+* `slow:<ms>` — wait `<ms>` milliseconds between streamed batches (the first
+  goes out at once), so a steer or an interrupt can land mid-turn.
 * `hold` — after streaming, keep the turn open: steers are accepted and
   streamed into it; a steer whose text contains `finish` completes it;
   `thread/stop {intent: "interrupt"}` settles it.
@@ -277,9 +277,9 @@ class Echo:
         if turn.directives.mode == "all":
             opening += self._coverage_head(session)
             turn.batches.extend(self._coverage_items(session))
-        turn.batches.appendleft(opening)
         if turn.directives.mode != "noop":
             turn.queue_text(f"echo: {prompt}")
+        turn.batches.appendleft(opening + (turn.batches.popleft() if turn.batches else []))
         session.turn = turn
         self.bridge.spawn(self._run, session, turn)
 
@@ -326,7 +326,7 @@ class Echo:
         if mode == "all":
             used = usage.total.totalTokens
             close.append(g.ContextWindow(used=used, size=CONTEXT_WINDOW, estimated=False, attach="open"))
-        checkpoint = f"{session.provider_thread_id}:{turn.number}"
+        checkpoint = f"{session.provider_thread_id}:{len(session.checkpoints) + 1}"
         session.checkpoints.append(checkpoint)
         return [*close, g.TurnBoundary(status="completed", providerCheckpointId=checkpoint)]
 
@@ -385,6 +385,7 @@ class Echo:
             ("steps-1", g.PlanStepsShape(steps=[g.PlanStep(step="echo", status="completed")])),
             ("compact-1", g.CompactionShape()),
             ("reason-1", g.ReasoningShape(summary=["echo"], content=["echo"])),
+            ("plan-1", g.PlanShape(text="1. echo")),
             ("named-1", g.AgentMessageShape(text="a named message")),
             ("child-1", g.DelegationShape(childRef="child-1", label="Echo helper", background=False)),
             ("note-1", g.ExtensionShape(kind="echo/note", payload={"note": "echo"})),

@@ -1,0 +1,204 @@
+"""`bbridge run`: one thread, one turn, the live timeline (daemon.md §8).
+
+For bridge authors: spawns the bridge through the daemon's own machinery
+(handshake, assembler, guard, watchdogs), starts a thread, sends one prompt and
+prints the assembled events as they arrive — readable, or NDJSON with `--json`
+— until the turn settles. The exit status says whether it worked.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import msgspec
+import trio
+
+from bbridge import rpc
+from bbridge.config import ProviderConfig
+from bbridge.daemon import Daemon
+
+PROVIDER = "bridge"
+TEXT_TYPES = {
+    "item/agentMessage/delta": "",
+    "item/reasoning/textDelta": "thinking: ",
+    "item/reasoning/summaryTextDelta": "thinking: ",
+    "item/plan/delta": "plan: ",
+    "item/commandExecution/outputDelta": "",
+    "item/fileChange/outputDelta": "",
+}
+_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
+# bbridge run is a bridge author's tool: the permissive, no-approval policy (protocol.md §3.2)
+OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
+
+
+class _Envelope(msgspec.Struct):
+    method: str
+    params: msgspec.Raw
+
+
+class _Events(msgspec.Struct):
+    threadId: str
+    events: list[dict[str, Any]]
+
+
+def client_request_id() -> str:
+    raw = uuid.uuid4().int
+    return "creq_" + "".join(_ALPHABET[(raw >> (5 * i)) & 31] for i in range(10))
+
+
+def _label(item: dict[str, Any], done: bool) -> str:
+    presentation = item.get("presentation")
+    if presentation is not None:
+        label = msgspec.to_builtins(presentation)["label"]
+        return str(label["completed" if done else "pending"])
+    kind = item["type"]
+    detail = item.get("command") or item.get("tool") or item.get("path") or item.get("url") or item.get("query")
+    return f"{kind} {detail}" if detail else kind
+
+
+@dataclass
+class Timeline:
+    """A client sink that renders one thread's events and notices when its turn settles."""
+
+    thread_id: str
+    out: TextIO
+    as_json: bool
+    name: str = "bbridge-run"
+    settled: trio.Event = field(default_factory=trio.Event)
+    turn_status: str | None = None
+    errors: list[str] = field(default_factory=list)
+    _streaming: str | None = None
+
+    def enqueue(self, line: bytes) -> None:
+        envelope = msgspec.json.decode(line, type=_Envelope)
+        if envelope.method == "bridge/status":
+            status = msgspec.json.decode(envelope.params)
+            if status.get("state") == "failed" and status.get("reason"):
+                self.errors.append(status["reason"])  # a crash mid-turn arrives as provider/error instead
+            return
+        if envelope.method != "thread/events":
+            return
+        batch = msgspec.json.decode(envelope.params, type=_Events)
+        if batch.threadId != self.thread_id:
+            return
+        for entry in batch.events:
+            self.show(entry["event"])
+
+    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+        return msgspec.Raw(msgspec.json.encode(_answer_interaction(self, method, params)))
+
+    def show(self, event: dict[str, Any]) -> None:
+        if self.as_json:
+            self.out.write(msgspec.json.encode(event).decode() + "\n")
+        else:
+            self._render(event)
+        self.out.flush()
+        kind = event["type"]
+        if kind == "turn/completed":
+            self.turn_status = event["status"]
+            if event.get("error"):
+                self.errors.append(event["error"]["message"])
+            self.settled.set()
+        elif kind in ("provider/error", "system/error"):
+            self.errors.append(event["message"])
+
+    def _line(self, text: str | None) -> None:
+        """End a streamed-text run, then print one line (None: only end the run)."""
+        if self._streaming is not None:
+            self.out.write("\n")
+            self._streaming = None
+        if text is not None:
+            self.out.write(text + "\n")
+
+    def _render(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind in TEXT_TYPES:
+            if self._streaming != event["itemId"]:
+                self._line(None)
+                self.out.write("    " + TEXT_TYPES[kind])
+                self._streaming = event["itemId"]
+            self.out.write(event["delta"])
+            return
+        if kind == "turn/started":
+            self._line(f"▶ turn {event['scope']['turnId']}")
+        elif kind == "turn/completed":
+            self._line(f"■ turn {event['status']}" + (f": {event['error']['message']}" if event.get("error") else ""))
+        elif kind == "item/started":
+            self._line(f"  ◦ {_label(event['item'], False)}")
+        elif kind in ("item/completed", "item/backgroundTask/completed", "item/delegation/completed"):
+            item = event["item"]
+            status = item.get("status", "completed")
+            mark = "✓" if status == "completed" else "✗"
+            self._line(f"  {mark} {_label(item, True)}" + ("" if status == "completed" else f" ({status})"))
+        elif kind == "thread/tokenUsage/updated":
+            total = msgspec.to_builtins(event["tokenUsage"]["total"])
+            self._line(
+                f"  usage: {total['totalTokens']} tokens (in {total['inputTokens']}, out {total['outputTokens']})"
+            )
+        elif kind in ("provider/error", "system/error"):
+            self._line(f"  ! error: {event['message']}")
+        elif kind in ("provider/warning", "system/warning"):
+            self._line(f"  ! warning: {event.get('summary') or event.get('message', '')}")
+        elif kind == "item/toolCall/progress" and event.get("message"):
+            self._line(f"    … {event['message']}")
+        elif kind == "thread/name/updated":
+            self._line(f"  title: {event['threadName']}")
+
+
+def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any]) -> Any:
+    """No human is here: approvals are denied, questions get no answer, tool calls fail."""
+    timeline._line(f"  ? {method}: answered automatically (bbridge run is not interactive)")
+    if method == "item/tool/call":
+        return {"success": False, "contentItems": [{"type": "inputText", "text": "bbridge run has no tools"}]}
+    payload = params.get("payload") or {}
+    if payload.get("kind") == "approval":
+        return {"decision": "deny"}
+    return {"kind": "user_answer", "answers": {}}
+
+
+async def run_once(command: list[str], prompt: str, cwd: str | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+    thread_id = "thr_run" + uuid.uuid4().hex[:8]
+    timeline = Timeline(thread_id, out, as_json)
+    # no config declares extension kinds here: show whatever the bridge sends
+    daemon = Daemon({PROVIDER: ProviderConfig(command=command, cwd=cwd)}, text_delta_flush_ms=0, open_extensions=True)
+    daemon.add_client(timeline)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        try:
+            await daemon.handle(
+                timeline,
+                "thread/start",
+                {
+                    "providerId": PROVIDER,
+                    "threadId": thread_id,
+                    "cwd": cwd or os.getcwd(),
+                    "options": {**OPTIONS, "envVars": {}},
+                },
+            )
+            text_input = [{"type": "text", "text": prompt, "mentions": []}]
+            turn = {
+                "providerId": PROVIDER,
+                "threadId": thread_id,
+                "input": text_input,
+                "clientRequestId": client_request_id(),
+                "options": {**OPTIONS, "envVars": {}},
+            }
+            await daemon.handle(timeline, "turn/start", turn)
+            with trio.move_on_after(600):
+                while not timeline.settled.is_set() and PROVIDER in daemon.bridges:
+                    with trio.move_on_after(0.2):
+                        await timeline.settled.wait()
+        except rpc.RpcError as exc:
+            timeline.errors.append(exc.message)
+        daemon.request_shutdown()
+    if not as_json and timeline._streaming is not None:
+        out.write("\n")
+    if timeline.turn_status == "completed":
+        return 0
+    reason = "; ".join(timeline.errors) or f"the turn ended {timeline.turn_status or 'without settling'}"
+    print(f"bbridge run: failed: {reason}", file=sys.stderr)
+    return 1

@@ -1,0 +1,326 @@
+"""bridges.echo as a real subprocess, driven through rpc.Connection; its thread/delta traffic assembled and checked."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import pytest
+from test_kit import FULL, INIT, Runtime, Spawned, spawned, start_thread, turn_params
+
+from bbridge import grammar as g
+from bbridge import protocol, rpc, schema
+from bbridge.events import EVENT_TYPES
+from bbridge.guard import Guard
+from bridges.echo import chunks, parse_directives
+
+ECHO = [sys.executable, "-m", "bridges.echo"]
+THREAD = "thr_echo"
+
+
+@asynccontextmanager
+async def echo() -> AsyncIterator[Spawned]:
+    """An initialized echo bridge; it must exit 0 once its stdin closes."""
+    async with spawned(ECHO) as child:
+        await child.runtime.call("initialize", INIT)
+        yield child
+        assert await child.finish() == 0
+
+
+async def turn(rt: Runtime, ptid: str, text: str, creq: str = "creq_2222222223") -> list[dict[str, Any]]:
+    """Run one turn to its settlement; the events it produced."""
+    before = len(rt.events[THREAD])
+    await rt.call("turn/start", turn_params(THREAD, ptid, text, creq))
+    await rt.wait_until(lambda: "turn/completed" in rt.types(THREAD)[before:])
+    return rt.events[THREAD][before:]
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def check_timeline(events: list[dict[str, Any]]) -> None:
+    """Every event is a valid ThreadEvent and none breaks the host grammar."""
+    msgspec.convert(events, list[schema.ThreadEvent])
+    guard = Guard()
+    assert [(e["type"], v) for e in events if (v := guard.observe(e)) is not None] == []
+
+
+# -- plain behaviour ---------------------------------------------------------------
+
+
+async def test_handshake_and_model_list() -> None:
+    async with spawned(ECHO) as child:
+        result = await child.runtime.call("initialize", INIT)
+        assert result == {
+            "protocolVersion": 2,
+            "capabilities": {
+                "sessionRestore": True,
+                "threadArchive": False,
+                "threadRename": False,
+                "threadGoalClear": False,
+                "fork": "checkpoint",
+                "approvalEnforcedBy": "runtime",
+                "grammarVersions": [3, 3],
+                "steerMode": "inject",
+            },
+        }
+        models = await child.runtime.call("model/list", {})
+        assert msgspec.convert(models, protocol.ModelListResult).models[0].id == "echo"
+        assert await child.finish() == 0
+
+
+async def test_plain_turn() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        assert ptid.startswith("echo_")
+        assert rt.log[-3:] == [
+            ("note", "thread/identity", {"threadId": THREAD, "providerThreadId": ptid, "sessionRestorable": True}),
+            ("note", "thread/delta", {"threadId": THREAD, "deltas": [{"kind": "session.reset"}]}),
+            ("answer", "thread/start", {"providerThreadId": ptid, "sessionRestorable": True}),
+        ]
+        events = await turn(rt, ptid, "hello there world")
+        deltas = [e for e in events if e["type"] == "item/agentMessage/delta"]
+        assert types(events) == [
+            "turn/started",
+            "turn/input/accepted",
+            "item/started",
+            *["item/agentMessage/delta"] * len(deltas),
+            "item/completed",
+            "thread/tokenUsage/updated",
+            "turn/completed",
+        ]
+        assert len(deltas) == 4
+        assert "".join(d["delta"] for d in deltas) == "echo: hello there world"
+        assert events[-3]["item"] == {
+            "type": "agentMessage",
+            "id": events[2]["item"]["id"],
+            "text": "echo: hello there world",
+        }
+        assert events[1]["clientRequestId"] == "creq_2222222223"
+        assert events[-1]["status"] == "completed"
+        checkpoint = events[-1]["providerCheckpointId"]
+        second = await turn(rt, ptid, "again", "creq_2222222224")
+        usage = [e["tokenUsage"] for e in events + second if e["type"] == "thread/tokenUsage/updated"]
+        assert [u["last"]["totalTokens"] for u in usage] == [46, 22]
+        assert [u["total"]["totalTokens"] for u in usage] == [46, 68]
+        check_timeline(rt.events[THREAD])
+        stop = {"threadId": THREAD, "providerThreadId": ptid, "intent": "release", "activeTurnId": None}
+        count = len(rt.log)
+        assert await rt.call("thread/stop", stop) == {"providerCheckpointId": second[-1]["providerCheckpointId"]}
+        assert rt.log[count:] == [("answer", "thread/stop", {"providerCheckpointId": f"{ptid}:2"})]
+        assert checkpoint == f"{ptid}:1"
+
+
+async def test_start_with_input_runs_a_turn_without_accepted_input() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        params = {"threadId": THREAD, "cwd": "/tmp", "options": FULL, "input": [{"type": "text", "text": "first"}]}
+        await rt.call("thread/start", params)
+        await rt.wait_until(lambda: "turn/completed" in rt.types(THREAD))
+        assert "turn/input/accepted" not in rt.types(THREAD)
+        assert rt.events[THREAD][-3]["item"]["text"] == "echo: first"
+
+
+@pytest.mark.parametrize("text", ["noop", "", "   "])
+async def test_zero_work_turn_settles_without_activity(text: str) -> None:
+    async with echo() as child:
+        ptid = await start_thread(child.runtime, THREAD)
+        events = await turn(child.runtime, ptid, text)
+        assert types(events) == ["turn/started", "turn/input/accepted", "turn/completed"]
+
+
+async def test_fail_ends_the_turn_failed() -> None:
+    async with echo() as child:
+        ptid = await start_thread(child.runtime, THREAD)
+        events = await turn(child.runtime, ptid, "fail:disk_is_full")
+        assert types(events)[-3:] == ["item/completed", "provider/error", "turn/completed"]
+        error = events[-2]
+        assert (error["message"], error["detail"], error["willRetry"]) == ("Provider error", "disk is full", False)
+        assert events[-1]["status"] == "failed"
+        check_timeline(events)
+
+
+# -- every delta kind --------------------------------------------------------------
+
+
+async def test_deltas_all_covers_every_event_type_kind_and_shape() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        events = await turn(rt, ptid, "deltas:all")
+        assert set(types(events)) == set(EVENT_TYPES)
+        assert len(EVENT_TYPES) == 30
+        assert events[-1] == {
+            "type": "turn/completed",
+            "threadId": "",
+            "providerThreadId": "",
+            "scope": events[0]["scope"],
+            "status": "completed",
+            "providerCheckpointId": f"{ptid}:1",
+        }
+        check_timeline(events)
+        shapes = {
+            type(d.item).__struct_config__.tag for d in rt.deltas[THREAD] if isinstance(d, g.ItemOpen | g.ItemClose)
+        }
+        assert len(shapes) == 16
+        in_turn = set(rt.kinds(THREAD)) - {"session.reset"}
+        assert len(in_turn) == 24
+        # the two session boundaries: a reset opened the session, session.ended settles the next turn
+        ended = await turn(rt, ptid, "deltas:session.ended", "creq_2222222224")
+        assert set(rt.kinds(THREAD)) == set(g.DELTA_KINDS)
+        assert types(ended)[-2:] == ["item/completed", "turn/completed"]
+        assert ended[-2]["item"]["text"] == "echo: deltas:session.ended"
+        assert ended[-1]["status"] == "interrupted"
+
+
+# -- steer and interrupt -------------------------------------------------------------
+
+
+def text_so_far(rt: Runtime) -> str:
+    return "".join(e["delta"] for e in rt.events[THREAD] if e["type"] == "item/agentMessage/delta")
+
+
+async def test_steer_lands_in_the_live_turn() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        steer = turn_params(THREAD, ptid, "more please", "creq_2222222224") | {"expectedTurnId": "whatever"}
+        err = await rt.error("turn/steer", steer)
+        assert (err.code, err.message) == (rpc.NO_ACTIVE_TURN, "No active turn to steer (expected whatever)")
+
+        await rt.call("turn/start", turn_params(THREAD, ptid, "hold on"))
+        await rt.wait_until(lambda: text_so_far(rt) == "echo: hold on")
+        err = await rt.error("turn/start", turn_params(THREAD, ptid, "overlap", "creq_2222222225"))
+        assert err.code == rpc.BRIDGE_ERROR
+        assert await rt.call("turn/steer", steer) == {}
+        await rt.wait_until(lambda: text_so_far(rt).endswith("more please"))
+        finish = steer | {"clientRequestId": "creq_2222222226", "input": [{"type": "text", "text": "finish"}]}
+        await rt.call("turn/steer", finish)
+        await rt.wait_until(lambda: "turn/completed" in rt.types(THREAD))
+        events = rt.events[THREAD]
+        turn_scope = events[0]["scope"]
+        accepted = [e for e in events if e["type"] == "turn/input/accepted"]
+        assert [(e["clientRequestId"], e["scope"]) for e in accepted] == [
+            ("creq_2222222223", turn_scope),
+            ("creq_2222222224", turn_scope),
+            ("creq_2222222226", turn_scope),
+        ]
+        assert events[-3]["item"]["text"] == "echo: hold on [steer] more please [steer] finish"
+        assert events[-1]["status"] == "completed"
+        check_timeline(events)
+        err = await rt.error("turn/steer", steer)
+        assert err.code == rpc.NO_ACTIVE_TURN
+
+
+async def test_interrupt_settles_before_the_stop_response() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        await rt.call("turn/start", turn_params(THREAD, ptid, "slow:600000 a very long answer"))
+        await rt.wait_until(lambda: "item/agentMessage/delta" in rt.types(THREAD))
+        stop = {"threadId": THREAD, "providerThreadId": ptid, "intent": "interrupt", "activeTurnId": "bb-turn"}
+        assert await rt.call("thread/stop", stop) == {}
+        settled = rt.log.index(("note", "thread/delta", {"threadId": THREAD, "deltas": [{"kind": "session.ended"}]}))
+        assert rt.log[settled + 1] == ("answer", "thread/stop", {})  # turn/interrupt-settles-before-response
+        events = rt.events[THREAD]
+        assert types(events)[-2:] == ["item/completed", "turn/completed"]
+        assert events[-2]["item"]["text"] == "echo: "
+        assert events[-1]["status"] == "interrupted"
+        check_timeline(events)
+        err = await rt.error("turn/steer", turn_params(THREAD, ptid, "late") | {"expectedTurnId": "bb-turn"})
+        assert err.code == rpc.NO_ACTIVE_TURN
+        # the session survives an interrupt: a new turn runs, then a release fabricates nothing
+        await turn(rt, ptid, "again", "creq_2222222224")
+        count = len(rt.events[THREAD])
+        release = stop | {"intent": "release", "activeTurnId": None}
+        assert await rt.call("thread/stop", release) == {"providerCheckpointId": f"{ptid}:1"}
+        assert len(rt.events[THREAD]) == count
+
+
+async def test_release_of_a_live_turn_fabricates_nothing() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        await rt.call("turn/start", turn_params(THREAD, ptid, "hold"))
+        await rt.wait_until(lambda: text_so_far(rt) == "echo: hold")
+        count = len(rt.log)
+        stop = {"threadId": THREAD, "providerThreadId": ptid, "intent": "release", "activeTurnId": None}
+        assert await rt.call("thread/stop", stop) == {}
+        assert rt.log[count:] == [("answer", "thread/stop", {})]
+        err = await rt.error("turn/start", turn_params(THREAD, ptid, "x"))
+        assert (err.code, err.message) == (rpc.BRIDGE_ERROR, f"Unknown thread: {THREAD}")
+
+
+# -- sessions ------------------------------------------------------------------------
+
+
+async def test_resume_and_fork() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        ptid = await start_thread(rt, THREAD)
+        first = await turn(rt, ptid, "one")
+        await turn(rt, ptid, "two", "creq_2222222224")
+        base = {"threadId": "thr_fork", "cwd": "/tmp", "options": FULL, "sourceProviderThreadId": ptid}
+        forked = await rt.call("thread/fork", base | {"sourceProviderCheckpointId": first[-1]["providerCheckpointId"]})
+        assert forked["providerThreadId"] not in (ptid, None)
+        assert rt.log[-2][1:] == ("thread/delta", {"threadId": "thr_fork", "deltas": [{"kind": "session.reset"}]})
+        stop = {"threadId": "thr_fork", "providerThreadId": forked["providerThreadId"], "intent": "release"}
+        assert await rt.call("thread/stop", stop | {"activeTurnId": None}) == {"providerCheckpointId": f"{ptid}:1"}
+        err = await rt.error("thread/fork", base | {"sourceProviderCheckpointId": "nope"})
+        assert (err.code, err.message) == (rpc.BRIDGE_ERROR, f'Unknown checkpoint "nope" in echo session "{ptid}"')
+        tip = await rt.call("thread/fork", base)
+        assert tip["providerThreadId"] != forked["providerThreadId"]
+
+        resume = {"threadId": THREAD, "cwd": "/tmp", "options": FULL, "providerThreadId": ptid}
+        assert await rt.call("thread/resume", resume) == {"providerThreadId": ptid, "sessionRestorable": True}
+        again = await turn(rt, ptid, "three", "creq_2222222225")
+        assert again[-1]["providerCheckpointId"] == f"{ptid}:3"  # checkpoints stay unique across sessions
+        err = await rt.error("thread/resume", resume | {"providerThreadId": "someone-else"})
+        assert (err.code, err.message) == (rpc.SESSION_NOT_RESTORABLE, 'Echo session "someone-else" cannot be restored')
+        check_timeline(rt.events[THREAD])
+
+
+# -- hygiene -------------------------------------------------------------------------
+
+
+async def test_rpc_hygiene() -> None:
+    async with echo() as child:
+        rt = child.runtime
+        err = await rt.error("bb/conformance/definitely-unknown-method", {})
+        assert err.code == rpc.METHOD_NOT_FOUND
+        err = await rt.error("thread/stop", {})
+        assert (err.code, err.message) == (rpc.INVALID_PARAMS, "Invalid params for thread/stop")
+        assert err.data == [{"path": [], "message": "Object missing required field `threadId`"}]
+        err = await rt.error("turn/start", turn_params(THREAD, "p", "x", creq="not-a-creq"))
+        assert err.data[0]["path"] == ["clientRequestId"]
+        await child.raw(b"this is { not json\n")
+        await child.raw(b'{"jsonrpc":"2.0","id":999999,"result":{}}\n')
+        ptid = await start_thread(rt, THREAD)  # still serving
+        assert types(await turn(rt, ptid, "alive"))[-1] == "turn/completed"
+    assert child.runtime.junk == []
+
+
+# -- pure helpers ------------------------------------------------------------------
+
+
+def test_directives() -> None:
+    assert parse_directives("hello").mode == "echo"
+    assert parse_directives(" ").mode == "noop"
+    assert parse_directives("please noop").mode == "noop"
+    slow = parse_directives("slow:250 hold text")
+    assert (slow.delay, slow.hold) == (0.25, True)
+    assert parse_directives("slow:x").delay == 0
+    assert parse_directives("fail").detail == "echo failure requested by the prompt"
+    assert parse_directives("deltas:all").mode == "all"
+    assert parse_directives("deltas:session.ended").mode == "ended"
+
+
+def test_chunks_concatenate_back() -> None:
+    assert chunks("echo: hi  there ") == ["echo: ", "hi  ", "there "]
+    assert chunks("   ") == ["   "]
+    assert chunks("") == []
