@@ -16,11 +16,11 @@ from msgspec import UNSET, UnsetType
 
 from bbridge import grammar as g
 from bbridge import items as it
-from bbridge.events import TEXT_EVENT_TYPES, Event, new_event, scope
+from bbridge.events import Event, new_event, scope
+from bbridge.ids import Ids
+from bbridge.state import MAX_MAP, MAX_SETTLED, MAX_THREADS, OpenItem, ThreadState, diff_cumulative_text, item_key, trim
 
-MAX_THREADS = 256
-MAX_MAP = 1024
-MAX_SETTLED = 512
+__all__ = ["Assembler", "diff_cumulative_text", "item_key"]
 
 _TEXT_DELTA_TYPE = {
     "agentMessage": "item/agentMessage/delta",
@@ -32,92 +32,12 @@ _OUTPUT_DELTA_TYPE = {"command": "item/commandExecution/outputDelta", "fileChang
 _FLUSH_BEFORE = (g.ItemTextClose, g.ItemClose, g.SessionEnded)
 
 
-def _trim(mapping: dict[Any, Any], bound: int) -> None:
-    while len(mapping) > bound:
-        del mapping[next(iter(mapping))]
-
-
-def item_key(key: g.ItemKey) -> str:
-    """K(key): the three key parts joined by U+001F, absent parts empty."""
-    pid, channel, parent = key.providerItemId, key.channel, key.parentRef
-    return (
-        ("" if pid is UNSET else pid)
-        + "\x1f"
-        + ("" if channel is UNSET else channel)
-        + "\x1f"
-        + ("" if parent is UNSET else parent)
-    )
-
-
-def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tuple[str, str, bool] | None:
-    """(delta, next_text, reset) turning a cumulative snapshot into an append, or None."""
-    prev = previous_text or ""
-    if not next_text or next_text == prev:
-        return None
-    if not prev:
-        return next_text, next_text, False
-    if next_text.startswith(prev):
-        return next_text[len(prev) :], next_text, False
-    return next_text, next_text, True
-
-
-class OpenItem:
-    __slots__ = ("bb_id", "item", "key", "summary_text", "text", "thread_attached")
-
-    def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
-        self.bb_id = bb_id
-        self.key = key
-        self.item = item
-        self.thread_attached = thread_attached
-        self.text = ""
-        self.summary_text = ""
-
-
-class ThreadState:
-    __slots__ = (
-        "cmd_snapshots",
-        "current_turn",
-        "item_by_pid",
-        "last_turn",
-        "open_items",
-        "pending_accepted",
-        "pending_progress",
-        "pending_text",
-        "pid_by_item",
-        "progress_last_emit",
-        "ptid_by_turn",
-        "settled_keys",
-        "text_last_emit",
-        "turn_by_ptid",
-    )  # fmt: skip
-
-    def __init__(self) -> None:
-        self.current_turn: str | None = None
-        self.last_turn: str | None = None
-        self.pending_accepted: list[str] = []
-        self.open_items: dict[str, OpenItem] = {}
-        self.cmd_snapshots: dict[str, str] = {}
-        self.item_by_pid: dict[str, str] = {}
-        self.pid_by_item: dict[str, str] = {}
-        self.turn_by_ptid: dict[str, str] = {}
-        self.ptid_by_turn: dict[str, str] = {}
-        self.settled_keys: dict[str, None] = {}
-        self.progress_last_emit: dict[str, float] = {}
-        self.pending_progress: dict[str, tuple[Event, bool]] = {}
-        self.text_last_emit: dict[str, float] = {}
-        self.pending_text: dict[str, list[Any]] = {}  # stream key -> [first event, joined text]
-
-    def pinned(self) -> bool:
-        """Threads with open work are never evicted."""
-        return bool(self.current_turn or self.open_items or self.pending_accepted or self.pending_text)
-
-
 def _thread_attached(shape: g.Shape) -> bool:
     t = type(shape)
     return t is g.BackgroundTaskShape or (t is g.DelegationShape and shape.background is True)  # type: ignore[attr-defined]
 
 
-class Assembler:
+class Assembler(Ids):
     """One per bridge process; many threads share its id counters."""
 
     def __init__(
@@ -127,17 +47,9 @@ class Assembler:
         progress_throttle_ms: float = 500,
         text_delta_flush_ms: float = 100,
     ) -> None:
+        entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
+        super().__init__(entropy, progress_throttle_ms, text_delta_flush_ms)
         self.provider_id = provider_id
-        self.entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
-        self.progress_throttle_ms = progress_throttle_ms
-        self.text_delta_flush_ms = text_delta_flush_ms
-        self._turn_n = 0
-        self._item_n = 0
-        self._states: dict[str, ThreadState] = {}
-        # per-batch context, valid only inside assemble()
-        self._now: float = 0
-        self._out: list[Event] = []
-        self._tid = ""
         self._handlers: dict[type, Callable[[ThreadState, Any], None]] = {
             g.InputAccepted: self._input_accepted,
             g.TurnOpen: self._turn_open,
@@ -254,122 +166,6 @@ class Assembler:
             if victim is None:
                 return
             del states[victim]
-
-    def _mint_turn(self) -> str:
-        self._turn_n += 1
-        return f"{self.entropy}-t{self._turn_n}"
-
-    def _mint_item(self) -> str:
-        self._item_n += 1
-        return f"{self.entropy}-i{self._item_n}"
-
-    def _vouch(self, s: ThreadState, ptid: str) -> str:
-        bb = s.turn_by_ptid.get(ptid)
-        if bb is None:
-            bb = self._mint_turn()
-            s.turn_by_ptid[ptid] = bb
-            s.ptid_by_turn[bb] = ptid
-            _trim(s.turn_by_ptid, MAX_MAP)
-            _trim(s.ptid_by_turn, MAX_MAP)
-        return bb
-
-    @staticmethod
-    def _register(s: ThreadState, pid: str, bb: str) -> None:
-        s.item_by_pid[pid] = bb
-        s.pid_by_item[bb] = pid
-        _trim(s.item_by_pid, MAX_MAP)
-        _trim(s.pid_by_item, MAX_MAP)
-
-    def _parent(self, s: ThreadState, ref: str | UnsetType) -> str | None:
-        if ref is UNSET:
-            return None
-        bb = s.item_by_pid.get(ref)
-        if bb is None:
-            bb = self._mint_item()
-            self._register(s, ref, bb)
-        return bb
-
-    def _known_or_mint(self, s: ThreadState, pid: str | UnsetType) -> str:
-        bb = None if pid is UNSET else s.item_by_pid.get(pid)
-        if bb is None:
-            bb = self._mint_item()
-        if pid is not UNSET:
-            self._register(s, pid, bb)
-        return bb
-
-    # -- the sink: coalescing-aware emission ---------------------------------
-
-    def _push(self, event: Event) -> None:
-        s = self._states.get(self._tid)
-        if s is not None:
-            if self.text_delta_flush_ms > 0 and event["type"] in TEXT_EVENT_TYPES:
-                self._buffer(s, event)
-                return
-            if s.pending_text:
-                self._flush_all_text(s)
-        self._out.append(event)
-
-    def _flush_all_text(self, s: ThreadState) -> None:
-        now = self._now
-        last_emit = s.text_last_emit
-        for stream, (first, text) in s.pending_text.items():
-            merged = dict(first)
-            merged["delta"] = text
-            self._out.append(merged)
-            last_emit[stream] = now
-        s.pending_text.clear()
-        _trim(last_emit, MAX_MAP)
-
-    def _flush_elapsed_text(self, s: ThreadState) -> None:
-        now = self._now
-        for stream in s.pending_text:
-            last = s.text_last_emit.get(stream)
-            if last is None or now - last >= self.text_delta_flush_ms:
-                self._flush_all_text(s)
-                return
-
-    def _buffer(self, s: ThreadState, event: Event) -> None:
-        stream = event["type"] + "\x1f" + event["itemId"]
-        last = s.text_last_emit.get(stream)
-        if last is None or event.get("reset") is True:
-            if s.pending_text:
-                self._flush_all_text(s)
-            self._out.append(event)
-            s.text_last_emit[stream] = self._now
-            _trim(s.text_last_emit, MAX_MAP)
-            return
-        pending = s.pending_text.get(stream)
-        if pending is None:
-            s.pending_text[stream] = [event, event["delta"]]
-        else:
-            pending[1] += event["delta"]
-        if self._now - last >= self.text_delta_flush_ms:
-            self._flush_all_text(s)
-
-    # -- progress throttling -------------------------------------------------
-
-    def _throttle(self, s: ThreadState, key: str, event: Event, turn_scoped: bool, flush: object) -> None:
-        last = s.progress_last_emit.get(key)
-        if flush is not True and last is not None and self._now - last < self.progress_throttle_ms:
-            s.pending_progress[key] = (event, turn_scoped)
-            return
-        s.pending_progress.pop(key, None)
-        s.progress_last_emit[key] = self._now
-        _trim(s.progress_last_emit, MAX_MAP)
-        self._push(event)
-
-    def _flush_elapsed_progress(self, s: ThreadState, skip: set[str]) -> None:
-        now = self._now
-        for key, (event, _) in list(s.pending_progress.items()):
-            if key in skip:
-                continue
-            last = s.progress_last_emit.get(key)
-            if last is not None and now - last < self.progress_throttle_ms:
-                continue
-            del s.pending_progress[key]
-            s.progress_last_emit[key] = now
-            _trim(s.progress_last_emit, MAX_MAP)
-            self._push(event)
 
     # -- turns ---------------------------------------------------------------
 
@@ -501,7 +297,7 @@ class Assembler:
         item = it.open_item(bb, shape, self._parent(s, key.parentRef), d.presentation)
         s.open_items[k] = OpenItem(bb, key, item, _thread_attached(shape))
         s.progress_last_emit[k] = self._now
-        _trim(s.progress_last_emit, MAX_MAP)
+        trim(s.progress_last_emit, MAX_MAP)
         event = new_event("item/started", turn)
         event["item"] = item
         self._push(event)
@@ -546,7 +342,7 @@ class Assembler:
         s.progress_last_emit.pop(k, None)
         if pid is not UNSET:
             s.settled_keys[k] = None
-            _trim(s.settled_keys, MAX_SETTLED)
+            trim(s.settled_keys, MAX_SETTLED)
         if final["type"] == "backgroundTask":
             event = new_event("item/backgroundTask/completed", None)
         elif final["type"] == "delegation" and final["background"]:
@@ -669,7 +465,7 @@ class Assembler:
         if pid is not UNSET:
             self._register(s, pid, bb)
             s.settled_keys[k] = None
-            _trim(s.settled_keys, MAX_SETTLED)
+            trim(s.settled_keys, MAX_SETTLED)
         event = new_event("item/completed", turn)
         event["item"] = item
         self._push(event)

@@ -210,7 +210,6 @@ class Bridge:
         self._meters: dict[str, UsageMeter] = {}
         self._conn: rpc.Connection | None = None
         self._nursery: trio.Nursery | None = None
-        self._log = log.bind(bridge=name)
         self.method("initialize", protocol.InitializeParams)(self._initialize)
 
     def method(self, name: str, params: type[P]) -> Callable[[Handler[P]], Handler[P]]:
@@ -235,18 +234,13 @@ class Bridge:
         await self.conn.notify("thread/delta", msgspec.Raw(encode_deltas(thread_id, deltas)))
 
     async def open_session(
-        self,
-        thread_id: str,
-        provider_thread_id: str,
-        *,
-        session_restorable: bool | None = None,
-        deltas: Sequence[g.Delta] = (),
+        self, thread_id: str, provider_thread_id: str, *, session_restorable: bool | None = None
     ) -> None:
-        """A new provider session for a thread (§4.2): identity, then `session.reset` (+ `deltas`), usage zeroed.
+        """A new provider session for a thread (§4.2): identity, then `session.reset`, usage zeroed.
 
         Settle the old session's open work before calling this.
         """
-        batch = encode_deltas(thread_id, [g.SessionReset(), *deltas])
+        batch = encode_deltas(thread_id, [g.SessionReset()])
         identity = protocol.ThreadIdentityParams(
             threadId=thread_id,
             providerThreadId=provider_thread_id,
@@ -325,7 +319,7 @@ class Bridge:
 
                 async def stop_on_signal() -> None:
                     async for signum in signals:
-                        self._log.info("bridge stopping", signal=signal.Signals(signum).name)
+                        log.info("bridge stopping", bridge=self.name, signal=signal.Signals(signum).name)
                         nursery.cancel_scope.cancel()
 
                 nursery.start_soon(stop_on_signal)
@@ -345,9 +339,9 @@ class Bridge:
 
     def _on_junk(self, line: bytes, reason: str) -> None:
         if line:
-            self._log.debug("ignored a non-protocol line", reason=reason)
+            log.debug("ignored a non-protocol line", bridge=self.name, reason=reason)
         else:  # an oversized line
-            self._log.warning("Discarded an oversized JSON-RPC line from the runtime", reason=reason)
+            log.warning("Discarded an oversized JSON-RPC line from the runtime", bridge=self.name, reason=reason)
 
     async def _initialize(self, params: protocol.InitializeParams) -> protocol.InitializeResult:
         ours = self.capabilities.grammarVersions

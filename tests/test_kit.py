@@ -319,6 +319,35 @@ async def test_junk_is_ignored_and_the_bridge_keeps_serving() -> None:
     ]
 
 
+async def test_bridge_requests_and_notifications_to_the_runtime() -> None:
+    bridge = kit.Bridge("asker")
+
+    @bridge.method("turn/start", dict)
+    async def ask(params: dict[str, Any]) -> Any:
+        await bridge.notify("provider/recovery", {"kind": "rateLimited", "message": "slow down", "retryable": True})
+        return await bridge.request("item/tool/call", {"tool": params["tool"]})
+
+    async def answer(request: rpc.Request) -> Any:
+        return {"success": True, "asked": request.method, "params": msgspec.json.decode(request.params or b"null")}
+
+    seen: list[str] = []
+
+    async def notes(batch: list[rpc.Notification]) -> None:
+        seen.extend(n.method for n in batch)
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    runtime = rpc.Connection(
+        ours.send_stream, ours.receive_stream, name="rt", on_request=answer, on_notifications=notes
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bridge.serve, theirs.send_stream, theirs.receive_stream)
+        nursery.start_soon(runtime.run)
+        result = await runtime.request("turn/start", {"tool": "grep"})
+        nursery.cancel_scope.cancel()
+    assert result == {"success": True, "asked": "item/tool/call", "params": {"tool": "grep"}}
+    assert seen == ["provider/recovery"]
+
+
 # -- grammar negotiation ---------------------------------------------------------
 
 

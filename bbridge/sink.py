@@ -1,0 +1,97 @@
+"""Emission with text coalescing and progress throttling (assembler.md §9, §10).
+
+Handlers never append to the output directly: they `_push` through this sink,
+which buffers streamed text per stream key inside the window and keeps the
+newest suppressed progress per item key. Text events are the only ones ever
+merged; every other event is a barrier that flushes buffered text first.
+"""
+
+from __future__ import annotations
+
+from bbridge.events import TEXT_EVENT_TYPES, Event
+from bbridge.state import MAX_MAP, ThreadState, trim
+
+
+class Sink:
+    """The coalescing-aware emitter the assembler's handlers write through."""
+
+    def __init__(self, progress_throttle_ms: float, text_delta_flush_ms: float) -> None:
+        self.progress_throttle_ms = progress_throttle_ms
+        self.text_delta_flush_ms = text_delta_flush_ms
+        self._states: dict[str, ThreadState] = {}
+        # per-batch context, valid only inside assemble()
+        self._now: float = 0
+        self._out: list[Event] = []
+        self._tid = ""
+
+    def _push(self, event: Event) -> None:
+        s = self._states.get(self._tid)
+        if s is not None:
+            if self.text_delta_flush_ms > 0 and event["type"] in TEXT_EVENT_TYPES:
+                self._buffer(s, event)
+                return
+            if s.pending_text:
+                self._flush_all_text(s)
+        self._out.append(event)
+
+    def _flush_all_text(self, s: ThreadState) -> None:
+        now = self._now
+        last_emit = s.text_last_emit
+        for stream, (first, text) in s.pending_text.items():
+            merged = dict(first)
+            merged["delta"] = text
+            self._out.append(merged)
+            last_emit[stream] = now
+        s.pending_text.clear()
+        trim(last_emit, MAX_MAP)
+
+    def _flush_elapsed_text(self, s: ThreadState) -> None:
+        now = self._now
+        for stream in s.pending_text:
+            last = s.text_last_emit.get(stream)
+            if last is None or now - last >= self.text_delta_flush_ms:
+                self._flush_all_text(s)
+                return
+
+    def _buffer(self, s: ThreadState, event: Event) -> None:
+        stream = event["type"] + "\x1f" + event["itemId"]
+        last = s.text_last_emit.get(stream)
+        if last is None or event.get("reset") is True:
+            if s.pending_text:
+                self._flush_all_text(s)
+            self._out.append(event)
+            s.text_last_emit[stream] = self._now
+            trim(s.text_last_emit, MAX_MAP)
+            return
+        pending = s.pending_text.get(stream)
+        if pending is None:
+            s.pending_text[stream] = [event, event["delta"]]
+        else:
+            pending[1] += event["delta"]
+        if self._now - last >= self.text_delta_flush_ms:
+            self._flush_all_text(s)
+
+    # -- progress throttling -------------------------------------------------
+
+    def _throttle(self, s: ThreadState, key: str, event: Event, turn_scoped: bool, flush: object) -> None:
+        last = s.progress_last_emit.get(key)
+        if flush is not True and last is not None and self._now - last < self.progress_throttle_ms:
+            s.pending_progress[key] = (event, turn_scoped)
+            return
+        s.pending_progress.pop(key, None)
+        s.progress_last_emit[key] = self._now
+        trim(s.progress_last_emit, MAX_MAP)
+        self._push(event)
+
+    def _flush_elapsed_progress(self, s: ThreadState, skip: set[str]) -> None:
+        now = self._now
+        for key, (event, _) in list(s.pending_progress.items()):
+            if key in skip:
+                continue
+            last = s.progress_last_emit.get(key)
+            if last is not None and now - last < self.progress_throttle_ms:
+                continue
+            del s.pending_progress[key]
+            s.progress_last_emit[key] = now
+            trim(s.progress_last_emit, MAX_MAP)
+            self._push(event)

@@ -1,0 +1,95 @@
+"""Per-thread assembler state and its bounds (assembler.md §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET
+
+from bbridge import grammar as g
+from bbridge import items as it
+from bbridge.events import Event
+
+MAX_THREADS = 256
+MAX_MAP = 1024
+MAX_SETTLED = 512
+
+
+def trim(mapping: dict[Any, Any], bound: int) -> None:
+    while len(mapping) > bound:
+        del mapping[next(iter(mapping))]
+
+
+def item_key(key: g.ItemKey) -> str:
+    """K(key): the three key parts joined by U+001F, absent parts empty."""
+    pid, channel, parent = key.providerItemId, key.channel, key.parentRef
+    return (
+        ("" if pid is UNSET else pid)
+        + "\x1f"
+        + ("" if channel is UNSET else channel)
+        + "\x1f"
+        + ("" if parent is UNSET else parent)
+    )
+
+
+def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tuple[str, str, bool] | None:
+    """(delta, next_text, reset) turning a cumulative snapshot into an append, or None."""
+    prev = previous_text or ""
+    if not next_text or next_text == prev:
+        return None
+    if not prev:
+        return next_text, next_text, False
+    if next_text.startswith(prev):
+        return next_text[len(prev) :], next_text, False
+    return next_text, next_text, True
+
+
+class OpenItem:
+    __slots__ = ("bb_id", "item", "key", "summary_text", "text", "thread_attached")
+
+    def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
+        self.bb_id = bb_id
+        self.key = key
+        self.item = item
+        self.thread_attached = thread_attached
+        self.text = ""
+        self.summary_text = ""
+
+
+class ThreadState:
+    __slots__ = (
+        "cmd_snapshots",
+        "current_turn",
+        "item_by_pid",
+        "last_turn",
+        "open_items",
+        "pending_accepted",
+        "pending_progress",
+        "pending_text",
+        "pid_by_item",
+        "progress_last_emit",
+        "ptid_by_turn",
+        "settled_keys",
+        "text_last_emit",
+        "turn_by_ptid",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.current_turn: str | None = None
+        self.last_turn: str | None = None
+        self.pending_accepted: list[str] = []
+        self.open_items: dict[str, OpenItem] = {}
+        self.cmd_snapshots: dict[str, str] = {}
+        self.item_by_pid: dict[str, str] = {}
+        self.pid_by_item: dict[str, str] = {}
+        self.turn_by_ptid: dict[str, str] = {}
+        self.ptid_by_turn: dict[str, str] = {}
+        self.settled_keys: dict[str, None] = {}
+        self.progress_last_emit: dict[str, float] = {}
+        self.pending_progress: dict[str, tuple[Event, bool]] = {}
+        self.text_last_emit: dict[str, float] = {}
+        self.pending_text: dict[str, list[Any]] = {}  # stream key -> [first event, joined text]
+
+    def pinned(self) -> bool:
+        """Threads with open work are never evicted."""
+        return bool(self.current_turn or self.open_items or self.pending_accepted or self.pending_text)
