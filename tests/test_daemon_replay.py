@@ -17,14 +17,18 @@ import pytest
 import trio
 
 from bbridge import rpc
-from bbridge.config import ExtensionKind, ProviderConfig
+from bbridge.config import ExtensionKind, ProviderConfig, echo_provider
 from bbridge.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
+from bbridge.events import encode_event
+from bbridge.replay import replay_cell
 from tests.conftest import missing_reason, shared_path
 from tests.daemon_support import connect, running
 
 REPLAY = Path(__file__).parent / "fakes" / "replay_bridge.py"
 RECORDINGS = shared_path("recordings")
 CELLS = [cell.relative_to(RECORDINGS).as_posix() for cell in find_cells(RECORDINGS)] if RECORDINGS else []
+OWN = Path(__file__).resolve().parent.parent / "recordings"
+OWN_CELLS = [cell.relative_to(OWN).as_posix() for cell in find_cells(OWN)]
 
 
 def _unstamped(event: dict[str, Any]) -> dict[str, Any]:
@@ -43,21 +47,32 @@ def _expected(golden: Path) -> list[str]:
 @pytest.mark.skipif(not CELLS, reason=missing_reason("recordings"))
 @pytest.mark.parametrize("name", CELLS)
 async def test_recorded_cell_through_the_live_daemon(tmp_path: Path, name: str) -> None:
-    cell = RECORDINGS / name  # type: ignore[operator]
     golden = shared_path("golden", name)
     if golden is None:
         pytest.skip(missing_reason("golden", name))
+    await _through_daemon(tmp_path, RECORDINGS / name, _expected(golden))  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("name", OWN_CELLS)
+async def test_own_cell_through_the_live_daemon(tmp_path: Path, name: str) -> None:
+    """No reference golden here: the in-process replay of the same lane is the expectation."""
+    cell = OWN / name
+    replay = replay_cell(cell, cell.parent.name)
+    expected = [encode_event(event).decode() for event in replay.accepted]
+    await _through_daemon(tmp_path, cell, expected)
+
+
+async def _through_daemon(tmp_path: Path, cell: Path, expected: list[str]) -> None:
     provider_id = cell.parent.name
     config = ProviderConfig(
         command=[sys.executable, str(REPLAY), str(cell)],
-        extension_kinds={"provider-codex/goal": ExtensionKind(item={}, state={})},
+        extension_kinds={"provider-codex/goal": ExtensionKind(item={}, state={}), **echo_provider().extension_kinds},
     )
     requests = [
         json.loads(entry.line)
         for entry in read_cell(cell)
         if entry.dir == RUNTIME_TO_BRIDGE and '"method"' in entry.line
     ]
-    expected = _expected(golden)
     async with running(tmp_path, {provider_id: config}, entropy_prefix="da00000000") as (daemon, path):
         async with connect(path, answer=lambda request: {}) as client:
 
