@@ -18,8 +18,8 @@ import trio
 
 from bbridge import rpc
 from bbridge.config import ExtensionKind, ProviderConfig, echo_provider
-from bbridge.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
 from bbridge.events import encode_event
+from bbridge.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
 from bbridge.replay import replay_cell
 from tests.conftest import missing_reason, shared_path
 from tests.daemon_support import connect, running
