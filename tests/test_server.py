@@ -1,0 +1,173 @@
+"""Client transports: `bbridge serve` on stdio and on a Unix socket, tokens, socket hygiene."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from bbridge import errors, rpc
+from bbridge.server import open_socket_listener
+from tests.daemon_support import connect, fake_provider, running
+
+START = {"providerId": "echo", "threadId": "thr_stdio", "cwd": "/tmp"}
+OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
+
+
+def _line(proc: subprocess.Popen[bytes]) -> dict[str, object]:
+    assert proc.stdout is not None
+    return json.loads(proc.stdout.readline())  # type: ignore[no-any-return]
+
+
+def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bbridge", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+
+    def send(message: dict[str, object]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+
+    def until_response(request_id: int) -> dict[str, object]:
+        while True:
+            message = _line(proc)
+            if message.get("id") == request_id:
+                return message
+            seen.append(message)
+
+    seen: list[dict[str, object]] = []
+    try:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"client": {"name": "t", "version": "1"}, "protocolVersion": 1},
+            }
+        )
+        init = until_response(1)["result"]
+        assert isinstance(init, dict) and {"providerId": "echo", "state": "idle"} in init["providers"]  # type: ignore[operator]
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "thread/start",
+                "params": {**START, "options": {**OPTIONS, "envVars": {}}},
+            }
+        )
+        assert "result" in until_response(2)
+        turn = {
+            "threadId": "thr_stdio",
+            "providerId": "echo",
+            "clientRequestId": "creq_abcdefghjk",
+            "options": {**OPTIONS, "envVars": {}},
+        }
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "turn/start",
+                "params": {**turn, "input": [{"type": "text", "text": "hi", "mentions": []}]},
+            }
+        )
+        until_response(3)
+        events: list[dict[str, object]] = []
+        while not any(e["event"]["type"] == "turn/completed" for e in events):  # type: ignore[index]
+            message = _line(proc)
+            if message.get("method") == "thread/events":
+                events.extend(message["params"]["events"])  # type: ignore[index]
+        send({"jsonrpc": "2.0", "id": 4, "method": "shutdown", "params": {}})
+        assert until_response(4)["result"] == {}
+        assert proc.wait(timeout=20) == 0
+        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        assert all(line.startswith("{") for line in stderr.splitlines() if line), (
+            "logs are JSON lines on a non-terminal"
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_socket_is_private_and_a_stale_one_is_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "d.sock"
+    path.parent.mkdir(mode=0o700)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # a socket file nobody listens on
+    listener = await open_socket_listener(path)
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with pytest.raises(OSError, match="another daemon is listening"):
+            await open_socket_listener(path)
+    finally:
+        await listener.aclose()
+
+
+async def test_a_created_socket_directory_is_private(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / "d.sock"
+    listener = await open_socket_listener(path)
+    await listener.aclose()
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+async def test_token_is_required_when_configured(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}, token="s3cret") as (daemon, path):
+        async with connect(path) as client:
+            with pytest.raises(rpc.RpcError) as caught:
+                await client.request("daemon/status", {})
+            assert caught.value.code == errors.UNAUTHORIZED
+            with pytest.raises(rpc.RpcError) as caught:
+                await client.request("initialize", {"token": "wrong"})
+            assert caught.value.code == errors.UNAUTHORIZED
+        async with connect(path) as client:
+            await client.request("initialize", {"token": "s3cret"})
+            status = await client.request("daemon/status", {})
+            assert status["daemon"]["name"] == "bbridge"
+
+
+async def test_status_reports_providers_threads_and_counters(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("silent-turn")}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", {"providerId": "fake", "threadId": "thr_s", "cwd": "/tmp"})
+        await client.request(
+            "turn/start", {"providerId": "fake", "threadId": "thr_s", "clientRequestId": "creq_abcdefghjk"}
+        )
+        await client.wait_for(lambda: "turn/started" in client.types("thr_s"))
+        status = await client.request("daemon/status", {})
+        provider = next(p for p in status["providers"] if p["providerId"] == "fake")
+        assert provider["state"] == "ready" and provider["pid"] > 0
+        thread = next(t for t in status["threads"] if t["threadId"] == "thr_s")
+        assert len(thread["openTurns"]) == 1 and thread["lastSeq"] == len(client.entries["thr_s"])
+        assert thread["providerThreadId"] == "prov-thr_s"
+        assert status["counters"]["deltas_in"] > 0
+
+
+async def test_a_client_vanishing_mid_stream_stops_nothing(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
+        stream = await trio.open_unix_socket(str(path))
+        await stream.send_all(
+            b'{"jsonrpc":"2.0","id":1,"method":"thread/start","params":{"providerId":"fake","threadId":"thr_v","cwd":"/"}}\n'
+        )
+        await stream.aclose()
+        async with connect(path) as client:
+            await client.request(
+                "turn/start", {"providerId": "fake", "threadId": "thr_v", "clientRequestId": "creq_abcdefghjk"}
+            )
+            replay_done = False
+            with trio.fail_after(10):
+                while not replay_done:
+                    replay = await client.request("thread/events", {"threadId": "thr_v", "afterSeq": 0})
+                    replay_done = any(e["event"]["type"] == "turn/completed" for e in replay["events"])
+                    await trio.sleep(0.05)
+            assert daemon.bridges["fake"].state == "ready"
