@@ -1,0 +1,87 @@
+"""Watchdog timing logic (pure), plus the sweep loop under trio's autojump clock."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from bbridge.watchdog import Watchdogs
+
+
+def started(thread: str, turn: str) -> dict[str, object]:
+    return {"type": "turn/started", "threadId": thread, "scope": {"kind": "turn", "turnId": turn}}
+
+
+def completed(thread: str, turn: str) -> dict[str, object]:
+    return {
+        "type": "turn/completed",
+        "threadId": thread,
+        "scope": {"kind": "turn", "turnId": turn},
+        "status": "completed",
+    }
+
+
+def test_turn_start_fires_once_per_stalled_dispatch_at_the_threshold() -> None:
+    dogs = Watchdogs(start_timeout_s=120)
+    dogs.turn_dispatched("t", 0)
+    assert dogs.sweep(119.9) == []
+    fired = dogs.sweep(120)
+    assert [e["code"] for e in fired] == ["provider_turn_start_timeout"]
+    assert fired[0]["message"].startswith("The provider accepted a turn but did not start it within 120s.")
+    assert fired[0]["scope"] == {"kind": "thread"} and "providerThreadId" not in fired[0]
+    assert dogs.sweep(1000) == []
+    dogs.turn_dispatched("t", 1000)  # a new dispatch re-arms
+    assert len(dogs.sweep(1120)) == 1
+
+
+def test_turn_start_is_cleared_by_started_completed_or_a_final_error() -> None:
+    dogs = Watchdogs(start_timeout_s=10)
+    for clear in (started("t", "a"), completed("t", "a"), {"type": "provider/error", "message": "x"}):
+        dogs.turn_dispatched("t", 0)
+        dogs.observe("t", clear, 1)
+        assert dogs.sweep(100) == [] and not dogs.pending_start("t")
+    dogs.turn_dispatched("t", 0)
+    dogs.observe("t", {"type": "provider/error", "message": "x", "willRetry": True}, 1)
+    assert len(dogs.sweep(100)) == 1
+
+
+def test_threshold_is_rounded_half_up_in_the_message() -> None:
+    dogs = Watchdogs(start_timeout_s=2.5)
+    dogs.turn_dispatched("t", 0)
+    assert "within 3s" in dogs.sweep(3)[0]["message"]
+
+
+def test_stall_warns_once_and_traffic_rearms() -> None:
+    dogs = Watchdogs(stall_timeout_s=600)
+    dogs.observe("t", started("t", "a"), 0)
+    assert dogs.sweep(599) == []
+    warned = dogs.sweep(600)
+    assert [e["code"] for e in warned] == ["provider_turn_stalled"] and warned[0]["turnId"] == "a"
+    assert dogs.sweep(900) == []
+    dogs.traffic("t", 900)
+    assert dogs.sweep(1499) == [] and len(dogs.sweep(1500)) == 1
+    dogs.observe("t", completed("t", "a"), 1600)
+    assert dogs.sweep(10_000) == []
+
+
+def test_forget_drops_everything_for_a_thread() -> None:
+    dogs = Watchdogs(start_timeout_s=1, stall_timeout_s=1)
+    dogs.turn_dispatched("t", 0)
+    dogs.observe("t", started("t", "a"), 0)
+    dogs.forget("t")
+    assert dogs.sweep(100) == []
+
+
+async def test_a_sweep_loop_fires_on_the_autojump_clock(autojump_clock: trio.testing.MockClock) -> None:
+    dogs = Watchdogs(start_timeout_s=120)
+    fired: list[dict[str, object]] = []
+    dogs.turn_dispatched("t", trio.current_time())
+
+    async def sweeper() -> None:
+        while not fired:
+            await trio.sleep(15)
+            fired.extend(dogs.sweep(trio.current_time()))
+
+    start = trio.current_time()
+    await sweeper()
+    assert 120 <= trio.current_time() - start <= 135 and len(fired) == 1
