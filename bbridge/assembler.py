@@ -137,6 +137,15 @@ class Assembler(Ids):
         s = self._states.get(thread_id)
         return 0 if s is None else len(s.pending_accepted)
 
+    def streamed_text(self, thread_id: str) -> dict[str, tuple[str, str]]:
+        """Text (main, summary) streamed so far into each open item, by bb item id."""
+        s = self._states.get(thread_id)
+        if s is None:
+            return {}
+        return {
+            rec.bb_id: (rec.text, rec.summary_text) for rec in s.open_items.values() if rec.text or rec.summary_text
+        }
+
     def forget_thread(self, thread_id: str) -> None:
         """Drop a released thread's state (its ids stay unique: counters never reset)."""
         self._states.pop(thread_id, None)

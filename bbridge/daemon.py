@@ -224,7 +224,8 @@ class Daemon:
             f"\nstderr: {tail}" if tail else ""
         )
         for thread_id in self._threads_of(bridge):
-            events = self.tracker.settle_failed(thread_id, self.provider_threads.get(thread_id, ""), message)
+            streamed = bridge.assembler.streamed_text(thread_id)
+            events = self.tracker.settle_failed(thread_id, self.provider_threads.get(thread_id, ""), message, streamed)
             if events:
                 log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
                 self._publish(thread_id, bridge.provider_id, events)

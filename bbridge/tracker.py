@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bbridge.events import Event, scope
-from bbridge.items import echo_item
+from bbridge.items import echo_item, text_item
 
 _ITEM_COMPLETIONS = frozenset({"item/completed", "item/backgroundTask/completed", "item/delegation/completed"})
 
@@ -72,8 +72,13 @@ class Tracker:
     def threads(self) -> dict[str, ThreadWork]:
         return self._threads
 
-    def settle_failed(self, thread_id: str, provider_thread_id: str, message: str) -> list[Event]:
-        """Events that settle a dead bridge's open work: the error, each item, each turn."""
+    def settle_failed(
+        self, thread_id: str, provider_thread_id: str, message: str, streamed: dict[str, tuple[str, str]] | None = None
+    ) -> list[Event]:
+        """Events that settle a dead bridge's open work: the error, each item, each turn.
+
+        Status-bearing items end `failed`; text items keep what was streamed into them (`streamed`, by item id).
+        """
         work = self._threads.pop(thread_id, None)
         if work is None or work.idle():
             return []
@@ -83,7 +88,10 @@ class Tracker:
         }  # fmt: skip
         events: list[Event] = [error]
         for item, item_scope in work.open_items.values():
-            settled = echo_item(item, "failed", None, None)
+            text = (streamed or {}).get(item["id"])
+            settled = text_item(item, *text) if text is not None else None
+            if settled is None:
+                settled = echo_item(item, "failed", None, None)
             if settled is item and "status" in item:
                 settled = {**item, "status": "failed"}
             if _thread_attached(item):

@@ -312,3 +312,41 @@ async def test_record_mode_writes_the_runtime_lanes(tmp_path: Path) -> None:
     entries = read_cell(cell)
     assert {e.dir for e in entries} == {"runtime→bridge", "bridge→runtime"}
     assert (record / "fake" / "_process" / "runtime→bridge.ndjson").exists()  # initialize
+
+
+@pytest.mark.parametrize(
+    ("point", "open_items"),
+    [("open", 0), ("text", 1), ("done", 0)],
+)
+async def test_a_crash_at_each_point_of_a_turn(tmp_path: Path, point: str, open_items: int) -> None:
+    async with (
+        running(tmp_path, {"fake": fake_provider(f"crash-at-{point}")}) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: any(m == "bridge/status" and p["state"] == "exited" for m, p in client.notes))
+        await client.wait_for(lambda: completed(client))
+        types = client.types(THREAD)
+        if point == "done":  # the turn had settled: nothing to settle, no error invented
+            assert "provider/error" not in types and types.count("turn/completed") == 1
+        else:
+            error = next(e for e in client.events(THREAD) if e["type"] == "provider/error")
+            assert f"crashing at {point}" in error["message"]
+            failed_items = [
+                e for e in client.events(THREAD)[types.index("provider/error") :] if e["type"] == "item/completed"
+            ]
+            assert len(failed_items) == open_items
+            for event in failed_items:  # status-bearing items fail; streamed text keeps what arrived
+                assert (
+                    event["item"].get("status", "failed") == "failed" and event["item"].get("text", "hello") == "hello"
+                )
+            assert client.events(THREAD)[-1] == {
+                **client.events(THREAD)[-1],
+                "type": "turn/completed",
+                "status": "failed",
+            }
+        seqs = [entry["seq"] for entry in client.entries[THREAD]]
+        assert seqs == list(range(1, len(seqs) + 1))
+        await client.request("turn/start", turn(2))  # the next request is served by a fresh bridge
+        assert daemon.bridges["fake"].state == "ready"

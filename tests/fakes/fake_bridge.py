@@ -4,6 +4,8 @@ Usage: python fake_bridge.py MODE[,MODE...]
 Modes change one behaviour each; with none the bridge is well behaved:
   keyed           turns use providerTurnId "pt-<n>" (a keyed-turn provider)
   crash-mid-turn  exits with code 3 after opening a turn and a command item
+  crash-at-open / crash-at-text / crash-at-done
+                  exits with code 3 right after turn.open, after a streamed text delta, or after the boundary
   crash-at-start  exits with code 4 before answering initialize (stderr says why)
   garbage         writes non-JSON text on stdout before every answer
   oversize        writes a 65 MiB line on stdout before answering turn/start
@@ -46,6 +48,12 @@ def answer(msg, result):
 
 def error(msg, code, message):
     send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": code, "message": message}})
+
+
+def crash_at(point):
+    if f"crash-at-{point}" in MODES:
+        print(f"fake bridge: crashing at {point}", file=sys.stderr, flush=True)
+        sys.exit(3)
 
 
 def turn_field():
@@ -95,6 +103,7 @@ def handle(msg):
         live[thread] = tf.get("providerTurnId", "current")
         accepted = {"kind": "input.accepted", "clientRequestId": params["clientRequestId"], **tf}
         delta(thread, {"kind": "turn.open", **tf}, accepted)
+        crash_at("open")
         if "silent-turn" in MODES:
             return
         delta(
@@ -152,9 +161,11 @@ def handle(msg):
                 **tf,
             },
             {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf},
-            {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage", **tf},
         )
+        crash_at("text")
+        delta(thread, {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage", **tf})
         delta(thread, {"kind": "turn.boundary", "status": "completed", **tf})
+        crash_at("done")
         live.pop(thread, None)
     elif method == "turn/steer":
         if thread not in live:
