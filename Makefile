@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean
+.PHONY: install run test lint parity bench clean acp-agents acp-parity
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,27 @@ run: install
 
 test: install
 	$(PY) -m pytest
+
+# Real ACP agents that run offline, for the live tests: the example agents of the npm package
+# @agentclientprotocol/sdk and of the PyPI source distribution of agent-client-protocol (own venv).
+ACP_CACHE := .cache/acp
+ACP_SDK_VERSION := 1.9.0
+ACP_PY_VERSION := 0.12.1
+
+acp-agents: $(ACP_CACHE)/.installed
+
+$(ACP_CACHE)/.installed: Makefile
+	rm -rf $(ACP_CACHE) && mkdir -p $(ACP_CACHE)/npm $(ACP_CACHE)/sdist
+	npm install --prefix $(ACP_CACHE)/npm --no-save --no-audit --no-fund --loglevel=error @agentclientprotocol/sdk@$(ACP_SDK_VERSION)
+	$(PYTHON) -m pip download -q --no-deps --no-binary :all: agent-client-protocol==$(ACP_PY_VERSION) -d $(ACP_CACHE)/sdist
+	tar -xzf $(ACP_CACHE)/sdist/agent_client_protocol-$(ACP_PY_VERSION).tar.gz -C $(ACP_CACHE)/sdist
+	$(PYTHON) -m venv $(ACP_CACHE)/venv
+	$(ACP_CACHE)/venv/bin/python -m pip install -q agent-client-protocol==$(ACP_PY_VERSION)
+	touch $@
+
+# Recorded ACP cells replayed through bridges/acp against the goldens (issue 6).
+acp-parity: install
+	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.acp" --golden $(SHARED)/golden $(SHARED)/recordings/acp-cursor/*
 
 lint: install
 	$(VENV)/bin/ruff check bbridge bridges tests

@@ -29,7 +29,8 @@ _TEXT_DELTA_TYPE = {
     "plan": "item/plan/delta",
 }
 _OUTPUT_DELTA_TYPE = {"command": "item/commandExecution/outputDelta", "fileChange": "item/fileChange/outputDelta"}
-_FLUSH_BEFORE = (g.ItemTextClose, g.ItemClose, g.SessionEnded)
+_FLUSH_BEFORE = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
+_SESSION_RESET = g.SessionReset
 
 
 def _thread_attached(shape: g.Shape) -> bool:
@@ -50,6 +51,7 @@ class Assembler(Ids):
         entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
         super().__init__(entropy, progress_throttle_ms, text_delta_flush_ms)
         self.provider_id = provider_id
+        self._recent = ""  # the thread `_state` last moved to the end of `_states` (least recently used first)
         self._handlers: dict[type, Callable[[ThreadState, Any], None]] = {
             g.InputAccepted: self._input_accepted,
             g.TurnOpen: self._turn_open,
@@ -85,7 +87,7 @@ class Assembler(Ids):
         out: list[Event] = []
         self._now, self._out, self._tid = now, out, thread_id
         states = self._states
-        pre = None if deltas and type(deltas[0]) is g.SessionReset else states.get(thread_id)
+        pre = None if deltas and type(deltas[0]) is _SESSION_RESET else states.get(thread_id)
         if pre is not None:
             if pre.pending_text:
                 self._flush_elapsed_text(pre)
@@ -95,7 +97,7 @@ class Assembler(Ids):
         handlers = self._handlers
         for delta in deltas:
             kind = type(delta)
-            if kind is g.SessionReset:
+            if kind is _SESSION_RESET:
                 s = states.pop(thread_id, None)
                 if s is not None and s.pending_text:
                     self._flush_all_text(s)
@@ -159,11 +161,13 @@ class Assembler(Ids):
         states = self._states
         s = states.get(thread_id)
         if s is not None:
-            if next(reversed(states)) != thread_id:
+            if thread_id != self._recent:  # `_recent`, when still held, is already the newest key
                 del states[thread_id]
                 states[thread_id] = s
+                self._recent = thread_id
             return s
         s = states[thread_id] = ThreadState()
+        self._recent = thread_id
         if len(states) > MAX_THREADS:
             self._prune()
         return s

@@ -307,16 +307,7 @@ class BridgeProcess:
         proc = self._proc
         if proc is None:
             return
-        if proc.returncode is None:
-            _signal(proc.pid, signal.SIGTERM, group=False)
-            with trio.move_on_after(TERMINATE_GRACE_S):
-                await proc.wait()
-            if proc.returncode is None:
-                _signal(proc.pid, signal.SIGKILL, group=True)
-                with trio.move_on_after(kill_grace):
-                    await proc.wait()
-        # reach grandchildren that outlive the leader
-        _signal(proc.pid, signal.SIGTERM, group=True)
+        await terminate_group(proc, kill_grace)
         await self._wait_finished(TERMINATE_GRACE_S)
 
     # -- traffic -------------------------------------------------------------
@@ -352,6 +343,20 @@ class BridgeProcess:
                 f"Provider {self.provider_id!r} exited unexpectedly ({status}) with {method} in flight"
                 + self._stderr_excerpt(),
             ) from None
+
+
+async def terminate_group(proc: trio.Process, kill_grace: float = KILL_GRACE_S) -> None:
+    """Stop a process spawned with `start_new_session` (protocol.md §9.4): SIGTERM the leader, SIGKILL the group
+    after the grace, then SIGTERM whatever of the group outlived the leader."""
+    if proc.returncode is None:
+        _signal(proc.pid, signal.SIGTERM, group=False)
+        with trio.move_on_after(TERMINATE_GRACE_S):
+            await proc.wait()
+        if proc.returncode is None:
+            _signal(proc.pid, signal.SIGKILL, group=True)
+            with trio.move_on_after(kill_grace):
+                await proc.wait()
+    _signal(proc.pid, signal.SIGTERM, group=True)
 
 
 def _signal(pid: int, sig: signal.Signals, *, group: bool) -> None:

@@ -53,11 +53,30 @@ def _parser() -> argparse.ArgumentParser:
     schema = commands.add_parser("schema", help="write JSON Schemas of the wire (deltas, handshake, requests, events)")
     schema.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="output directory")
 
+    conf = commands.add_parser(
+        "conformance",
+        help="check a bridge against every conformance rule id (protocol.md §7)",
+        description="Spawn the bridge and check every conformance rule id of protocol.md §7.3-§7.6. Prints one "
+        "line per rule, PASS|FAIL|SKIP <rule-id> — <reason>, then 'N passed, M failed' (SKIP lines are not "
+        "counted). Exit status: 0 all passed, 1 any failure, 2 usage error.",
+    )
+    conf.add_argument(
+        "--fixture", type=Path, metavar="FILE", help="scenario fixture (default: conformance/default.json)"
+    )
+    conf.add_argument("--recordings", type=Path, metavar="DIR", help="also replay recorded cells (one provider's)")
+    conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
+
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
     kinds = par.add_subparsers(dest="kind", required=True)
     rec = kinds.add_parser("recordings", help="recorded cells against golden/<provider>/<cell>/")
     rec.add_argument("root", type=Path, metavar="ROOT")
     rec.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
+    live = kinds.add_parser("bridge", help="recorded cells replayed through a live bridge against the goldens")
+    live.add_argument("cells", type=Path, nargs="+", metavar="CELL_DIR")
+    live.add_argument("--provider-cmd", required=True, metavar='"CMD ..."', help="the bridge command line")
+    live.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
+    live.add_argument("--allowlist", type=Path, metavar="FILE", help="default: conformance/acp-parity-allowlist.json")
+    live.add_argument("--dump-dir", type=Path, metavar="DIR", help="write each cell's replayed events and stderr here")
     cases = kinds.add_parser("cases", help="synthetic differential cases")
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
@@ -85,6 +104,21 @@ def _parity_recordings(args: argparse.Namespace) -> int:
     passed = failed = 0
     for check in parity.check_recordings(args.root, args.golden):
         print(check.line())
+        passed, failed = passed + check.ok, failed + (not check.ok)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def _parity_bridge(args: argparse.Namespace) -> int:
+    from bbridge import bridge_parity
+    from bbridge.config import command_from_string
+
+    allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
+    command = command_from_string(args.provider_cmd)
+    checks = bridge_parity.check_cells(command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir)
+    passed = failed = 0
+    for check in checks:
+        print(check.line(), flush=True)
         passed, failed = passed + check.ok, failed + (not check.ok)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
@@ -155,6 +189,20 @@ def _run(args: argparse.Namespace) -> int:
     return trio.run(run_once, command, args.prompt, args.cwd, args.json)
 
 
+def _conformance(args: argparse.Namespace) -> int:
+    from bbridge import conformance, logs
+
+    logs.configure("warning")
+    command = args.bridge[1:] if args.bridge[:1] == ["--"] else args.bridge
+    if not command:
+        print(
+            "bbridge conformance: no bridge command (usage: bbridge conformance [options] -- CMD ARGS...)",
+            file=sys.stderr,
+        )
+        return 2
+    return conformance.main(command, args.fixture, args.recordings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -164,8 +212,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "conformance":
+            return _conformance(args)
         if args.command == "schema":
             return _schema(args)
+        if args.kind == "bridge":
+            return _parity_bridge(args)
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)

@@ -22,9 +22,10 @@ from bbridge import errors, grammar, protocol, rpc
 from bbridge.bridge import BridgeProcess, ExitStatus
 from bbridge.config import ProviderConfig
 from bbridge.events import Event, stamp
-from bbridge.extensions import ExtensionChecker
+from bbridge.extensions import CHECKED_TYPES, ExtensionChecker
 from bbridge.journal import Journal, entries_json
 from bbridge.tracker import Tracker
+from bbridge.watchdog import Watchdogs
 
 log = structlog.get_logger("bbridge.daemon")
 
@@ -45,6 +46,8 @@ FORWARDED = frozenset(
 _THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
 _RELAYED = frozenset({"item/tool/call", "interaction/request"})
 _FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
+_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
+MAX_CACHED_HEADS = 1024
 
 
 class ClientSink(Protocol):
@@ -123,6 +126,7 @@ class Daemon:
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
         self._flushing: set[tuple[int, str]] = set()
+        self._heads: dict[str, tuple[str, bytes]] = {}  # thread id -> (provider id, `thread/events` line head)
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
 
@@ -245,8 +249,8 @@ class Daemon:
 
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
         now = trio.current_time()
+        self.counters.notifications_in += len(batch)
         for note in batch:
-            self.counters.notifications_in += 1
             method = note.method
             if method == "thread/delta":
                 self._on_delta(bridge, note.params, now)
@@ -271,17 +275,20 @@ class Daemon:
 
     def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event], now: float) -> None:
         checker = self.extensions.get(bridge.provider_id)
+        guard, tracker, watchdogs = bridge.guard, self.tracker, bridge.watchdogs
+        provider_thread = self.provider_threads.get(thread_id)
         accepted: list[Event] = []
         for event in events:
-            if event["type"] == "thread/identity":
-                self.provider_threads[thread_id] = event["providerThreadId"]
-            stamp(event, thread_id, self.provider_threads.get(thread_id))
-            if checker is not None:
+            kind = event["type"]
+            if kind == "thread/identity":
+                provider_thread = self.provider_threads[thread_id] = event["providerThreadId"]
+            stamp(event, thread_id, provider_thread)
+            if checker is not None and kind in CHECKED_TYPES:
                 checked = checker.check(event)
                 if checked is not event:
                     self.counters.unhandled_extensions += 1
-                    event = checked
-            violation = bridge.guard.observe(event)
+                    event, kind = checked, checked["type"]
+            violation = guard.observe(event)
             if violation is not None:
                 self.counters.grammar_drops += 1
                 log.warning(
@@ -292,8 +299,9 @@ class Daemon:
                     rule=violation.rule,
                 )
                 continue
-            self.tracker.observe(thread_id, event)
-            bridge.watchdogs.observe(thread_id, event, now)
+            if kind in _LIFECYCLE:
+                tracker.observe(thread_id, event)
+                watchdogs.observe(thread_id, event, now)
             accepted.append(event)
         if accepted:
             self._publish(thread_id, bridge.provider_id, accepted)
@@ -319,15 +327,14 @@ class Daemon:
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         entries = self.journal.append(thread_id, events)
         self.counters.events_out += len(entries)
-        head = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
-        line = (
-            b'{"jsonrpc":"2.0","method":"thread/events","params":'
-            + head[:-1]
-            + b',"events":['
-            + b",".join(entries)
-            + b"]}}"
-        )
-        self._broadcast(line)
+        cached = self._heads.get(thread_id)
+        if cached is None or cached[0] != provider_id:
+            if len(self._heads) >= MAX_CACHED_HEADS:
+                self._heads.clear()
+            params = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
+            head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
+            cached = self._heads[thread_id] = (provider_id, head)
+        self._broadcast(b"".join((cached[1], b",".join(entries), b"]}}")))
 
     def _broadcast(self, line: bytes) -> None:
         for client in list(self.clients):

@@ -19,6 +19,8 @@ from bbridge.config import ExtensionKind
 from bbridge.events import Event
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+# the event types `ExtensionChecker.check` looks into; it returns every other unchanged
+CHECKED_TYPES = frozenset({"thread/extensionState/updated", "item/started", "item/completed"})
 
 log = structlog.get_logger("bbridge.extensions")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import IO
 from urllib.parse import quote
@@ -36,8 +37,12 @@ class _Seq(msgspec.Struct):
 @dataclass
 class _ThreadLog:
     last_seq: int = 0
-    entries: deque[tuple[int, bytes]] = field(default_factory=deque)
+    entries: deque[bytes] = field(default_factory=deque)  # the newest entries, seqs up to `last_seq` (contiguous)
     file: IO[bytes] | None = None
+
+    def first_held(self) -> int:
+        """The seq of the oldest entry held in memory (`last_seq + 1` when none is)."""
+        return self.last_seq - len(self.entries) + 1
 
 
 @dataclass
@@ -74,21 +79,24 @@ class Journal:
     def _load(self, thread_id: str, log: _ThreadLog) -> None:
         path = self._path(thread_id)
         if path.exists():
-            log.entries.extend(self._read_file(thread_id))
-            if log.entries:
-                log.last_seq = log.entries[-1][0]
+            stored = self._read_file(thread_id)
+            log.entries.extend(raw for _, raw in stored)
+            if stored:
+                log.last_seq = stored[-1][0]
         log.file = path.open("ab")
 
     def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
         """Assign seqs to one batch; returns the encoded `{seq, event}` entries."""
-        log = self._log(thread_id)
-        encoded: list[bytes] = []
+        log = self._threads.get(thread_id)
+        if log is None:
+            log = self._log(thread_id)
+        encode = _encoder.encode
         seq = log.last_seq
+        encoded: list[bytes] = []
         for event in events:
             seq += 1
-            entry = b'{"seq":%d,"event":%s}' % (seq, _encoder.encode(event))
-            encoded.append(entry)
-            log.entries.append((seq, entry))
+            encoded.append(b'{"seq":%d,"event":%s}' % (seq, encode(event)))
+        log.entries.extend(encoded)
         log.last_seq = seq
         if log.file is not None and encoded:
             log.file.write(b"\n".join(encoded) + b"\n")
@@ -108,9 +116,9 @@ class Journal:
             log = self._log(thread_id)
         if log is None:
             return Replay([], 0)
-        held = log.entries
-        entries = [entry for entry in held if entry[0] > after_seq]
-        first_held = held[0][0] if held else log.last_seq + 1
+        first_held = log.first_held()
+        skip = max(0, after_seq + 1 - first_held)
+        entries = list(zip(range(first_held + skip, log.last_seq + 1), islice(log.entries, skip, None)))
         if self.directory is not None and after_seq + 1 < first_held:
             entries = [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
             first_held = entries[0][0] if entries else log.last_seq + 1

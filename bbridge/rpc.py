@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import structlog
@@ -75,8 +75,23 @@ class LineReader:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | Overflow]:
         """Complete lines in order (one trailing CR removed), an `Overflow` where a line was dropped."""
-        parts = bytes(data).split(b"\n")
+        data = bytes(data)
+        parts = data.split(b"\n")
         tail = parts.pop()
+        pending = self._pending
+        if (
+            not self._discarding
+            and len(pending) + len(data) <= self._max
+            and b"\r" not in data
+            and not pending.endswith(b"\r")
+        ):
+            # the streaming hot path: no line can be too long and none ends in CR
+            if pending and parts:
+                parts[0] = bytes(pending) + parts[0]
+                pending.clear()
+            if tail:
+                pending += tail
+            return cast("list[bytes | Overflow]", parts)
         out: list[bytes | Overflow] = []
         for segment in parts:
             if self._discarding:
@@ -165,8 +180,11 @@ _encode = msgspec.json.Encoder().encode
 _NULL = msgspec.Raw(b"null")
 
 
+_ID_TYPES = frozenset({str, int, float})
+
+
 def _valid_id(value: Any) -> bool:
-    return type(value) in (str, int, float)
+    return type(value) in _ID_TYPES
 
 
 def encode_request(method: str, params: Any, id: str | int | float) -> bytes:
@@ -406,7 +424,7 @@ class Connection:
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
         batch: list[Notification] = []
         for line in lines:
-            if isinstance(line, Overflow):
+            if type(line) is Overflow:
                 self._junk(b"", f"discarded an oversized JSON-RPC line ({line.size} bytes)")
                 continue
             try:
@@ -419,9 +437,9 @@ class Connection:
                     self._junk(line, "not JSON")
                 continue
             method, id = env.method, env.id
-            if isinstance(method, str) and method:
+            if type(method) is str and method:
                 params = env.params if env.params else None
-                if not _valid_id(id):
+                if type(id) not in _ID_TYPES:
                     batch.append(Notification(method, params))
                     continue
                 batch = await self._flush(batch)

@@ -44,7 +44,10 @@ class Client:
             on_junk=self._on_junk,
             answer_junk=True,
         )
-        self._outbox_send, self._outbox_receive = trio.open_memory_channel[bytes](queue)
+        self._queue = queue
+        self._outbox: list[bytes] = []  # lines the writer has not taken yet
+        self._outbox_closed = False
+        self._outbox_ready = trio.Event()  # set when the outbox has lines or was closed
         self._nursery: trio.Nursery | None = None
         self._log = log.bind(client=name)
 
@@ -52,18 +55,25 @@ class Client:
         return await self.conn.request_raw(method, params, timeout=None)
 
     def enqueue(self, line: bytes) -> None:
-        try:
-            self._outbox_send.send_nowait(line)
-        except trio.WouldBlock:
+        outbox = self._outbox
+        if self._outbox_closed:
+            return
+        if len(outbox) >= self._queue:
             self.daemon.counters.clients_disconnected_slow += 1
             self._log.warning("disconnecting a client that stopped reading", reason="outbound queue full")
             self._disconnect()
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+            return
+        outbox.append(line)
+        if len(outbox) == 1:
+            self._outbox_ready.set()
+
+    def _close_outbox(self) -> None:
+        self._outbox_closed = True
+        self._outbox_ready.set()
 
     def _disconnect(self) -> None:
         self.daemon.remove_client(self)
-        self._outbox_send.close()
+        self._close_outbox()
         if self._nursery is not None:
             self._nursery.start_soon(self.conn.aclose)  # unblocks a writer stuck on a full socket
 
@@ -79,22 +89,24 @@ class Client:
         finally:
             self._nursery = None
             self.daemon.remove_client(self)
-            self._outbox_send.close()
+            self._close_outbox()
             self._log.info("client disconnected")
 
     async def _writer(self) -> None:
         """One write per wake-up: everything queued goes out in a single send."""
-        async with self._outbox_receive:
-            async for line in self._outbox_receive:
-                batch = [line]
-                while True:
-                    try:
-                        batch.append(self._outbox_receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await self.conn.send_lines(batch)
-                if self.conn.closed:
-                    return
+        try:
+            while True:
+                await self._outbox_ready.wait()
+                self._outbox_ready = trio.Event()
+                batch, self._outbox = self._outbox, []
+                if batch:
+                    await self.conn.send_lines(batch)
+                    if self.conn.closed:
+                        return
+                if self._outbox_closed and not self._outbox:
+                    break
+        finally:
+            self._outbox_closed = True
         # the queue was closed because the client fell behind: drop the connection
         await self.conn.aclose()
 

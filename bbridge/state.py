@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgspec import UNSET
-
 from bbridge import grammar as g
 from bbridge import items as it
 from bbridge.events import Event
@@ -21,15 +19,8 @@ def trim(mapping: dict[Any, Any], bound: int) -> None:
 
 
 def item_key(key: g.ItemKey) -> str:
-    """K(key): the three key parts joined by U+001F, absent parts empty."""
-    pid, channel, parent = key.providerItemId, key.channel, key.parentRef
-    return (
-        ("" if pid is UNSET else pid)
-        + "\x1f"
-        + ("" if channel is UNSET else channel)
-        + "\x1f"
-        + ("" if parent is UNSET else parent)
-    )
+    """K(key): the three key parts joined by U+001F, absent parts empty (`UNSET` is falsy)."""
+    return f"{key.providerItemId or ''}\x1f{key.channel or ''}\x1f{key.parentRef or ''}"
 
 
 def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tuple[str, str, bool] | None:

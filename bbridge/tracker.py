@@ -9,7 +9,7 @@ status for keyed provider turns, so only the delivered timeline knows them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from bbridge.events import Event, scope
 from bbridge.items import echo_item, text_item
@@ -31,6 +31,11 @@ class ThreadWork:
 
 
 class Tracker:
+    OBSERVED_TYPES: ClassVar[frozenset[str]] = (
+        frozenset({"turn/started", "turn/completed", "item/started"}) | _ITEM_COMPLETIONS
+    )
+    """The event types `observe` acts on; it ignores every other."""
+
     def __init__(self) -> None:
         self._threads: dict[str, ThreadWork] = {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from bbridge.events import Event
 
@@ -30,6 +31,9 @@ class _OpenTurn:
 
 
 class Watchdogs:
+    OBSERVED_TYPES: ClassVar[frozenset[str]] = frozenset({"turn/started", "turn/completed", "provider/error"})
+    """The event types `observe` acts on; it ignores every other."""
+
     def __init__(self, start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> None:
         self.start_timeout_s = start_timeout_s
         self.stall_timeout_s = stall_timeout_s
@@ -48,9 +52,11 @@ class Watchdogs:
 
     def traffic(self, thread_id: str, now: float) -> None:
         """Any bridge traffic for a thread re-arms its stall timers."""
-        for turn in self._turns.get(thread_id, {}).values():
-            turn.last_activity = now
-            turn.warned = False
+        turns = self._turns.get(thread_id)
+        if turns:
+            for turn in turns.values():
+                turn.last_activity = now
+                turn.warned = False
 
     def observe(self, thread_id: str, event: Event, now: float) -> None:
         kind = event["type"]

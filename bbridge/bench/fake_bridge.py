@@ -1,0 +1,81 @@
+"""The daemon benchmark's bridge: answers the handshake, then writes pre-encoded streams (stdlib only).
+
+`turn/start` whose first input text is `blast TURNS THREADS` writes the
+synthetic stream as fast as the pipe takes it; `paced TURNS THREADS RATE`
+writes it at RATE deltas per second, one batch per millisecond. Every write
+begins with a probe delta stamped with its monotonic send time, and the
+phase ends with the probe's done marker (see `bbridge.bench.stream`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, BinaryIO
+
+from bbridge.bench import stream
+
+BLAST_BATCH = 256  # lines per write when nothing paces the stream
+PACE_INTERVAL_NS = 1_000_000
+
+
+def _answer(out: BinaryIO, request_id: Any, result: Any) -> None:
+    out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n")
+    out.flush()
+
+
+def _write_phase(out: BinaryIO, phase: str, lines: list[bytes], batch: int, interval_ns: int) -> None:
+    out.write(stream.probe_open())
+    started = time.monotonic_ns()
+    deadline = started
+    sent = 1
+    for start in range(0, len(lines), batch):
+        if interval_ns:
+            deadline += interval_ns
+            pause = deadline - time.monotonic_ns()
+            if pause > 0:
+                time.sleep(pause / 1e9)
+        chunk = lines[start : start + batch]
+        out.write(stream.probe_line(phase, time.monotonic_ns()) + b"".join(chunk))
+        out.flush()
+        sent += len(chunk) + 1
+    out.write(stream.probe_done(phase, sent + 3, started))
+    out.flush()
+
+
+def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int) -> None:
+    words = str(params["input"][0]["text"]).split()
+    mode, turns, threads = words[0], int(words[1]), int(words[2])
+    phase = f"{mode}{phases}"
+    lines = stream.interleaved_lines(f"{phase}-", threads, turns)
+    _answer(out, request_id, {})
+    if mode == "paced":
+        batch = max(1, int(words[3]) * PACE_INTERVAL_NS // 1_000_000_000)
+        _write_phase(out, phase, lines, batch, PACE_INTERVAL_NS)
+    else:
+        _write_phase(out, phase, lines, BLAST_BATCH, 0)
+
+
+def main() -> None:
+    out = sys.stdout.buffer
+    phases = 0
+    for raw in sys.stdin.buffer:
+        message = json.loads(raw)
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:
+            continue
+        params = message.get("params") or {}
+        if method == "initialize":
+            _answer(out, request_id, {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}})
+        elif method in ("thread/start", "thread/resume", "thread/fork"):
+            _answer(out, request_id, {"providerThreadId": f"p-{params['threadId']}"})
+        elif method == "turn/start":
+            phases += 1
+            _turn(out, request_id, params, phases)
+        else:
+            _answer(out, request_id, {})
+
+
+if __name__ == "__main__":
+    main()

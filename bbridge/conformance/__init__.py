@@ -1,0 +1,94 @@
+"""`bbridge conformance`: prove a provider bridge against the rules of protocol.md §7.
+
+Every rule id of §7.3 (scripted), §7.4 (recorded traffic, with `--recordings`),
+§7.5 (the host-side live grammar over the assembled stream) and §7.6 (the rules
+bbridge adds) yields one line `PASS|FAIL|SKIP <rule-id> — <reason>`, in a fixed
+order whatever ran concurrently; the last line is `N passed, M failed` (skips
+are not counted). Independent groups run on their own bridge processes in
+parallel; every wait is bounded by the fixture, and each process group is
+stopped at the end, so a hung bridge costs time and FAIL lines, never a hang.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from bbridge.conformance import recorded, scripted, stream
+from bbridge.conformance.client import Client
+from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
+from bbridge.conformance.recorded import UsageError
+from bbridge.conformance.report import Result, summary
+
+__all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
+
+T = TypeVar("T")
+
+
+async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: Path | None = None) -> list[Result]:
+    """All results in report order; raises `UsageError` before spawning anything when the input is unusable."""
+    if not command or not all(command):
+        raise UsageError(f"the bridge command must be non-empty words, not {list(command)!r}")
+    if shutil.which(command[0]) is None:
+        raise UsageError(f"cannot run the bridge command: {command[0]!r} not found")
+    cells = recorded.select_cells(recordings, fixture.recorded_cells) if recordings is not None else []
+    creq = scripted.RequestIds()  # one counter per run, as the kit's is per process
+    clients: dict[str, Client] = {}
+    results: dict[str, Result] = {}
+    replays: dict[Path, list[Result]] = {}
+    limiter = trio.CapacityLimiter(fixture.concurrency)
+    with tempfile.TemporaryDirectory(prefix="bbridge-conformance-") as scratch:
+        cwd = fixture.cwd or scratch
+
+        async def group(name: str, body: Callable[[scripted.Run], Awaitable[T]]) -> T:
+            async def on_client(client: Client) -> T:
+                clients[name] = client
+                return await body(scripted.Run(client, fixture, cwd, creq))
+
+            return await scripted.with_client(command, on_client)
+
+        async def main_group() -> None:
+            results.update(await group("main", scripted.main_group))
+
+        async def added_group(rule: str, body: Callable[[scripted.Run], Awaitable[Result]]) -> None:
+            results[rule] = await group(rule, body)
+
+        async def replay(cell: Path) -> None:
+            replays[cell] = await recorded.replay_cell(command, cell, fixture, limiter)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(main_group)
+            nursery.start_soon(added_group, scripted.INTERRUPT, scripted.interrupt_group)
+            nursery.start_soon(added_group, scripted.SKILLS, scripted.skills_group)
+            for cell in cells:
+                nursery.start_soon(replay, cell)
+
+    scripted_clients = [clients[name] for name in ("main", scripted.INTERRUPT) if name in clients]
+    results.setdefault(stream.SCHEMA, stream.schema_result(scripted_clients))
+    results.update((r.rule, r) for r in stream.grammar_results(scripted_clients))
+    results[stream.ICONS] = stream.icon_result(fixture, scripted_clients)
+    ordered = [results[rule] for rule in scripted.RULES]
+    if recordings is None:
+        return ordered + recorded.without_recordings()
+    return ordered + [r for cell in cells for r in replays[cell]]
+
+
+def main(command: Sequence[str], fixture_path: Path | None, recordings: Path | None) -> int:
+    """The CLI: print the report; 0 when nothing failed, 1 on a failure, 2 on a usage error."""
+    try:
+        fixture = load_fixture(fixture_path)
+        results = trio.run(run_conformance, command, fixture, recordings)
+    except (FixtureError, UsageError) as exc:
+        print(f"bbridge conformance: {exc}", file=sys.stderr)
+        return 2
+    for result in results:
+        print(result.line())
+    passed, failed = summary(results)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0

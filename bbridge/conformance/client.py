@@ -1,0 +1,293 @@
+"""The conformance transport and client (protocol.md §7.1): one spawned bridge, one ordered log.
+
+Unlike `rpc.Connection`, the client keeps *every* line the bridge wrote in one
+log, in wire order, responses included, because rules are about order (the
+identity before the `thread/start` answer, an interrupt's settlement before the
+`thread/stop` answer). Each valid `thread/delta` also lands in the log as the
+canonical events one assembler (coalescing off) makes of it, stamped and
+checked by one grammar guard, as the runtime would see them. Waits are
+condition-driven and always bounded; a bridge that exits ends them early.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import structlog
+import trio
+
+from bbridge import grammar, rpc
+from bbridge.assembler import Assembler
+from bbridge.bridge import STDERR_TAIL_BYTES, bridge_env, terminate_group
+from bbridge.config import ProviderConfig
+from bbridge.events import Event, stamp
+from bbridge.guard import Guard, Violation
+
+log = structlog.get_logger("bbridge.conformance")
+
+Kind = Literal["response", "request", "notification", "event", "invalid-delta", "junk"]
+T = TypeVar("T")
+Answerer = Callable[["Client", dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class Entry:
+    """One log entry: a message as the bridge sent it, or an event assembled from a `thread/delta`."""
+
+    kind: Kind
+    message: Any  # the decoded JSON-RPC message; the event for "event"; the raw text for "junk"
+    thread_id: str = ""
+    violation: Violation | None = None
+    reason: str = ""  # why an "invalid-delta" was rejected
+
+    @property
+    def event(self) -> Event:
+        assert self.kind == "event"
+        result: Event = self.message
+        return result
+
+
+def _valid_id(value: Any) -> bool:
+    return type(value) in (str, int, float)
+
+
+def _classify(message: Any) -> Kind:
+    """protocol.md §1.3: by presence of `method`, never by the shape of `result`."""
+    if not isinstance(message, dict):
+        return "junk"
+    method, has_id = message.get("method"), _valid_id(message.get("id"))
+    if has_id and not method:
+        return "response"
+    if isinstance(method, str) and method:
+        return "request" if has_id else "notification"
+    return "junk"
+
+
+async def refuse_requests(client: Client, request: dict[str, Any]) -> None:
+    """No host handlers here (§3.6.3): approvals are denied when deny is offered, everything else is an error."""
+    payload = (request.get("params") or {}).get("payload") or {}
+    approval = request.get("method") == "interaction/request" and payload.get("kind") == "approval"
+    if approval and "deny" in (payload.get("availableDecisions") or []):
+        await client.answer(request["id"], result={"decision": "deny"})
+        return
+    message = f"bbridge conformance has no handler for {request.get('method')!r}"
+    await client.answer(request["id"], error={"code": rpc.BRIDGE_ERROR, "message": message})
+
+
+@dataclass
+class Client:
+    """A bridge process under test: write lines, read the ordered log, wait for conditions."""
+
+    command: Sequence[str]
+    provider_id: str = "conformance"
+    env: Mapping[str, str] = field(default_factory=dict)
+    on_request: Answerer = refuse_requests
+    log: list[Entry] = field(default_factory=list)
+    guard: Guard = field(default_factory=Guard)
+    exited: bool = False
+    stderr_tail: bytearray = field(default_factory=bytearray)
+
+    def __post_init__(self) -> None:
+        self.assembler = Assembler(self.provider_id, "cf", progress_throttle_ms=0, text_delta_flush_ms=0)
+        self.sent_ids: set[Any] = set()
+        self._next_id = 0
+        self._changed = trio.Event()
+        self._last_change = trio.current_time()
+        self._proc: trio.Process | None = None
+        self._write_lock = trio.Lock()  # the reader answers bridge requests while a rule writes its own lines
+        self._provider_threads: dict[str, str] = {}
+
+    # -- process ---------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Spawn in its own process group with the runtime's environment rules (protocol.md §9.6)."""
+        config = ProviderConfig(command=list(self.command), env=dict(self.env))
+        self._proc = await trio.lowlevel.open_process(
+            list(self.command),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=bridge_env(self.provider_id, config, os.environ, None),
+            start_new_session=True,
+        )
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        nursery.start_soon(self._read_stdout, self._proc.stdout)
+        nursery.start_soon(self._read_stderr, self._proc.stderr)
+
+    async def close(self) -> None:
+        """Close the bridge's stdin (its cue to exit), then stop its whole process group."""
+        if self._proc is None:
+            return
+        await self.close_stdin()
+        with trio.CancelScope(shield=True):
+            await terminate_group(self._proc)
+
+    async def wait_exit(self, timeout: float) -> bool:
+        """Whether the process exited on its own within `timeout`."""
+        assert self._proc is not None
+        with trio.move_on_after(timeout):
+            await self._proc.wait()
+            return True
+        return False
+
+    async def close_stdin(self) -> None:
+        if self._proc is not None and self._proc.stdin is not None:
+            await trio.aclose_forcefully(self._proc.stdin)
+
+    @property
+    def stderr_excerpt(self) -> str:
+        lines = self.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()
+        return f"; stderr ends: {' | '.join(line.strip() for line in lines[-3:])[-300:]}" if lines else ""
+
+    # -- writing -----------------------------------------------------------------
+
+    async def send_line(self, line: bytes) -> None:
+        """One raw line (terminator added); a bridge that stopped reading is noted, not raised."""
+        assert self._proc is not None and self._proc.stdin is not None
+        async with self._write_lock:
+            try:
+                await self._proc.stdin.send_all(line + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.debug("bridge stopped reading", command=self.command)
+
+    async def request(self, method: str, params: Any, id: str | int | None = None) -> str | int:
+        """Send a request (ids are integers from 1 unless given) and return its id."""
+        if id is None:
+            self._next_id += 1
+            id = self._next_id
+        self.sent_ids.add(id)
+        await self.send_line(rpc.encode_request(method, params, id))
+        return id
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self.send_line(rpc.encode_notification(method, params))
+
+    async def answer(self, id: Any, *, result: Any = None, error: dict[str, Any] | None = None) -> None:
+        body = {"jsonrpc": "2.0", "id": id, **({"error": error} if error is not None else {"result": result})}
+        await self.send_line(msgspec.json.encode(body))
+
+    # -- reading -----------------------------------------------------------------
+
+    def _append(self, entry: Entry) -> None:
+        self.log.append(entry)
+        self._changed.set()
+        self._changed = trio.Event()
+        self._last_change = trio.current_time()
+
+    async def _read_stdout(self, stream: trio.abc.ReceiveStream) -> None:
+        reader = rpc.LineReader()
+        try:
+            while data := await stream.receive_some():
+                for line in reader.feed(data):
+                    if isinstance(line, bytes):
+                        await self._on_line(line)
+            for line in reader.close():
+                await self._on_line(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.exited = True
+            self._changed.set()
+
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        try:
+            while data := await stream.receive_some():
+                self.stderr_tail += data
+                del self.stderr_tail[:-STDERR_TAIL_BYTES]
+                log.debug("bridge stderr", text=bytes(data).decode("utf-8", errors="replace").rstrip())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def _on_line(self, line: bytes) -> None:
+        try:
+            message = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            if line.strip():
+                self._append(Entry("junk", line.decode("utf-8", errors="replace")))
+            return
+        kind = _classify(message)
+        self._append(Entry(kind, message))
+        if kind == "request":
+            await self.on_request(self, message)
+        elif kind == "notification":
+            self._on_notification(message)
+
+    def _on_notification(self, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        method = message["method"]
+        if method == "thread/identity" and isinstance(params, dict):
+            tid, ptid = params.get("threadId"), params.get("providerThreadId")
+            if isinstance(tid, str) and isinstance(ptid, str):
+                self._provider_threads[tid] = ptid
+        if method != "thread/delta":
+            return
+        try:
+            batch = grammar.decode_params(msgspec.json.encode(params))
+        except grammar.GrammarError as exc:
+            self._append(Entry("invalid-delta", message, reason=str(exc)))
+            return
+        now = trio.current_time() * 1000
+        for event in self.assembler.assemble(batch.threadId, batch.deltas, now):
+            if event["type"] == "thread/identity":
+                self._provider_threads[batch.threadId] = event["providerThreadId"]
+            stamp(event, batch.threadId, self._provider_threads.get(batch.threadId))
+            self._append(Entry("event", event, batch.threadId, self.guard.observe(event)))
+
+    # -- querying ----------------------------------------------------------------
+
+    def mark(self) -> int:
+        """The current log position, to look only at what arrives afterwards."""
+        return len(self.log)
+
+    def response_index(self, id: Any) -> int | None:
+        for index, entry in enumerate(self.log):
+            if entry.kind == "response" and entry.message.get("id") == id:
+                return index
+        return None
+
+    def events(self, start: int = 0, end: int | None = None) -> list[Event]:
+        return [e.event for e in self.log[start:end] if e.kind == "event"]
+
+    def count(self, event_type: str) -> int:
+        return sum(1 for e in self.log if e.kind == "event" and e.message["type"] == event_type)
+
+    async def wait_for(self, predicate: Callable[[], T | None], timeout: float) -> T | None:
+        """The predicate's first non-None value, or None when `timeout` passes or the bridge's stdout ends first."""
+        with trio.move_on_after(timeout):
+            while True:
+                found = predicate()
+                if found is not None or self.exited:
+                    return found
+                await self._changed.wait()
+        return None
+
+    async def wait_response(self, id: Any, timeout: float) -> dict[str, Any] | None:
+        index = await self.wait_for(lambda: self.response_index(id), timeout)
+        if index is None:
+            return None
+        message: dict[str, Any] = self.log[index].message
+        return message
+
+    async def quiet(self, period: float, limit: float) -> bool:
+        """Wait until nothing arrived for `period` (bounded by `limit`); whether that happened."""
+        with trio.move_on_after(limit):
+            while not self.exited:
+                remaining = self._last_change + period - trio.current_time()
+                if remaining <= 0:
+                    return True
+                with trio.move_on_after(remaining):
+                    await self._changed.wait()
+            return True
+        return False
+
+
+def describe_error(response: dict[str, Any]) -> str:
+    error = response.get("error")
+    if isinstance(error, dict):
+        return f"error {error.get('code')} {str(error.get('message'))[:200]!r}"
+    return f"error {msgspec.json.encode(error).decode()[:200]}"

@@ -1,0 +1,82 @@
+"""Checks over everything a run assembled (protocol.md §7.3 `events/schema-valid`, §7.5, §7.6 icons).
+
+They read the clients' logs after the groups finished, so one event stream
+from several bridge processes is judged at once, in a fixed client order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from bbridge import guard
+from bbridge.conformance.client import Client
+from bbridge.conformance.fixture import Fixture
+from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.events import encode_event
+from bbridge.schema import ThreadEvent
+
+GRAMMAR = guard.RULES
+SCHEMA = "events/schema-valid"
+ICONS = "presentation/icon-namespaced-declared"
+
+
+def grammar_results(clients: Sequence[Client]) -> list[Result]:
+    entries = [e for c in clients for e in c.log if e.kind == "event"]
+    if not entries:
+        return [skipped(rule, "no assembled events to check") for rule in GRAMMAR]
+    results = []
+    for rule in GRAMMAR:
+        broken = [e.violation for e in entries if e.violation is not None and e.violation.rule == rule]
+        if broken:
+            results.append(failed(rule, f"{len(broken)} violation(s); first: {broken[0].reason}"))
+        else:
+            results.append(passed(rule, "no assembled event breaks it"))
+    return results
+
+
+def schema_result(clients: Sequence[Client]) -> Result:
+    """`events/schema-valid`; a `thread/delta` the grammar rejects counts too: it yields no valid events."""
+    bad: list[str] = []
+    for client in clients:
+        for entry in client.log:
+            if entry.kind == "invalid-delta":
+                params = msgspec.json.encode(entry.message.get("params")).decode()
+                bad.append(f"invalid thread/delta ({entry.reason}): {params[:400]}")
+            elif entry.kind == "event":
+                data = encode_event(entry.event)
+                try:
+                    msgspec.json.decode(data, type=ThreadEvent)
+                except msgspec.ValidationError as exc:
+                    bad.append(f"{{threadId: {entry.thread_id!r}, event: {data.decode()[:400]}}} ({exc})")
+    if bad:
+        return failed(SCHEMA, f"{len(bad)} invalid; first: {bad[0]}")
+    return passed(SCHEMA, "every assembled event parses as ThreadEvent")
+
+
+def _glyphs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        presentation = value.get("presentation")
+        if isinstance(presentation, dict) and isinstance(presentation.get("icon"), dict):
+            glyph = presentation["icon"].get("glyph")
+            if isinstance(glyph, str):
+                yield glyph
+        for child in value.values():
+            yield from _glyphs(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from _glyphs(child)
+
+
+def icon_result(fixture: Fixture, clients: Sequence[Client]) -> Result:
+    if fixture.icons is None:
+        return skipped(ICONS, "the fixture declares no icons (no result)")
+    plugin, names = fixture.icons
+    glyphs = [g for c in clients for e in c.events() for g in _glyphs(msgspec.to_builtins(e)) if "/" in g]
+    for glyph in glyphs:
+        namespace, _, name = glyph.partition("/")
+        if namespace != plugin or name not in names:
+            return failed(ICONS, f"icon glyph {glyph!r} is not one of {plugin!r}'s declared icons {sorted(names)}")
+    return passed(ICONS, f"{len(glyphs)} namespaced glyph(s), all declared by {plugin!r}")

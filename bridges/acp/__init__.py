@@ -1,0 +1,43 @@
+"""The ACP bridge (`python -m bridges.acp [--pass-env NAME]... -- AGENT_CMD ARGS...`), written with `bbridge.kit`.
+
+It speaks the bb Provider Bridge Protocol 2 (grammar v3) upward and the Agent
+Client Protocol version 1 downward, as the client of one agent subprocess per
+thread: `thread/start` runs `session/new`, `thread/resume` runs `session/load`
+(refused with -32002 when the agent does not advertise `loadSession`),
+`thread/fork` runs `session/fork`. The agent command comes from the command
+line, or per request from `options.providerOptions.acpLaunchSpec`
+(`{command, args, env, cwd}`, which wins). The agent's environment is an
+allowlist; `--pass-env NAME` adds a variable of the bridge's own environment
+(an API key the agent needs).
+
+Modules: `agent` (the subprocess), `session` (one thread's session and turns),
+`translate` (ACP updates → deltas), `tools` and `presentation` (tool-call
+shapes and rows), `permissions` (approvals), `wire` (the ACP subset read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from bridges.acp.agent import Launch
+from bridges.acp.bridge import AcpBridge
+
+
+def parse_args(argv: Sequence[str]) -> tuple[Launch | None, list[str]]:
+    """The agent after `--` (optional) and the names to pass through."""
+    argv = list(argv)
+    agent = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m bridges.acp", description="The ACP bridge (protocol 2 up, ACP 1 down)."
+    )
+    parser.add_argument("--pass-env", action="append", default=[], metavar="NAME", help="pass this variable to agents")
+    args = parser.parse_args(own)
+    return (Launch(agent[0], tuple(agent[1:])) if agent else None), args.pass_env
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    default, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
+    AcpBridge(default, passthrough).bridge.run()

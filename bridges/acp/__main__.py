@@ -1,0 +1,3 @@
+from bridges.acp import main
+
+main()
