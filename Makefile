@@ -30,12 +30,12 @@ ACP_PY_VERSION := 0.12.1
 
 acp-agents: $(ACP_CACHE)/.installed
 
-$(ACP_CACHE)/.installed: Makefile
+$(ACP_CACHE)/.installed: Makefile $(VENV)/.installed
 	rm -rf $(ACP_CACHE) && mkdir -p $(ACP_CACHE)/npm $(ACP_CACHE)/sdist
 	npm install --prefix $(ACP_CACHE)/npm --no-save --no-audit --no-fund --loglevel=error @agentclientprotocol/sdk@$(ACP_SDK_VERSION)
-	$(PYTHON) -m pip download -q --no-deps --no-binary :all: agent-client-protocol==$(ACP_PY_VERSION) -d $(ACP_CACHE)/sdist
+	$(PY) -m pip download -q --no-deps --no-binary :all: agent-client-protocol==$(ACP_PY_VERSION) -d $(ACP_CACHE)/sdist
 	tar -xzf $(ACP_CACHE)/sdist/agent_client_protocol-$(ACP_PY_VERSION).tar.gz -C $(ACP_CACHE)/sdist
-	$(PYTHON) -m venv $(ACP_CACHE)/venv
+	$(PY) -m venv $(ACP_CACHE)/venv
 	$(ACP_CACHE)/venv/bin/python -m pip install -q agent-client-protocol==$(ACP_PY_VERSION)
 	touch $@
 

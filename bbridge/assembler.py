@@ -406,13 +406,14 @@ class Assembler(Ids):
 
     def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
         key = d.key
-        turn = self._turn_for(s, d.providerTurnId)
+        ptid = d.providerTurnId
+        turn = s.current_turn if ptid is UNSET else self._vouch(s, ptid)  # `_turn_for`, inlined on the hottest path
         if turn is None:
             self._fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         rec = s.open_items.get(k)
-        parent = self._parent(s, key.parentRef)
+        parent = None if key.parentRef is UNSET else self._parent(s, key.parentRef)
         pid = key.providerItemId
         if rec is not None:
             bb: str | None = rec.bb_id

@@ -41,6 +41,7 @@ import trio
 
 from bbridge import grammar, rpc
 from bbridge.assembler import Assembler
+from bbridge.config import ConfigError
 from bbridge.events import Event, encode_event
 from bbridge.guard import Guard
 from bbridge.parity import Check
@@ -341,12 +342,15 @@ def read_allowlist(path: Path | None) -> list[AllowEntry]:
     if path is None or not path.exists():
         return []
     entries = []
-    for index, raw in enumerate(json.loads(path.read_text(encoding="utf-8"))):
-        if raw.get("layer", "events") != "events" or not str(raw.get("reason", "")).strip():
-            raise ValueError(f"{path}: entry {index} needs layer 'events' and a reason")
-        entries.append(
-            AllowEntry(index, raw["provider"], raw["cell"], raw["path"], raw["reason"], raw.get("where", {}))
-        )
+    try:
+        raw_entries = json.loads(path.read_text(encoding="utf-8"))
+        for index, raw in enumerate(raw_entries):
+            if raw.get("layer", "events") != "events" or not str(raw.get("reason", "")).strip():
+                raise ConfigError(f"{path}: entry {index} needs layer 'events' and a reason")
+            entry = AllowEntry(index, raw["provider"], raw["cell"], raw["path"], raw["reason"], raw.get("where", {}))
+            entries.append(entry)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: not an allowlist ({exc})") from None
     return entries
 
 
@@ -395,14 +399,15 @@ def mask(events: list[Event], entry: AllowEntry) -> tuple[list[Event], int]:
 # -- comparison ----------------------------------------------------------------
 
 
-def _golden_lines(path: Path) -> list[str]:
-    return [line for line in path.read_text(encoding="utf-8").split("\n") if line]
+def compare(name: str, golden: list[str], live: Run, entries: list[AllowEntry]) -> Check:
+    """PASS when the masked legs are equal, no exact-cell entry is stale, and nothing stalled.
 
-
-def compare(name: str, golden: list[Event], live: Run, entries: list[AllowEntry]) -> Check:
-    """PASS when the masked legs are equal, no exact-cell entry is stale, and nothing stalled."""
+    Unmasked golden lines are compared as they are on disk: byte for byte.
+    """
     provider, cell = name.split("/", 1)
-    want, got = golden, live.events
+    want: list[Event] = [json.loads(line) for line in golden]
+    got = live.events
+    masked_golden = False
     named: list[str] = []
     stale: list[str] = []
     for entry in entries:
@@ -412,11 +417,12 @@ def compare(name: str, golden: list[Event], live: Run, entries: list[AllowEntry]
         want, hits_want = mask(want, entry)
         got, hits_got = mask(got, entry)
         entry.masked += hits_want + hits_got
+        masked_golden = masked_golden or bool(hits_want)
         if hits_want or hits_got:
             named.append(f"#{entry.index} ({hits_want} golden, {hits_got} replayed)")
         elif entry.cell != "*":
             stale.append(f"  stale {entry.describe()}: masks nothing")
-    expected = [encode_event(e).decode() for e in want]
+    expected = [encode_event(e).decode() for e in want] if masked_golden else golden
     actual = [encode_event(e).decode() for e in got]
     detail = [f"  stall: {s}" for s in live.stalls] + stale
     if expected != actual:
@@ -458,7 +464,7 @@ def check_cells(
         if not golden_path.exists():
             yield Check(name, False, f"  no golden at {golden_path}")
             continue
-        golden = [json.loads(line) for line in _golden_lines(golden_path)]
+        golden = [line for line in golden_path.read_text(encoding="utf-8").split("\n") if line]
         replayer = Replayer(cell, provider, command, plan_cell(cell, provider), drain=drain, settle=settle)
         live = trio.run(replayer.replay)
         if dump_dir is not None:

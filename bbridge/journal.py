@@ -34,6 +34,13 @@ class _Seq(msgspec.Struct):
     seq: int
 
 
+class _Entry(msgspec.Struct, gc=False):
+    """`{"seq":n,"event":…}`: one encoder call per entry, no intermediate dict."""
+
+    seq: int
+    event: Event
+
+
 @dataclass
 class _ThreadLog:
     last_seq: int = 0
@@ -95,7 +102,7 @@ class Journal:
         encoded: list[bytes] = []
         for event in events:
             seq += 1
-            encoded.append(b'{"seq":%d,"event":%s}' % (seq, encode(event)))
+            encoded.append(encode(_Entry(seq, event)))
         log.entries.extend(encoded)
         log.last_seq = seq
         if log.file is not None and encoded:

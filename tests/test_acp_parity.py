@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bbridge import bridge_parity
-from bbridge.events import Event
+from bbridge.events import Event, encode_event
 from tests.conftest import REPO, missing_reason, shared_path
 
 RECORDINGS = shared_path("recordings", "acp-cursor")
@@ -50,7 +50,7 @@ def _event(kind: str, **fields: object) -> Event:
 
 
 def test_allowlist_masks_name_and_go_stale() -> None:
-    golden = [_event("turn/started", id="a")]
+    golden = [encode_event(_event("turn/started", id="a")).decode()]
     live = bridge_parity.Run(events=[_event("turn/started", id="a"), _event("thread/name/updated", threadName="t")])
     names = bridge_parity.AllowEntry(0, "acp-x", "*", "", "titles", {"type": "thread/name/updated"})
     idless = bridge_parity.AllowEntry(1, "acp-x", "c", "/id", "ids differ")

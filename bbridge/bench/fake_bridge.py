@@ -37,18 +37,35 @@ def _write_phase(out: BinaryIO, phase: str, lines: list[bytes], batch: int, inte
             if pause > 0:
                 time.sleep(pause / 1e9)
         chunk = lines[start : start + batch]
-        out.write(stream.probe_line(phase, time.monotonic_ns()) + b"".join(chunk))
+        out.write(stream.probe_line(phase, time.monotonic_ns()) + b"\n".join(chunk) + b"\n")
         out.flush()
         sent += len(chunk) + 1
     out.write(stream.probe_done(phase, sent + 3, started))
     out.flush()
 
 
-def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int) -> None:
+class Streams:
+    """Encodes each stream shape once; a phase only swaps its unique id prefix in."""
+
+    def __init__(self) -> None:
+        self._templates: dict[tuple[int, int], bytes] = {}
+
+    def lines(self, phase: str, turns: int, threads: int) -> list[bytes]:
+        template = self._templates.get((turns, threads))
+        if template is None:
+            template = b"".join(stream.interleaved_lines(_PLACEHOLDER, threads, turns))
+            self._templates[turns, threads] = template
+        return template.replace(_PLACEHOLDER.encode(), f"{phase}-".encode()).split(b"\n")[:-1]
+
+
+_PLACEHOLDER = "@phase@"
+
+
+def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int, streams: Streams) -> None:
     words = str(params["input"][0]["text"]).split()
     mode, turns, threads = words[0], int(words[1]), int(words[2])
     phase = f"{mode}{phases}"
-    lines = stream.interleaved_lines(f"{phase}-", threads, turns)
+    lines = streams.lines(phase, turns, threads)
     _answer(out, request_id, {})
     if mode == "paced":
         batch = max(1, int(words[3]) * PACE_INTERVAL_NS // 1_000_000_000)
@@ -59,6 +76,7 @@ def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int) -
 
 def main() -> None:
     out = sys.stdout.buffer
+    streams = Streams()
     phases = 0
     for raw in sys.stdin.buffer:
         message = json.loads(raw)
@@ -72,7 +90,7 @@ def main() -> None:
             _answer(out, request_id, {"providerThreadId": f"p-{params['threadId']}"})
         elif method == "turn/start":
             phases += 1
-            _turn(out, request_id, params, phases)
+            _turn(out, request_id, params, phases, streams)
         else:
             _answer(out, request_id, {})
 

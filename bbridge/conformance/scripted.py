@@ -459,7 +459,8 @@ async def interrupt_group(run: Run) -> Result:
     turn = _turn_of(started)
     assert turn is not None
     if run.first(mark, _typed("turn/completed", INTERRUPT_THREAD, turn)) is not None:
-        return failed(INTERRUPT, f"turn {turn} settled before the interrupt; interruptPromptInput must keep it running")
+        # the rule speaks of a *live* turn: one that finished on its own leaves nothing to check
+        return skipped(INTERRUPT, f"turn {turn} finished on its own before the interrupt could be sent")
     active = client.assembler.get_provider_turn_id(INTERRUPT_THREAD, turn) or turn
     params = {"threadId": INTERRUPT_THREAD, "providerThreadId": ptid, "intent": "interrupt", "activeTurnId": active}
     stop, response = await run.call("thread/stop", params)
@@ -478,7 +479,10 @@ def _settled_before(run: Run, mark: int, answer: int | None, turn: str) -> Resul
         where = "only after" if late else "not before"
         return failed(INTERRUPT, f"turn {turn} settled {where} the stop's response; its settlement must come first")
     if completed.get("status") != "interrupted":
-        return failed(INTERRUPT, f"turn {turn} settled {completed.get('status')}, not interrupted")
+        # a turn the provider finished before the interrupt took effect settled in order, but was not interrupted
+        return skipped(
+            INTERRUPT, f"turn {turn} finished on its own ({completed.get('status')}) before the interrupt took effect"
+        )
     open_items: dict[str, None] = {}
     for event in before:
         if "item" not in event:

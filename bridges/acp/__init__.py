@@ -10,9 +10,10 @@ line, or per request from `options.providerOptions.acpLaunchSpec`
 allowlist; `--pass-env NAME` adds a variable of the bridge's own environment
 (an API key the agent needs).
 
-Modules: `agent` (the subprocess), `session` (one thread's session and turns),
-`translate` (ACP updates → deltas), `tools` and `presentation` (tool-call
-shapes and rows), `permissions` (approvals), `wire` (the ACP subset read).
+Modules: `bridge` (the runtime methods), `agent` (the subprocess), `session`
+(one thread's session and turns), `translate` (ACP updates → deltas), `tools`
+and `presentation` (tool-call shapes and rows), `permissions` (approvals),
+`content` (prompt blocks, the agent's file requests), `wire` (the ACP subset).
 """
 
 from __future__ import annotations

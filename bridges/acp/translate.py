@@ -26,7 +26,15 @@ from msgspec import UNSET
 from bbridge import grammar as g
 from bridges.acp import presentation as p
 from bridges.acp.tools import classify
-from bridges.acp.wire import JsonObject, non_negative_int, output_text, plan_entries, text_of, tool_call_event
+from bridges.acp.wire import (
+    TOOL_CALL_FIELDS,
+    JsonObject,
+    non_negative_int,
+    output_text,
+    plan_entries,
+    text_of,
+    tool_call_event,
+)
 
 UPDATE_METHOD = "acp/update"
 FS_WRITE_METHOD = "acp/fs/write"
@@ -268,12 +276,8 @@ def prompt_usage(result: JsonObject) -> g.TokenBreakdown | None:
 
 
 def _changed_fields(update: JsonObject) -> JsonObject:
-    """The fields of an update that override the started call (the update's own kind marker does not)."""
-    return {
-        name: update[name]
-        for name in ("title", "kind", "status", "content", "locations", "rawInput", "rawOutput")
-        if name in update
-    }
+    """The fields of an update that override the started call (not its id, not its own kind marker)."""
+    return {name: update[name] for name in TOOL_CALL_FIELDS[1:] if name in update}
 
 
 def _raw_type(update: JsonObject) -> str:
