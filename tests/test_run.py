@@ -1,0 +1,55 @@
+"""`bbridge run`: one turn against a bridge, the live timeline, the exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bbridge.events import EVENT_TYPES
+from tests.daemon_support import FAKE
+
+ECHO = f"{sys.executable} -m bridges.echo"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bbridge", "run", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_readable_timeline_of_a_plain_turn() -> None:
+    result = run("--provider-cmd", ECHO, "--prompt", "hello timeline")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("▶ turn ")
+    assert "    echo: hello timeline" in lines
+    assert any(line.startswith("  usage: ") for line in lines)
+    assert lines[-1] == "■ turn completed"
+
+
+def test_json_mode_emits_all_30_event_types_for_deltas_all() -> None:
+    result = run("--provider-cmd", ECHO, "--prompt", "deltas:all", "--json")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {event["type"] for event in events} == set(EVENT_TYPES)
+    assert all(event["threadId"].startswith("thr_run") for event in events)
+
+
+def test_a_failed_turn_exits_non_zero_with_the_reason() -> None:
+    result = run("--provider-cmd", ECHO, "--prompt", "fail:out_of_quota")
+    assert result.returncode == 1
+    assert "■ turn failed" in result.stdout
+    assert result.stderr.strip().endswith("bbridge run: failed: Provider error")
+
+
+def test_a_refused_handshake_exits_non_zero_with_the_reason() -> None:
+    result = run("--provider-cmd", f"{sys.executable} {FAKE} old-protocol", "--prompt", "x")
+    assert result.returncode == 1
+    assert "speaks Provider Bridge Protocol version 1, but this runtime requires version 2" in result.stderr
+
+
+def test_a_bridge_that_crashes_mid_turn_exits_non_zero() -> None:
+    result = run("--provider-cmd", f"{sys.executable} {FAKE} crash-mid-turn", "--prompt", "x")
+    assert result.returncode == 1
+    assert "exited unexpectedly (code 3)" in result.stderr
