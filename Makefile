@@ -48,6 +48,10 @@ lint: install
 	$(VENV)/bin/ruff format --check bbridge bridges tests
 	$(VENV)/bin/mypy
 
+# Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.
+bench: install
+	$(PY) -m bbridge bench --json
+
 parity: install
 	$(PY) -m bbridge parity recordings $(SHARED)/recordings --golden $(SHARED)/golden
 	$(PY) -m bbridge parity cases $(SHARED)/golden/synthetic/cases.ndjson

@@ -19,7 +19,7 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import errors, protocol, rpc
+from bbridge import errors, grammar, protocol, rpc
 from bbridge.assembler import Assembler
 from bbridge.config import ProviderConfig
 from bbridge.guard import Guard
@@ -190,6 +190,7 @@ class BridgeProcess:
             on_request=self._on_request,
             on_notifications=self._on_notifications,
             on_junk=self._on_junk,
+            typed_params={"thread/delta": grammar.ThreadDeltaParams},  # the hot path: each line parsed once
         )
         self.host.on_status(self)
         self._log.info("bridge spawned", command=self.config.command)

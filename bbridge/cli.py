@@ -10,6 +10,7 @@ from pathlib import Path
 import trio
 
 from bbridge import parity
+from bbridge.bench import report as bench_report
 from bbridge.config import ConfigError
 from bbridge.events import encode_lines
 from bbridge.recording import RecordingError
@@ -49,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cwd", help="working directory for the bridge and the thread")
     run.add_argument("--json", action="store_true", help="NDJSON events instead of the readable timeline")
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+
+    bench = commands.add_parser("bench", help="core, daemon, memory and coalescing figures (BENCHMARKS.md)")
+    bench_report.add_arguments(bench)
 
     schema = commands.add_parser("schema", help="write JSON Schemas of the wire (deltas, handshake, requests, events)")
     schema.add_argument("--out", type=Path, default=Path("schemas"), metavar="DIR", help="output directory")
@@ -110,9 +114,10 @@ def _parity_recordings(args: argparse.Namespace) -> int:
 
 
 def _parity_bridge(args: argparse.Namespace) -> int:
-    from bbridge import bridge_parity
+    from bbridge import bridge_parity, logs
     from bbridge.config import command_from_string
 
+    logs.configure("warning")
     allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
     command = command_from_string(args.provider_cmd)
     checks = bridge_parity.check_cells(command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir)
@@ -216,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _conformance(args)
         if args.command == "schema":
             return _schema(args)
+        if args.command == "bench":
+            return bench_report.main(args)
         if args.kind == "bridge":
             return _parity_bridge(args)
         if args.kind == "recordings":

@@ -250,22 +250,30 @@ class Daemon:
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
         now = trio.current_time()
         self.counters.notifications_in += len(batch)
+        first = len(batch) > 1 and bool(self.clients)
         for note in batch:
             method = note.method
             if method == "thread/delta":
-                self._on_delta(bridge, note.params, now)
+                self._on_delta(bridge, note, now)
+                if first:  # the chunk's first events reach the clients before the rest of it is assembled
+                    first = False
+                    await _let_writers_run()
             elif method in _FORWARDED_NOTIFICATIONS:
                 self._on_forwarded(bridge, method, note.params)
             elif method == "error":
                 self._on_bridge_error(bridge, note.params)
 
-    def _on_delta(self, bridge: BridgeProcess, raw: msgspec.Raw | None, now: float) -> None:
-        try:
-            params = grammar.decode_params(raw if raw is not None else b"null")
-        except grammar.GrammarError as exc:
-            self.counters.rejected_notifications += 1
-            log.warning("skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc))
-            return
+    def _on_delta(self, bridge: BridgeProcess, note: rpc.Notification, now: float) -> None:
+        params: grammar.ThreadDeltaParams | None = note.decoded  # valid params the framing pass decoded
+        if params is None:
+            try:
+                params = grammar.decode_params(note.params if note.params is not None else b"null")
+            except grammar.GrammarError as exc:
+                self.counters.rejected_notifications += 1
+                log.warning(
+                    "skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc)
+                )
+                return
         self.counters.deltas_in += len(params.deltas)
         thread_id = params.threadId
         bridge.threads.add(thread_id)
@@ -334,7 +342,9 @@ class Daemon:
             params = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
             head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
             cached = self._heads[thread_id] = (provider_id, head)
-        self._broadcast(b"".join((cached[1], b",".join(entries), b"]}}")))
+        line = b"".join((cached[1], b",".join(entries), b"]}}"))
+        for client in list(self.clients):  # `_broadcast`, inlined: this runs per notification
+            client.enqueue(line)
 
     def _broadcast(self, line: bytes) -> None:
         for client in list(self.clients):
@@ -544,6 +554,13 @@ class Daemon:
                 "pendingTurnStart": bridge.watchdogs.pending_start(thread_id) if bridge else False,
                 "lastSeq": last_seq,
             }
+
+
+async def _let_writers_run() -> None:
+    """Two checkpoints: trio runs each batch of ready tasks in random order, so after the second one every
+    client writer woken before the first has had its turn."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
 
 
 class _Message(msgspec.Struct):

@@ -45,8 +45,9 @@ def scope(turn_id: str | None) -> dict[str, str]:
 
 
 def new_event(kind: str, turn_id: str | None) -> Event:
-    """The common envelope: type, unstamped ids, scope."""
-    return {"type": kind, "threadId": "", "providerThreadId": "", "scope": scope(turn_id)}
+    """The common envelope: type, unstamped ids, scope (`scope` inlined: this runs for nearly every event)."""
+    where = {"kind": "thread"} if turn_id is None else {"kind": "turn", "turnId": turn_id}
+    return {"type": kind, "threadId": "", "providerThreadId": "", "scope": where}
 
 
 def stamp(event: Event, thread_id: str, provider_thread_id: str | None) -> Event:

@@ -70,6 +70,9 @@ class Guard:
     def observe(self, event: dict[str, Any]) -> Violation | None:
         kind = event["type"]
         if kind in _ITEM_DELTAS:
+            st = self._threads.get(event["threadId"])
+            if st is not None and event.get("itemId") in st.open_items:
+                return None  # the streaming hot path, without a call
             return self._needs_open(event, kind, event.get("itemId"))
         if kind == "item/started":
             st = self._thread(event)

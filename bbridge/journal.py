@@ -125,7 +125,7 @@ class Journal:
             return Replay([], 0)
         first_held = log.first_held()
         skip = max(0, after_seq + 1 - first_held)
-        entries = list(zip(range(first_held + skip, log.last_seq + 1), islice(log.entries, skip, None)))
+        entries = list(zip(range(first_held + skip, log.last_seq + 1), islice(log.entries, skip, None), strict=True))
         if self.directory is not None and after_seq + 1 < first_held:
             entries = [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
             first_held = entries[0][0] if entries else log.last_seq + 1

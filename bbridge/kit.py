@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
 import structlog
@@ -197,6 +197,19 @@ def claim_stdio() -> tuple[int, int]:
     return protocol_in, protocol_out
 
 
+class SessionHandlers(Protocol):
+    """The session methods (§3.3) a full bridge serves; `Bridge.handle_sessions` registers them all at once."""
+
+    async def model_list(self, params: protocol.ModelListParams) -> Any: ...
+    async def thread_start(self, params: protocol.ThreadStartParams) -> Any: ...
+    async def thread_resume(self, params: protocol.ThreadResumeParams) -> Any: ...
+    async def thread_fork(self, params: protocol.ThreadForkParams) -> Any: ...
+    async def turn_start(self, params: protocol.TurnStartParams) -> Any: ...
+    async def turn_steer(self, params: protocol.TurnSteerParams) -> Any: ...
+    async def thread_stop(self, params: protocol.ThreadStopParams) -> Any: ...
+    async def thread_discard(self, params: protocol.ThreadRefParams) -> Any: ...
+
+
 class Bridge:
     """A provider bridge: register handlers with `method`, then `run()` (or `serve` over given streams)."""
 
@@ -220,6 +233,17 @@ class Bridge:
             return handler
 
         return register
+
+    def handle_sessions(self, handlers: SessionHandlers) -> None:
+        """Register every session method with its params type, so each bridge spells the table once (here)."""
+        self.method("model/list", protocol.ModelListParams)(handlers.model_list)
+        self.method("thread/start", protocol.ThreadStartParams)(handlers.thread_start)
+        self.method("thread/resume", protocol.ThreadResumeParams)(handlers.thread_resume)
+        self.method("thread/fork", protocol.ThreadForkParams)(handlers.thread_fork)
+        self.method("turn/start", protocol.TurnStartParams)(handlers.turn_start)
+        self.method("turn/steer", protocol.TurnSteerParams)(handlers.turn_steer)
+        self.method("thread/stop", protocol.ThreadStopParams)(handlers.thread_stop)
+        self.method("thread/discard", protocol.ThreadRefParams)(handlers.thread_discard)
 
     # -- talking to the runtime ----------------------------------------------
 

@@ -4,7 +4,11 @@ Decoding into these types is validation: unknown keys are tolerated (and
 dropped), spec defaults apply at parse time, absent optional keys stay
 `UNSET`. The daemon forwards client params verbatim as JSON, so these types
 validate and document (and generate `bbridge schema`); they are not meant
-for re-encoding. `thread/delta` params live in `bbridge.grammar`.
+for re-encoding. Here: the handshake, capability gating, the shared
+sub-schemas, the runtime's request params and notifications, and the method
+tables. `thread/delta` params live in `bbridge.grammar`, maintenance results
+and skills in `bbridge.maintenance`, bridge -> runtime request payloads in
+`bbridge.interactions`.
 """
 
 from __future__ import annotations
@@ -24,14 +28,22 @@ from bbridge.grammar import (
     ThreadDeltaParams,
     Wire,
 )
+from bbridge.interactions import InteractionRequestParams, ToolCallParams, ToolCallResult
+from bbridge.maintenance import (
+    HealthReport,
+    InstallationStatus,
+    InstallPlan,
+    InstallUnavailable,
+    SkillsConfigureParams,
+    Unsupported,
+    UsageReport,
+)
 
 PROTOCOL_VERSION = 2
 LEGACY_GRAMMAR_RANGE = (2, 2)  # what an absent `grammarVersions` means, on either side
 
 GrammarRange = tuple[PosInt, PosInt]
 NonNegInt = Annotated[int, Meta(ge=0)]
-NonBlank = Annotated[str, Meta(pattern=r"\S")]
-Percent = Annotated[int, Meta(ge=0, le=100)] | Annotated[float, Meta(ge=0, le=100)]
 Fork = Literal["none", "tip", "checkpoint"]
 ReasoningLevel = Literal["none", "low", "medium", "high", "xhigh", "ultracode", "max", "ultra"]
 JsonObject = dict[str, Any]
@@ -424,143 +436,6 @@ class InstallationRunParams(MaintenanceParams, kw_only=True):
     action: Literal["install", "update"]
 
 
-class Unsupported(Wire, kw_only=True):
-    supported: Literal[False]
-
-
-class Health(Wire, kw_only=True):
-    status: Literal["ready", "not_installed", "unauthenticated", "expired", "unsupported_version", "unknown"]
-    statusMessage: NonEmpty | None
-    accountEmail: str | None
-    planLabel: NonEmpty | None
-    installedVersion: NonEmpty | None
-    minimumSupportedVersion: NonEmpty | None
-    canInstall: bool
-    canUpdate: bool
-    loginCommand: NonEmpty | None
-
-
-class HealthReport(Wire, kw_only=True):
-    supported: Literal[True]
-    health: Health
-
-
-class UsageCost(Wire, kw_only=True):
-    usedUsdCents: NonNegInt
-    limitUsdCents: PosInt
-
-
-class UsageWindow(Wire, kw_only=True):
-    label: NonEmpty
-    usedPercent: Percent
-    resetsAt: NonEmpty | None
-    cost: UsageCost | UnsetType = UNSET
-
-
-class UsageStatus(Wire, tag_field="status", kw_only=True):
-    pass
-
-
-class UsageOk(UsageStatus, tag="ok", kw_only=True):
-    accountEmail: str | None
-    planLabel: NonEmpty | None
-    windows: list[UsageWindow]
-
-
-class UsageNotInstalled(UsageStatus, tag="not_installed", kw_only=True):
-    pass
-
-
-class UsageUnauthenticated(UsageStatus, tag="unauthenticated", kw_only=True):
-    pass
-
-
-class UsageExpired(UsageStatus, tag="expired", kw_only=True):
-    pass
-
-
-class UsageError(UsageStatus, tag="error", kw_only=True):
-    message: NonEmpty
-    planLabel: NonEmpty | None = None
-    accountEmail: str | None = None
-
-
-class UsageReport(Wire, kw_only=True):
-    supported: Literal[True]
-    usage: UsageOk | UsageNotInstalled | UsageUnauthenticated | UsageExpired | UsageError
-
-
-class InstallAction(Wire, kw_only=True):
-    kind: Literal["install", "update"]
-    label: Literal["Install", "Update"]
-    command: NonEmpty
-
-
-class InstallationStatus(Wire, kw_only=True):
-    """The bare status object (no `supported` wrapper)."""
-
-    executableName: NonEmpty
-    executablePath: NonEmpty | None
-    installed: bool
-    installSource: Literal["notInstalled", "npmGlobal", "external"]
-    currentVersion: NonEmpty | None
-    latestVersion: NonEmpty | None
-    minimumSupportedVersion: NonEmpty | None
-    npmPackageName: NonEmpty | None
-    npmGlobalPackageVersion: NonEmpty | None
-    installAction: InstallAction | None
-    needsUpdate: bool
-    versionUnsupported: bool
-
-
-class InstallUnavailable(Wire, kw_only=True):
-    available: Literal[False]
-    message: NonEmpty
-
-
-class InstallCommand(Wire, kw_only=True):
-    command: NonEmpty
-    args: Annotated[list[str], Meta(max_length=64)]
-    displayCommand: NonEmpty
-
-
-class Verification(Wire, tag_field="kind", kw_only=True):
-    pass
-
-
-class VerifyInstalled(Verification, tag="installed", kw_only=True):
-    pass
-
-
-class VerifyVersionChanged(Verification, tag="version_changed", kw_only=True):
-    previousVersion: str | None
-
-
-class VerifyVersionAtLeast(Verification, tag="version_at_least", kw_only=True):
-    version: str
-
-
-class InstallPlan(Wire, kw_only=True):
-    available: Literal[True]
-    command: InstallCommand
-    verification: VerifyInstalled | VerifyVersionChanged | VerifyVersionAtLeast
-
-
-class Skill(Wire, kw_only=True):
-    name: NonEmpty
-    description: str
-
-
-class SkillRoot(Wire, kw_only=True):
-    id: NonEmpty
-    path: NonEmpty
-    skills: list[Skill]
-
-
-class SkillsConfigureParams(Wire, kw_only=True):
-    roots: list[SkillRoot]
-
-
 # -- bridge -> runtime notifications (§3.5) ----------------------------------
 
 
@@ -598,160 +473,6 @@ class ErrorParams(Wire, kw_only=True):
     threadId: NonEmpty | UnsetType = UNSET
     providerThreadId: NonEmpty | UnsetType = UNSET
     message: NonEmpty
-
-
-# -- bridge -> runtime requests (§3.6, §3.7) ---------------------------------
-
-
-class ToolCallParams(Wire, kw_only=True):
-    """`turnId` is a required key; null means unresolved (the runtime uses the active turn)."""
-
-    providerThreadId: NonEmpty
-    threadId: NonEmpty | UnsetType = UNSET
-    turnId: NonEmpty | None
-    callId: NonEmpty
-    tool: NonEmpty
-    arguments: Any | UnsetType = UNSET
-    providerNativeIds: bool | UnsetType = UNSET
-
-
-class ContentItem(Wire, tag_field="type", kw_only=True):
-    pass
-
-
-class InputText(ContentItem, tag="inputText", kw_only=True):
-    text: str
-
-
-class InputImage(ContentItem, tag="inputImage", kw_only=True):
-    imageUrl: NonEmpty
-
-
-class ToolCallResult(Wire, kw_only=True):
-    success: bool
-    contentItems: list[InputText | InputImage]
-
-
-class NetworkGrant(Wire, kw_only=True, forbid_unknown_fields=True):
-    enabled: bool | None
-
-
-class FileSystemGrant(Wire, kw_only=True, forbid_unknown_fields=True):
-    read: list[str]
-    write: list[str]
-
-
-class GrantProfile(Wire, kw_only=True, forbid_unknown_fields=True):
-    """Strict: no extra keys."""
-
-    network: NetworkGrant | None
-    fileSystem: FileSystemGrant | None
-
-
-class Action(Wire, tag_field="type", kw_only=True):
-    command: str
-
-
-class ReadAction(Action, tag="read", kw_only=True):
-    name: str
-    path: str
-
-
-class ListFilesAction(Action, tag="listFiles", kw_only=True):
-    path: str | None
-
-
-class SearchAction(Action, tag="search", kw_only=True):
-    query: str | None
-    path: str | None
-
-
-class UnknownAction(Action, tag="unknown", kw_only=True):
-    pass
-
-
-class Subject(Wire, tag_field="kind", kw_only=True):
-    itemId: str
-
-
-class CommandSubject(Subject, tag="command", kw_only=True):
-    command: NonEmpty
-    cwd: str | None
-    actions: list[ReadAction | ListFilesAction | SearchAction | UnknownAction]
-    sessionGrant: GrantProfile | None
-
-
-class FileChangeSubject(Subject, tag="file_change", kw_only=True):
-    writeScope: NonEmpty | None
-    sessionGrant: GrantProfile | None
-
-
-class PermissionGrantSubject(Subject, tag="permission_grant", kw_only=True):
-    toolName: str | None
-    permissions: GrantProfile
-
-
-class PlanSubject(Subject, tag="plan", kw_only=True):
-    plan: NonEmpty
-    planFilePath: NonEmpty | None
-
-
-class ToolUseSubject(Subject, tag="tool_use", kw_only=True):
-    tool: NonEmpty
-    presentation: Presentation
-
-
-Decision = Literal["allow_once", "allow_for_session", "deny"]
-
-
-class Payload(Wire, tag_field="kind", kw_only=True):
-    pass
-
-
-class ApprovalPayload(Payload, tag="approval", kw_only=True):
-    subject: CommandSubject | FileChangeSubject | PermissionGrantSubject | PlanSubject | ToolUseSubject
-    reason: str | None
-    availableDecisions: Annotated[list[Decision], Meta(min_length=1)]
-
-
-class QuestionOption(Wire, kw_only=True):
-    value: NonBlank
-    label: str
-    description: str | UnsetType = UNSET
-
-
-class Question(Wire, kw_only=True):
-    """Must allow free text or offer at least one option; option values are unique."""
-
-    id: NonBlank
-    prompt: NonBlank
-    shortLabel: str | UnsetType = UNSET
-    multiSelect: bool
-    options: Annotated[list[QuestionOption], Meta(max_length=4)] | UnsetType = UNSET
-    allowFreeText: bool
-
-    def __post_init__(self) -> None:
-        options = self.options or []
-        if not self.allowFreeText and not options:
-            raise ValueError("a question must allow free text or offer an option")
-        if len({option.value for option in options}) != len(options):
-            raise ValueError("option values must be unique")
-
-
-class UserQuestionPayload(Payload, tag="user_question", kw_only=True):
-    questions: Annotated[list[Question], Meta(min_length=1, max_length=4)]
-
-    def __post_init__(self) -> None:
-        if len({question.id for question in self.questions}) != len(self.questions):
-            raise ValueError("question ids must be unique")
-
-
-class InteractionRequestParams(Wire, kw_only=True):
-    providerThreadId: NonEmpty
-    threadId: NonEmpty | UnsetType = UNSET
-    turnId: NonEmpty | None
-    payload: ApprovalPayload | UserQuestionPayload
-    providerNativeIds: bool | UnsetType = UNSET
 
 
 # -- method tables -----------------------------------------------------------

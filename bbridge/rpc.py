@@ -33,8 +33,10 @@ Decisions the spec leaves open, fixed here:
 from __future__ import annotations
 
 import enum
+import functools
 import math
-from collections.abc import Awaitable, Callable, Sequence
+import operator
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 import msgspec
@@ -163,6 +165,9 @@ class Request(msgspec.Struct, gc=False):
 class Notification(msgspec.Struct, gc=False):
     method: str
     params: msgspec.Raw | None
+    # The params already decoded, for a method the connection decodes while framing (`typed_params`);
+    # `params` is None then: the line was parsed once, into this value.
+    decoded: Any = None
 
 
 class _Envelope(msgspec.Struct, gc=False):
@@ -185,6 +190,18 @@ _ID_TYPES = frozenset({str, int, float})
 
 def _valid_id(value: Any) -> bool:
     return type(value) in _ID_TYPES
+
+
+def _typed_decoder(types: Mapping[str, Any]) -> tuple[Callable[[bytes], Any], dict[type, str]]:
+    """One decoder for whole messages of the given notification methods, tagged on `method`, params typed."""
+    members = {
+        msgspec.defstruct(
+            f"_Typed{index}", [("params", kind), ("id", Any, UNSET)], tag_field="method", tag=method, gc=False
+        ): method
+        for index, (method, kind) in enumerate(types.items())
+    }
+    union = functools.reduce(operator.or_, members)
+    return msgspec.json.Decoder(union).decode, members
 
 
 def encode_request(method: str, params: Any, id: str | int | float) -> bytes:
@@ -273,7 +290,10 @@ class Connection:
         answer_junk: bool = False,
         default_timeout: float | None = 30.0,
         max_line: int = MAX_LINE_BYTES,
+        typed_params: Mapping[str, Any] | None = None,
     ) -> None:
+        """`typed_params` maps notification methods to params types decoded in the framing pass: such a line is
+        parsed once instead of twice (a line that does not decode so takes the generic path unchanged)."""
         self.name = name
         self._send = send
         self._receive = receive
@@ -292,6 +312,7 @@ class Connection:
         self._next_id = 0
         self._pending: dict[str | int | float, _Pending] = {}
         self._nursery: trio.Nursery | None = None
+        self._typed = _typed_decoder(typed_params) if typed_params else None
 
     @property
     def closed(self) -> bool:
@@ -423,10 +444,20 @@ class Connection:
 
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
         batch: list[Notification] = []
+        typed, typed_methods = self._typed or (None, {})
         for line in lines:
-            if type(line) is Overflow:
+            if isinstance(line, Overflow):
                 self._junk(b"", f"discarded an oversized JSON-RPC line ({line.size} bytes)")
                 continue
+            if typed is not None:
+                try:
+                    message = typed(line)
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    pass  # another message, or invalid params: the generic path below classifies it
+                else:
+                    if type(message.id) not in _ID_TYPES:
+                        batch.append(Notification(typed_methods[type(message)], None, message.params))
+                        continue
             try:
                 env = _decode_envelope(line)
             except msgspec.ValidationError:

@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from bbridge import grammar, protocol
+from bbridge import grammar, interactions, protocol
 from bbridge.grammar import (
     AgentMessageShape,
     BackgroundTaskShape,
@@ -458,7 +458,7 @@ def _refine(defs: dict[str, Schema]) -> None:
             extension = {"properties": {"type": {"const": ExtensionShape.__struct_config__.tag}}, "required": ["type"]}
             node["if"] = {"properties": {"item": extension}, "required": ["item"]}
             node["then"] = {"required": ["presentation"]}
-    question = defs.get(protocol.Question.__name__)
+    question = defs.get(interactions.Question.__name__)
     if question is not None:
         options = {"properties": {"options": {"minItems": 1}}, "required": ["options"]}
         question["anyOf"] = [{"properties": {"allowFreeText": {"const": True}}}, options]

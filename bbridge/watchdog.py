@@ -39,6 +39,7 @@ class Watchdogs:
         self.stall_timeout_s = stall_timeout_s
         self._starts: dict[str, _PendingStart] = {}
         self._turns: dict[str, dict[str, _OpenTurn]] = {}
+        self._heard: dict[str, float] = {}  # last traffic per thread with turns, applied to them by `sweep`
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
         self._starts[thread_id] = _PendingStart(now)
@@ -49,14 +50,12 @@ class Watchdogs:
     def forget(self, thread_id: str) -> None:
         self._starts.pop(thread_id, None)
         self._turns.pop(thread_id, None)
+        self._heard.pop(thread_id, None)
 
     def traffic(self, thread_id: str, now: float) -> None:
-        """Any bridge traffic for a thread re-arms its stall timers."""
-        turns = self._turns.get(thread_id)
-        if turns:
-            for turn in turns.values():
-                turn.last_activity = now
-                turn.warned = False
+        """Any bridge traffic for a thread re-arms its stall timers (per notification: one store, `sweep` applies it)."""
+        if thread_id in self._turns:
+            self._heard[thread_id] = now
 
     def observe(self, thread_id: str, event: Event, now: float) -> None:
         kind = event["type"]
@@ -92,7 +91,10 @@ class Watchdogs:
                     }
                 )
         for thread_id, turns in self._turns.items():
+            heard = self._heard.get(thread_id)
             for turn_id, turn in turns.items():
+                if heard is not None and heard > turn.last_activity:
+                    turn.last_activity, turn.warned = heard, False
                 silent = now - turn.last_activity
                 if not turn.warned and silent >= self.stall_timeout_s:
                     turn.warned = True

@@ -27,12 +27,12 @@ from bbridge import grammar, rpc
 from bbridge.assembler import Assembler
 from bbridge.events import Event
 from tests.conftest import REPO
+from tests.support import FULL
 
 CACHE = REPO / ".cache" / "acp"
 EXAMPLES_JS = CACHE / "npm" / "node_modules" / "@agentclientprotocol" / "sdk" / "dist" / "examples"
 EXAMPLES_PY = CACHE / "sdist" / "agent_client_protocol-0.12.1" / "examples"
 AGENT_PY = CACHE / "venv" / "bin" / "python"
-FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 ASK = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user", "permissionEscalation": "ask"}  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from msgspec import UNSET
 
 from bbridge import grammar as g
+from bbridge import interactions
 from bbridge.assembler import Assembler
 from bbridge.kit import UsageMeter, encode_deltas, tokens
 from bridges.acp import permissions, tools, wire
@@ -248,22 +249,22 @@ def test_decisions_and_outcomes_use_the_agents_own_options() -> None:
 
 def test_permission_subjects() -> None:
     command = permissions.payload({"toolCallId": "c", "title": "`touch a`", "kind": "execute"}, OPTIONS, None)
-    assert command.subject == permissions.protocol.CommandSubject(
+    assert command.subject == interactions.CommandSubject(
         itemId="c",
         command="`touch a`",
         cwd=None,
-        actions=[permissions.protocol.UnknownAction(command="`touch a`")],
+        actions=[interactions.UnknownAction(command="`touch a`")],
         sessionGrant=None,
     )
     edit = {"toolCallId": "e", "kind": "edit", "locations": [{"path": "/w/f.txt"}, {"path": "/w"}]}
     change = permissions.payload(edit, OPTIONS, None).subject
-    assert isinstance(change, permissions.protocol.FileChangeSubject) and change.writeScope == "/w"
+    assert isinstance(change, interactions.FileChangeSubject) and change.writeScope == "/w"
     started = tool_call("o", kind="other", title="MCP: tool")
     tool = permissions.payload({"toolCallId": "o", "kind": "other"}, OPTIONS, started).subject
-    assert isinstance(tool, permissions.protocol.ToolUseSubject) and tool.tool == "other"
+    assert isinstance(tool, interactions.ToolUseSubject) and tool.tool == "other"
     assert tool.presentation.title == "MCP: tool"
     bare = permissions.payload(None, OPTIONS[:1], None)
-    assert isinstance(bare.subject, permissions.protocol.ToolUseSubject) and bare.subject.itemId == "acp-permission"
+    assert isinstance(bare.subject, interactions.ToolUseSubject) and bare.subject.itemId == "acp-permission"
     assert bare.availableDecisions == ["allow_once"]
 
 

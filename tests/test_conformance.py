@@ -20,6 +20,7 @@ FAKE = [sys.executable, str(REPO / "tests" / "fakes" / "conformance_bridge.py")]
 DAEMON_FAKE = [sys.executable, str(REPO / "tests" / "fakes" / "fake_bridge.py")]
 REPLAY_FAKE = [sys.executable, str(REPO / "tests" / "fakes" / "replay_bridge.py"), "{cell}"]
 ECHO = [sys.executable, "-m", "bridges.echo"]
+ACP = [sys.executable, "-m", "bridges.acp"]
 
 
 def text(prompt: str) -> list[dict[str, Any]]:
@@ -172,6 +173,20 @@ async def test_each_recorded_rule_can_fail(mode: str, failing: set[str]) -> None
     cell = require_shared("recordings", "codex", "resume")
     results = await check([*FAKE, mode], recordings=cell)
     assert {c for c in CHECKS if results[f"recorded/resume/{c}"].status == "FAIL"} == failing
+
+
+def test_recorded_acp_cells_pass_through_the_acp_bridge_and_the_fake_agent() -> None:
+    """§6.2's `acp-*` profile: each launch spec is pointed at the fake agent playing the cell's provider lanes.
+
+    The agent on the command line is never started by a replay; it is no ACP agent, so only scripted rules fail.
+    """
+    cells = require_shared("recordings", "acp-cursor")
+    no_agent = [sys.executable, "-c", "pass"]
+    done = cli("--recordings", str(cells), "--", *ACP, "--", *no_agent)
+    recorded = [line for line in done.stdout.splitlines() if line.split()[1].startswith("recorded/")]
+    assert len(recorded) == 5 * 8, done.stdout + done.stderr  # acp-cursor records all 8 conformance cells
+    assert [line for line in recorded if not line.startswith("PASS ")] == []
+    assert "PASS recorded/resume/turn-lifecycle — replay 2 started/2 completed, recording 2/2" in recorded
 
 
 def test_recorded_run_from_the_cli() -> None:

@@ -12,7 +12,7 @@ import trio.testing
 
 from bbridge import errors, rpc
 from bbridge.config import ExtensionKind
-from tests.daemon_support import connect, fake_provider, running
+from tests.support import connect, fake_provider, running
 
 THREAD = "thr_test"
 START = {"providerId": "fake", "threadId": THREAD, "cwd": "/tmp", "options": {}}

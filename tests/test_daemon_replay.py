@@ -22,7 +22,7 @@ from bbridge.events import encode_event
 from bbridge.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
 from bbridge.replay import replay_cell
 from tests.conftest import missing_reason, shared_path
-from tests.daemon_support import connect, running
+from tests.support import connect, running
 
 REPLAY = Path(__file__).parent / "fakes" / "replay_bridge.py"
 RECORDINGS = shared_path("recordings")

@@ -9,13 +9,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_kit import FULL, INIT, Runtime, Spawned, spawned, start_thread, turn_params
 
 from bbridge import grammar as g
 from bbridge import protocol, rpc, schema
 from bbridge.events import EVENT_TYPES
 from bbridge.guard import Guard
 from bridges.echo import chunks, parse_directives
+from tests.support import FULL, INIT, Runtime, Spawned, capabilities, spawned, start_thread, turn_params
 
 ECHO = [sys.executable, "-m", "bridges.echo"]
 THREAD = "thr_echo"
@@ -55,19 +55,8 @@ def check_timeline(events: list[dict[str, Any]]) -> None:
 async def test_handshake_and_model_list() -> None:
     async with spawned(ECHO) as child:
         result = await child.runtime.call("initialize", INIT)
-        assert result == {
-            "protocolVersion": 2,
-            "capabilities": {
-                "sessionRestore": True,
-                "threadArchive": False,
-                "threadRename": False,
-                "threadGoalClear": False,
-                "fork": "checkpoint",
-                "approvalEnforcedBy": "runtime",
-                "grammarVersions": [3, 3],
-                "steerMode": "inject",
-            },
-        }
+        caps = capabilities(sessionRestore=True, fork="checkpoint", steerMode="inject")
+        assert result == {"protocolVersion": 2, "capabilities": caps}
         models = await child.runtime.call("model/list", {})
         assert msgspec.convert(models, protocol.ModelListResult).models[0].id == "echo"
         assert await child.finish() == 0

@@ -12,19 +12,10 @@ import pytest
 from bbridge import grammar as g
 from bbridge.assembler import Assembler
 from bbridge.events import encode_event
+from tests.support import PRES, TASK
 
 MAX_SAFE = 2**53 - 1
 CMD = {"type": "command", "command": "ls", "cwd": "/"}
-PRES = {"label": {"pending": "P", "completed": "C"}, "icon": {"glyph": "G"}}
-TASK = {
-    "type": "backgroundTask",
-    "familyId": "f",
-    "taskType": "local_bash",
-    "description": "d",
-    "status": "pending",
-    "taskStatus": "running",
-    "skipTranscript": False,
-}
 AGENT = {
     "index": 1,
     "label": "a",

@@ -1,18 +1,12 @@
-"""bbridge.kit: a minimal bridge written with it, dispatch hygiene, negotiation, deltas, usage, record mode, stdio guard.
-
-`Runtime` and `spawned` (the daemon's side of a bridge, in-process or as a subprocess) are shared with test_echo.
-"""
+"""bbridge.kit: a minimal bridge written with it, dispatch hygiene, negotiation, deltas, usage, record mode, stdio guard."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import signal
-import subprocess
 import sys
-from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +17,7 @@ import trio.testing
 
 from bbridge import grammar as g
 from bbridge import kit, protocol, rpc
-from bbridge.assembler import Assembler
-from bbridge.events import Event
-
-REPO = Path(__file__).resolve().parent.parent
-FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
-INIT = {"protocolVersion": 2, "client": {"name": "bb-test", "version": "0"}, "grammarVersions": [3, 3]}
-
+from tests.support import FULL, INIT, capabilities, in_process, spawned, start_thread, turn_params
 
 # -- a complete bridge written with the kit (the minimal example) -------------
 
@@ -77,147 +65,6 @@ def minimal_bridge() -> kit.Bridge:
         return {}
 
     return bridge
-
-
-# -- the runtime's side, for tests -------------------------------------------
-
-
-class Runtime:
-    """Drives a bridge: requests, an ordered log of what came back, and one assembler for every thread."""
-
-    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
-        self.log: list[tuple[str, str, Any]] = []  # ("note", method, params) / ("answer", method, result)
-        self.deltas: dict[str, list[g.Delta]] = defaultdict(list)
-        self.events: dict[str, list[Event]] = defaultdict(list)
-        self.junk: list[bytes] = []
-        self.assembler = Assembler("echo", entropy_prefix="E", text_delta_flush_ms=0)
-        self.conn = rpc.Connection(
-            send,
-            receive,
-            name="runtime",
-            on_notifications=self._on_notes,
-            on_junk=lambda line, reason: self.junk.append(line),
-        )
-        self._tick = trio.Event()
-        self._failure: Exception | None = None
-
-    async def _on_notes(self, batch: list[rpc.Notification]) -> None:
-        try:
-            for note in batch:
-                params = None if note.params is None else msgspec.json.decode(note.params)
-                self.log.append(("note", note.method, params))
-                if note.method == "thread/delta":
-                    assert note.params is not None
-                    decoded = g.decode_params(note.params)  # a test collector raises on invalid deltas
-                    self.deltas[decoded.threadId].extend(decoded.deltas)
-                    events = self.assembler.assemble(decoded.threadId, decoded.deltas)
-                    self.events[decoded.threadId].extend(msgspec.to_builtins(events))
-        except Exception as exc:
-            self._failure = exc
-        self._tick.set()
-        self._tick = trio.Event()
-
-    def check(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-
-    async def call(self, method: str, params: Any = None, **kwargs: Any) -> Any:
-        result = await self.conn.request(method, params, **kwargs)
-        self.log.append(("answer", method, result))
-        return result
-
-    async def error(self, method: str, params: Any = None) -> rpc.RpcError:
-        """The error a request is answered with (fails the test when it succeeds)."""
-        with pytest.raises(rpc.RpcError) as info:
-            await self.conn.request(method, params)
-        return info.value
-
-    async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        while not predicate():
-            tick = self._tick
-            await tick.wait()
-            self.check()
-
-    def types(self, thread_id: str) -> list[str]:
-        return [e["type"] for e in self.events[thread_id]]
-
-    def kinds(self, thread_id: str) -> list[str]:
-        return [str(type(d).__struct_config__.tag) for d in self.deltas[thread_id]]
-
-    def methods(self) -> list[str]:
-        return [f"{what}:{method}" for what, method, _ in self.log]
-
-
-@asynccontextmanager
-async def in_process(bridge: kit.Bridge) -> AsyncIterator[Runtime]:
-    ours, theirs = trio.testing.memory_stream_pair()
-    runtime = Runtime(ours.send_stream, ours.receive_stream)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(bridge.serve, theirs.send_stream, theirs.receive_stream)
-        nursery.start_soon(runtime.conn.run)
-        yield runtime
-        runtime.check()
-        nursery.cancel_scope.cancel()
-
-
-class Spawned:
-    def __init__(self, runtime: Runtime, proc: trio.Process) -> None:
-        self.runtime = runtime
-        self.proc = proc
-        self.stderr = bytearray()
-
-    async def raw(self, line: bytes) -> None:
-        """Write bytes straight to the bridge's stdin."""
-        assert self.proc.stdin is not None
-        await self.proc.stdin.send_all(line)
-
-    async def finish(self) -> int:
-        """Close the bridge's stdin and wait for it to exit."""
-        assert self.proc.stdin is not None
-        await self.proc.stdin.aclose()
-        return await self.proc.wait()
-
-
-@asynccontextmanager
-async def spawned(argv: Sequence[str], env: dict[str, str] | None = None) -> AsyncIterator[Spawned]:
-    """A bridge subprocess with a Runtime on its stdio; stderr is collected; killed if still running at the end."""
-    proc = await trio.lowlevel.open_process(
-        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    child = Spawned(Runtime(proc.stdin, proc.stdout), proc)
-
-    async def drain_stderr(stream: trio.abc.ReceiveStream) -> None:
-        while data := await stream.receive_some():
-            child.stderr += data
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(child.runtime.conn.run)
-            nursery.start_soon(drain_stderr, proc.stderr)
-            yield child
-            child.runtime.check()
-            nursery.cancel_scope.cancel()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def start_thread(runtime: Runtime, thread_id: str = "thr_1") -> str:
-    result = await runtime.call("thread/start", {"threadId": thread_id, "cwd": "/tmp", "options": FULL})
-    provider_thread_id: str = result["providerThreadId"]
-    return provider_thread_id
-
-
-def turn_params(thread_id: str, provider_thread_id: str, text: str, creq: str = "creq_2222222223") -> dict[str, Any]:
-    return {
-        "threadId": thread_id,
-        "providerThreadId": provider_thread_id,
-        "input": [{"type": "text", "text": text}],
-        "clientRequestId": creq,
-        "options": FULL,
-    }
 
 
 # -- the minimal bridge, end to end -------------------------------------------
@@ -362,19 +209,7 @@ async def test_grammar_negotiation(asked: list[int] | None, version: int) -> Non
         params["grammarVersions"] = asked
     async with in_process(bridge) as rt:
         result = await rt.call("initialize", params)
-    assert result == {
-        "protocolVersion": 2,
-        "capabilities": {
-            "sessionRestore": True,
-            "threadArchive": False,
-            "threadRename": False,
-            "threadGoalClear": False,
-            "fork": "none",
-            "approvalEnforcedBy": "runtime",
-            "grammarVersions": [3, 3],
-            "steerMode": "queue",
-        },
-    }
+    assert result == {"protocolVersion": 2, "capabilities": capabilities(sessionRestore=True)}
     assert bridge.grammar_version == version
 
 

@@ -23,6 +23,7 @@ from bbridge import grammar as g
 from bbridge.assembler import MAX_THREADS, Assembler
 from bbridge.events import EVENT_TYPES, TEXT_EVENT_TYPES, encode_event
 from bbridge.guard import Guard
+from tests.support import PRES, TASK
 
 Event = dict[str, Any]
 
@@ -39,17 +40,7 @@ PTIDS = ("pt-1", "pt-2")
 GAPS = (0, 1, 50, 99, 100, 101, 499, 500, 501)
 CREQ_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
 
-PRES = {"label": {"pending": "P", "completed": "C"}, "icon": {"glyph": "G"}}
 RAW = {"raw": {"jsonrpc": "2.0", "method": "sdk/x"}, "rawType": "sdk/x"}
-TASK = {
-    "type": "backgroundTask",
-    "familyId": "f",
-    "taskType": "local_bash",
-    "description": "d",
-    "status": "pending",
-    "taskStatus": "running",
-    "skipTranscript": False,
-}
 STATIC_SHAPES = (
     {"type": "command", "command": "ls", "cwd": "/"},
     {"type": "command", "command": "ls", "cwd": "/", "aggregatedOutput": "o", "exitCode": 0},

@@ -12,6 +12,7 @@ import pytest
 
 from bbridge import protocol as p
 from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
+from tests.support import FULL
 
 MALFORMED = (
     'Provider bridge "codex" answered initialize with a malformed result ({issues}). The bridge and this runtime '
@@ -204,8 +205,6 @@ def test_runtime_request_table_has_the_18_bridge_request_methods() -> None:
 
 
 # -- method params and results ---------------------------------------------------------
-
-FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 
 
 def test_conformance_kit_requests_parse() -> None:

@@ -142,6 +142,19 @@ async def serving(**kwargs: Any) -> AsyncIterator[tuple[Connection, Peer]]:
         nursery.cancel_scope.cancel()
 
 
+def refused(conn: Connection, nursery: trio.Nursery, method: str) -> list[RpcError]:
+    """Start a request that must fail; the returned list holds its RpcError once it has."""
+    caught: list[RpcError] = []
+
+    async def ask() -> None:
+        with pytest.raises(RpcError) as info:
+            await conn.request(method)
+        caught.append(info.value)
+
+    nursery.start_soon(ask)
+    return caught
+
+
 @asynccontextmanager
 async def linked(
     server: dict[str, Any], client: dict[str, Any] | None = None
@@ -368,14 +381,7 @@ async def test_no_request_handler_answers_method_not_found() -> None:
 )
 async def test_malformed_peer_errors(error: str, expected: tuple[int, str, Any]) -> None:
     async with serving() as (conn, peer), trio.open_nursery() as nursery:
-        caught: list[RpcError] = []
-
-        async def ask() -> None:
-            with pytest.raises(RpcError) as info:
-                await conn.request("m")
-            caught.append(info.value)
-
-        nursery.start_soon(ask)
+        caught = refused(conn, nursery, "m")
         await peer.read()
         await peer.send(f'{{"id":1,"error":{error}}}')
     assert [(e.code, e.message, e.data) for e in caught] == [expected]
@@ -533,14 +539,7 @@ async def test_aclose_fails_pending_and_stops_run() -> None:
 
 async def test_fail_pending_with_a_caller_error() -> None:
     async with serving() as (conn, peer), trio.open_nursery() as nursery:
-        caught: list[RpcError] = []
-
-        async def ask() -> None:
-            with pytest.raises(RpcError) as info:
-                await conn.request("x")
-            caught.append(info.value)
-
-        nursery.start_soon(ask)
+        caught = refused(conn, nursery, "x")
         await peer.read()
         conn.fail_pending(RpcError(-32014, 'Provider "echo" exited unexpectedly (code 1)'))
     assert [(e.code, e.message) for e in caught] == [(-32014, 'Provider "echo" exited unexpectedly (code 1)')]
@@ -681,3 +680,40 @@ async def test_junk_reporting_and_answering(answer_junk: bool) -> None:
     ]
     invalid = [{"jsonrpc": "2.0", "id": 5, "error": {"code": rpc.INVALID_REQUEST, "message": "Invalid Request"}}]
     assert answers[:-1] == (invalid if answer_junk else [])
+
+
+# -- typed params (one JSON pass for the hot notification) ---------------------
+
+
+class _Point(msgspec.Struct):
+    x: int
+
+
+async def test_typed_params_are_decoded_in_the_framing_pass_and_everything_else_is_unchanged() -> None:
+    seen: list[Notification] = []
+    requests: list[Request] = []
+
+    async def on_notifications(batch: list[Notification]) -> None:
+        seen.extend(batch)
+
+    async def on_request(request: Request) -> Any:
+        requests.append(request)
+        return {}
+
+    options: dict[str, Any] = {"typed_params": {"point": _Point}}
+    async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (_, peer):
+        await peer.send(
+            '{"jsonrpc":"2.0","method":"point","params":{"x":1}}',
+            '{"method":"point","params":{"x":"not an int"}}',
+            '{"method":"other","params":{"x":2}}',
+            '{"params":{"x":3},"id":null,"method":"point"}',
+        )
+        await peer.send('{"jsonrpc":"2.0","id":5,"method":"point","params":{"x":4}}')
+        assert (await peer.read())["id"] == 5
+    assert [(n.method, n.params, n.decoded) for n in seen] == [
+        ("point", None, _Point(1)),
+        ("point", msgspec.Raw(b'{"x":"not an int"}'), None),  # invalid: the handler sees the raw params
+        ("other", msgspec.Raw(b'{"x":2}'), None),
+        ("point", None, _Point(3)),  # a null id is no id: still a notification
+    ]
+    assert [(r.id, r.method, r.params) for r in requests] == [(5, "point", msgspec.Raw(b'{"x":4}'))]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from bbridge.events import EVENT_TYPES
-from tests.daemon_support import FAKE
+from tests.support import FAKE
 
 ECHO = f"{sys.executable} -m bridges.echo"
 

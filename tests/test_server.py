@@ -15,10 +15,9 @@ import trio
 
 from bbridge import errors, rpc
 from bbridge.server import open_socket_listener
-from tests.daemon_support import connect, fake_provider, running
+from tests.support import FULL, connect, fake_provider, running
 
 START = {"providerId": "echo", "threadId": "thr_stdio", "cwd": "/tmp"}
-OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 
 
 def _line(proc: subprocess.Popen[bytes]) -> dict[str, object]:
@@ -64,7 +63,7 @@ def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
                 "jsonrpc": "2.0",
                 "id": 2,
                 "method": "thread/start",
-                "params": {**START, "options": {**OPTIONS, "envVars": {}}},
+                "params": {**START, "options": {**FULL, "envVars": {}}},
             }
         )
         assert "result" in until_response(2)
@@ -72,7 +71,7 @@ def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
             "threadId": "thr_stdio",
             "providerId": "echo",
             "clientRequestId": "creq_abcdefghjk",
-            "options": {**OPTIONS, "envVars": {}},
+            "options": {**FULL, "envVars": {}},
         }
         send(
             {

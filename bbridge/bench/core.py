@@ -7,6 +7,7 @@ figure is deltas per second of the median run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -46,10 +47,8 @@ def load_corpus(root: Path) -> list[Cell]:
             if note.method != "thread/delta":
                 continue
             lines.append(line)
-            try:
+            with contextlib.suppress(grammar.GrammarError):
                 params.append(grammar.decode_params(note.params))
-            except grammar.GrammarError:
-                pass
         cells.append(Cell(path.parent.name, lines, params))
     return cells
 

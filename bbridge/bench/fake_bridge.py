@@ -67,11 +67,15 @@ def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int, s
     phase = f"{mode}{phases}"
     lines = streams.lines(phase, turns, threads)
     _answer(out, request_id, {})
+    thread = str(params["threadId"])  # the client's own thread gets a real turn, as the turn-start watchdog expects
+    out.write(stream.notification(thread, {"kind": "turn.open"}))
     if mode == "paced":
         batch = max(1, int(words[3]) * PACE_INTERVAL_NS // 1_000_000_000)
         _write_phase(out, phase, lines, batch, PACE_INTERVAL_NS)
     else:
         _write_phase(out, phase, lines, BLAST_BATCH, 0)
+    out.write(stream.notification(thread, {"kind": "turn.boundary", "status": "completed"}))
+    out.flush()
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ import json
 from typing import Any
 
 PROBE_THREAD = "bench-probe"
-DONE_PREFIX = "bench-done:"
+MARK = "@"  # the only `@` in the stream: around probe stamps (`@<ns>@`) and the done marker (`@done:…@`)
+DONE = "done"
 _USAGE = {
     "totalTokens": 5400, "inputTokens": 5000, "cachedInputTokens": 4000,
     "outputTokens": 400, "reasoningOutputTokens": 120,
@@ -64,7 +65,7 @@ def turn_deltas(tag: str) -> list[dict[str, Any]]:
     return deltas
 
 
-
+DELTAS_PER_TURN = len(turn_deltas(""))
 SHORT_TURN_OPEN = 4  # the first deltas of `short_turn`: an open turn with a streaming agent message
 
 
@@ -82,11 +83,7 @@ def short_turn(tag: str) -> list[dict[str, Any]]:
 def interleaved_lines(prefix: str, threads: int, turns: int) -> list[bytes]:
     """`turns` turns spread over `threads` threads, their notifications interleaved round robin."""
     per_thread = [
-        [
-            notification(f"bench-{t}", delta)
-            for n in range(t, turns, threads)
-            for delta in turn_deltas(f"{prefix}{n}")
-        ]
+        [notification(f"bench-{t}", delta) for n in range(t, turns, threads) for delta in turn_deltas(f"{prefix}{n}")]
         for t in range(threads)
     ]
     out: list[bytes] = []
@@ -102,14 +99,15 @@ def probe_open() -> bytes:
 
 def probe_line(phase: str, sent_ns: int) -> bytes:
     """A probe text delta stamped with its send time."""
-    return notification(PROBE_THREAD, _text(f"probe-{phase}", "agentMessage", f"@{sent_ns}@"))
+    return notification(PROBE_THREAD, _text(f"probe-{phase}", "agentMessage", f"{MARK}{sent_ns}{MARK}"))
 
 
 def probe_done(phase: str, deltas: int, started_ns: int) -> bytes:
     """Settles the probe turn and names the phase's delta count and start time for the client."""
     return notification(
         PROBE_THREAD,
-        {"kind": "item.textClose", "key": {"providerItemId": f"probe-{phase}"}, "channel": "agentMessage"},
+        # an empty final text settles nothing: no `item/completed` repeats the stamps
+        {"kind": "item.textClose", "key": {"providerItemId": f"probe-{phase}"}, "channel": "agentMessage", "text": ""},
         {"kind": "turn.boundary", "status": "completed"},
-        {"kind": "thread.name", "name": f"{DONE_PREFIX}{phase}:{deltas}:{started_ns}"},
+        {"kind": "thread.name", "name": f"{MARK}{DONE}:{phase}:{deltas}:{started_ns}{MARK}"},
     )

@@ -21,7 +21,7 @@ from typing import TypeVar
 import trio
 
 from bbridge.conformance import recorded, scripted, stream
-from bbridge.conformance.client import Client
+from bbridge.conformance.client import Client, with_client
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
 from bbridge.conformance.report import Result, summary
@@ -51,7 +51,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
                 clients[name] = client
                 return await body(scripted.Run(client, fixture, cwd, creq))
 
-            return await scripted.with_client(command, on_client)
+            return await with_client(command, on_client)
 
         async def main_group() -> None:
             results.update(await group("main", scripted.main_group))

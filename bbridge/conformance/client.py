@@ -5,7 +5,8 @@ log, in wire order, responses included, because rules are about order (the
 identity before the `thread/start` answer, an interrupt's settlement before the
 `thread/stop` answer). Each valid `thread/delta` also lands in the log as the
 canonical events one assembler (coalescing off) makes of it, stamped and
-checked by one grammar guard, as the runtime would see them. Waits are
+checked by one grammar guard, as the runtime would see them (the golden `Lane`
+instead assembles as the goldens were made: unstamped, fixed clock). Waits are
 condition-driven and always bounded; a bridge that exits ends them early.
 """
 
@@ -27,12 +28,28 @@ from bbridge.bridge import STDERR_TAIL_BYTES, bridge_env, terminate_group
 from bbridge.config import ProviderConfig
 from bbridge.events import Event, stamp
 from bbridge.guard import Guard, Violation
+from bbridge.replay import GOLDEN_ENTROPY
 
 log = structlog.get_logger("bbridge.conformance")
 
 Kind = Literal["response", "request", "notification", "event", "invalid-delta", "junk"]
 T = TypeVar("T")
 Answerer = Callable[["Client", dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """How the client assembles `thread/delta`: ids minted, progress throttle, clock, stamping."""
+
+    entropy: str = "cf"
+    progress_throttle_ms: float = 0
+    fixed_clock: bool = False
+    stamped: bool = True
+
+
+LIVE_LANE = Lane()  # the runtime's live assembly: stamped, wall clock, nothing throttled or coalesced
+# The goldens' assembly (golden/README.md): minted prefix `da00000000`, throttle 500 ms, clock 0, unstamped.
+GOLDEN_LANE = Lane(GOLDEN_ENTROPY, 500, fixed_clock=True, stamped=False)
 
 
 @dataclass
@@ -87,20 +104,25 @@ class Client:
     provider_id: str = "conformance"
     env: Mapping[str, str] = field(default_factory=dict)
     on_request: Answerer = refuse_requests
+    lane: Lane = LIVE_LANE
+    stderr_limit: int | None = STDERR_TAIL_BYTES  # None keeps all of it
     log: list[Entry] = field(default_factory=list)
     guard: Guard = field(default_factory=Guard)
     exited: bool = False
     stderr_tail: bytearray = field(default_factory=bytearray)
 
     def __post_init__(self) -> None:
-        self.assembler = Assembler(self.provider_id, "cf", progress_throttle_ms=0, text_delta_flush_ms=0)
+        lane = self.lane
+        self.assembler = Assembler(
+            self.provider_id, lane.entropy, progress_throttle_ms=lane.progress_throttle_ms, text_delta_flush_ms=0
+        )
         self.sent_ids: set[Any] = set()
+        self.provider_threads: dict[str, str] = {}  # threadId -> the providerThreadId the bridge reported last
         self._next_id = 0
         self._changed = trio.Event()
         self._last_change = trio.current_time()
         self._proc: trio.Process | None = None
         self._write_lock = trio.Lock()  # the reader answers bridge requests while a rule writes its own lines
-        self._provider_threads: dict[str, str] = {}
 
     # -- process ---------------------------------------------------------------
 
@@ -198,7 +220,8 @@ class Client:
         try:
             while data := await stream.receive_some():
                 self.stderr_tail += data
-                del self.stderr_tail[:-STDERR_TAIL_BYTES]
+                if self.stderr_limit is not None:
+                    del self.stderr_tail[: -self.stderr_limit]
                 log.debug("bridge stderr", text=bytes(data).decode("utf-8", errors="replace").rstrip())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -223,7 +246,7 @@ class Client:
         if method == "thread/identity" and isinstance(params, dict):
             tid, ptid = params.get("threadId"), params.get("providerThreadId")
             if isinstance(tid, str) and isinstance(ptid, str):
-                self._provider_threads[tid] = ptid
+                self.provider_threads[tid] = ptid
         if method != "thread/delta":
             return
         try:
@@ -231,12 +254,17 @@ class Client:
         except grammar.GrammarError as exc:
             self._append(Entry("invalid-delta", message, reason=str(exc)))
             return
-        now = trio.current_time() * 1000
+        now = 0 if self.lane.fixed_clock else trio.current_time() * 1000
         for event in self.assembler.assemble(batch.threadId, batch.deltas, now):
             if event["type"] == "thread/identity":
-                self._provider_threads[batch.threadId] = event["providerThreadId"]
-            stamp(event, batch.threadId, self._provider_threads.get(batch.threadId))
+                self.provider_threads[batch.threadId] = event["providerThreadId"]
+            if self.lane.stamped:
+                stamp(event, batch.threadId, self.provider_threads.get(batch.threadId))
             self._append(Entry("event", event, batch.threadId, self.guard.observe(event)))
+
+    def release(self, thread_id: str) -> None:
+        """Forget a detached thread's grammar state (§7.5); unstamped events all share the thread `""`."""
+        self.guard.clear_thread(thread_id if self.lane.stamped else "")
 
     # -- querying ----------------------------------------------------------------
 
@@ -250,8 +278,9 @@ class Client:
                 return index
         return None
 
-    def events(self, start: int = 0, end: int | None = None) -> list[Event]:
-        return [e.event for e in self.log[start:end] if e.kind == "event"]
+    def events(self, start: int = 0, end: int | None = None, *, clean: bool = False) -> list[Event]:
+        """Assembled events in order; `clean` keeps only those the live grammar let through."""
+        return [e.event for e in self.log[start:end] if e.kind == "event" and (not clean or e.violation is None)]
 
     def count(self, event_type: str) -> int:
         return sum(1 for e in self.log if e.kind == "event" and e.message["type"] == event_type)
@@ -273,10 +302,10 @@ class Client:
         message: dict[str, Any] = self.log[index].message
         return message
 
-    async def quiet(self, period: float, limit: float) -> bool:
-        """Wait until nothing arrived for `period` (bounded by `limit`); whether that happened."""
+    async def quiet(self, period: float, limit: float, until: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until nothing arrived for `period`, or `until()` holds (bounded by `limit`); whether either happened."""
         with trio.move_on_after(limit):
-            while not self.exited:
+            while not self.exited and not until():
                 remaining = self._last_change + period - trio.current_time()
                 if remaining <= 0:
                     return True
@@ -284,6 +313,18 @@ class Client:
                     await self._changed.wait()
             return True
         return False
+
+
+async def with_client(command: Sequence[str], body: Callable[[Client], Awaitable[T]], **kwargs: Any) -> T:
+    """Run `body` against a fresh bridge process, then stop its process group whatever happened."""
+    async with trio.open_nursery() as nursery:
+        client = Client(command, **kwargs)
+        await client.start(nursery)
+        try:
+            return await body(client)
+        finally:
+            await client.close()
+            nursery.cancel_scope.cancel()
 
 
 def describe_error(response: dict[str, Any]) -> str:

@@ -10,14 +10,15 @@ known time and yields FAIL lines.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import msgspec
 
-from bbridge import protocol
+from bbridge import maintenance, protocol
+from bbridge.conformance.driver import Pacing
 
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[2] / "conformance" / "default.json"
 # protocol.md §7.4 RECORDED_CONFORMANCE_CELLS
@@ -50,7 +51,7 @@ def _ms(minimum: int) -> dict[str, Any]:
 
 def _schema() -> dict[str, Any]:
     (inputs, options, roots), defs = msgspec.json.schema_components(
-        [list[protocol.PromptInput], protocol.ExecutionOptions, list[protocol.SkillRoot]],
+        [list[protocol.PromptInput], protocol.ExecutionOptions, list[maintenance.SkillRoot]],
         ref_template="#/$defs/{name}",
     )
     prompt = {**inputs, "minItems": 1}
@@ -114,14 +115,11 @@ _validator = jsonschema.Draft202012Validator(FIXTURE_SCHEMA)
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Every bound of a run, in seconds."""
+    """Every bound of a run, in seconds; `replay` paces the recorded cells (§6.3)."""
 
     wait: float = 5.0
     settle: float = 0.15
-    replay_wait: float = 15.0
-    replay_order: float = 5.0
-    replay_drain: float = 0.3
-    replay_settle: float = 0.75
+    replay: Pacing = field(default_factory=Pacing)
 
 
 @dataclass(frozen=True)
@@ -143,6 +141,15 @@ class Fixture:
         return self.options if self.options is not None else dict(FULL_OPTIONS)
 
 
+_REPLAY_KEYS = {"wait": "replayWaitMs", "order": "replayOrderMs", "drain": "replayDrainMs", "settle": "replaySettleMs"}
+Bounds = TypeVar("Bounds", "Timeouts", Pacing)
+
+
+def _seconds(bounds: Bounds, given: dict[str, Any], keys: dict[str, str]) -> Bounds:
+    """`bounds` with each field the fixture gives (in ms, under `keys[field]`) replaced, in seconds."""
+    return replace(bounds, **{name: given[key] / 1000 for name, key in keys.items() if key in given})
+
+
 def parse_fixture(data: Any, where: str = "fixture") -> Fixture:
     """Validate decoded fixture JSON; `FixtureError` names the first problem and where it is."""
     error = jsonschema.exceptions.best_match(_validator.iter_errors(data))
@@ -150,20 +157,8 @@ def parse_fixture(data: Any, where: str = "fixture") -> Fixture:
         path = "/".join(str(p) for p in error.absolute_path)
         raise FixtureError(f"{where}: {'at /' + path + ': ' if path else ''}{error.message}")
     t = data.get("timeouts", {})
-    default = Timeouts()
-    timeouts = Timeouts(
-        **{
-            field: t[key] / 1000 if key in t else getattr(default, field)
-            for field, key in (
-                ("wait", "waitMs"),
-                ("settle", "settleMs"),
-                ("replay_wait", "replayWaitMs"),
-                ("replay_order", "replayOrderMs"),
-                ("replay_drain", "replayDrainMs"),
-                ("replay_settle", "replaySettleMs"),
-            )
-        }
-    )
+    replay = _seconds(Pacing(), t, _REPLAY_KEYS)
+    timeouts = _seconds(Timeouts(replay=replay), t, {"wait": "waitMs", "settle": "settleMs"})
     skills = data.get("skills", {})
     icons = data.get("icons")
     recorded = data.get("recorded", {})

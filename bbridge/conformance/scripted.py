@@ -14,12 +14,11 @@ A rule whose prerequisite failed is SKIP with the reason, never a cascade.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-import trio
 
 from bbridge import protocol, rpc
 from bbridge.bridge import RUNTIME_GRAMMAR
@@ -359,17 +358,27 @@ async def _first_turn(run: Run, ptid: str) -> Result:
     return passed(rule, f"turn {turn}: input accepted, started, completed {completed['status']}, turn/start answered")
 
 
+async def _stop(
+    run: Run, rule: str, thread: str, ptid: str, intent: str, active: str | None
+) -> tuple[Any, Result | None]:
+    """Send `thread/stop`: its id, and the FAIL of `rule` when it went unanswered or was refused."""
+    params = {"threadId": thread, "providerThreadId": ptid, "intent": intent, "activeTurnId": active}
+    rid, response = await run.call("thread/stop", params)
+    if response is None:
+        return rid, failed(rule, f"thread/stop {intent} got no answer: {run.gone()}")
+    if _is_error(response):
+        return rid, failed(rule, f"thread/stop {intent} answered {describe_error(response)}")
+    return rid, None
+
+
 async def _release(run: Run, ptid: str) -> Result:
     rule = LIFECYCLE[3]
     client = run.client
     client.guard.clear_thread(THREAD)  # the runtime forgets a detached thread's grammar (§7.5)
     mark = client.mark()
-    params = {"threadId": THREAD, "providerThreadId": ptid, "intent": "release", "activeTurnId": None}
-    _, response = await run.call("thread/stop", params)
-    if response is None:
-        return failed(rule, f"thread/stop release got no answer: {run.gone()}")
-    if _is_error(response):
-        return failed(rule, f"thread/stop release answered {describe_error(response)}")
+    _, refused = await _stop(run, rule, THREAD, ptid, "release", None)
+    if refused is not None:
+        return refused
     await client.quiet(run.fixture.timeouts.settle, run.wait)
     for event in client.events(mark):
         interrupted = (event["type"] == "turn/completed" and event.get("status") == "interrupted") or (
@@ -418,18 +427,6 @@ async def _zero_work(run: Run, ptid: str) -> Result:
 # -- the groups ------------------------------------------------------------------------
 
 
-async def with_client(command: Sequence[str], body: Callable[[Client], Awaitable[T]], **kwargs: Any) -> T:
-    """Run `body` against a fresh bridge process, then stop its process group whatever happened."""
-    async with trio.open_nursery() as nursery:
-        client = Client(command, **kwargs)
-        await client.start(nursery)
-        try:
-            return await body(client)
-        finally:
-            await client.close()
-            nursery.cancel_scope.cancel()
-
-
 async def main_group(run: Run) -> dict[str, Result]:
     """The kit's transport: hygiene, handshake, then (only after a handshake) the session lifecycle."""
     results = {r.rule: r for r in await hygiene(run)}
@@ -462,12 +459,9 @@ async def interrupt_group(run: Run) -> Result:
         # the rule speaks of a *live* turn: one that finished on its own leaves nothing to check
         return skipped(INTERRUPT, f"turn {turn} finished on its own before the interrupt could be sent")
     active = client.assembler.get_provider_turn_id(INTERRUPT_THREAD, turn) or turn
-    params = {"threadId": INTERRUPT_THREAD, "providerThreadId": ptid, "intent": "interrupt", "activeTurnId": active}
-    stop, response = await run.call("thread/stop", params)
-    if response is None:
-        return failed(INTERRUPT, f"thread/stop interrupt got no answer: {run.gone()}")
-    if _is_error(response):
-        return failed(INTERRUPT, f"thread/stop interrupt answered {describe_error(response)}")
+    stop, refused = await _stop(run, INTERRUPT, INTERRUPT_THREAD, ptid, "interrupt", active)
+    if refused is not None:
+        return refused
     return _settled_before(run, mark, client.response_index(stop), turn)
 
 

@@ -52,15 +52,7 @@ class AcpBridge:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.sessions: dict[str, Session] = {}
         self.bridge = Bridge("acp", CAPABILITIES)
-        handle = self.bridge.method
-        handle("model/list", protocol.ModelListParams)(self.model_list)
-        handle("thread/start", protocol.ThreadStartParams)(self.thread_start)
-        handle("thread/resume", protocol.ThreadResumeParams)(self.thread_resume)
-        handle("thread/fork", protocol.ThreadForkParams)(self.thread_fork)
-        handle("turn/start", protocol.TurnStartParams)(self.turn_start)
-        handle("turn/steer", protocol.TurnSteerParams)(self.turn_steer)
-        handle("thread/stop", protocol.ThreadStopParams)(self.thread_stop)
-        handle("thread/discard", protocol.ThreadRefParams)(self.thread_discard)
+        self.bridge.handle_sessions(self)
 
     # -- sessions --------------------------------------------------------------
 

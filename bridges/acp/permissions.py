@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Literal
 
 from msgspec import UNSET
 
 from bbridge import grammar as g
-from bbridge import protocol
+from bbridge import interactions
+from bbridge.interactions import Decision
 from bridges.acp.presentation import tool_kind
 from bridges.acp.tools import classify, extract_paths, operation
 from bridges.acp.wire import JsonObject
 
-Decision = Literal["allow_once", "allow_for_session", "deny"]
-Subject = protocol.CommandSubject | protocol.FileChangeSubject | protocol.ToolUseSubject
+Subject = interactions.CommandSubject | interactions.FileChangeSubject | interactions.ToolUseSubject
 CANCELLED: JsonObject = {"outcome": {"outcome": "cancelled"}}
 # the option kinds a decision may pick, in preference order
 OPTION_KINDS: dict[Decision, tuple[str, ...]] = {
@@ -74,14 +73,14 @@ def write_scope(paths: Sequence[str]) -> str | None:
 
 def payload(
     tool_call: JsonObject | None, options: Sequence[JsonObject], started: JsonObject | None
-) -> protocol.ApprovalPayload:
+) -> interactions.ApprovalPayload:
     """The approval payload for a permission request; `started` is the in-flight call with the same id, if any."""
     available = decisions(options)
     if tool_call is None or not isinstance(tool_call.get("toolCallId"), str) or not tool_call["toolCallId"]:
-        subject: Subject = protocol.ToolUseSubject(
+        subject: Subject = interactions.ToolUseSubject(
             itemId="acp-permission", tool="tool", presentation=tool_kind(None, "ACP permission request")
         )
-        return protocol.ApprovalPayload(subject=subject, reason=None, availableDecisions=available)
+        return interactions.ApprovalPayload(subject=subject, reason=None, availableDecisions=available)
     own = _own_call(tool_call)
     op = operation(own)
     if op.kind == "generic" and started is not None:
@@ -89,10 +88,10 @@ def payload(
     item_id = tool_call["toolCallId"]
     if op.kind == "file_change":
         scope = write_scope(extract_paths(own) or op.paths)
-        subject = protocol.FileChangeSubject(itemId=item_id, writeScope=scope, sessionGrant=None)
+        subject = interactions.FileChangeSubject(itemId=item_id, writeScope=scope, sessionGrant=None)
     elif op.kind == "command":
-        action = protocol.UnknownAction(command=op.command)
-        subject = protocol.CommandSubject(
+        action = interactions.UnknownAction(command=op.command)
+        subject = interactions.CommandSubject(
             itemId=item_id, command=op.command, cwd=None, actions=[action], sessionGrant=None
         )
     else:
@@ -104,5 +103,5 @@ def payload(
             tool = item.tool
         else:
             tool = tool_call.get("kind") or (started or {}).get("kind") or str(item.__struct_config__.tag)
-        subject = protocol.ToolUseSubject(itemId=item_id, tool=tool, presentation=described.presentation)
-    return protocol.ApprovalPayload(subject=subject, reason=None, availableDecisions=available)
+        subject = interactions.ToolUseSubject(itemId=item_id, tool=tool, presentation=described.presentation)
+    return interactions.ApprovalPayload(subject=subject, reason=None, availableDecisions=available)

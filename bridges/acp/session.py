@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from bbridge import grammar as g
-from bbridge import protocol, rpc
+from bbridge import interactions, protocol, rpc
 from bbridge.kit import Bridge
 from bridges.acp import content, permissions
 from bridges.acp.agent import AgentProcess
@@ -70,9 +70,9 @@ class TurnInput:
 class PendingPermission:
     options: list[JsonObject]
     done: trio.Event = field(default_factory=trio.Event)
-    decision: permissions.Decision | None = None
+    decision: interactions.Decision | None = None
 
-    def settle(self, decision: permissions.Decision | None) -> None:
+    def settle(self, decision: interactions.Decision | None) -> None:
         if not self.done.is_set():
             self.decision = decision
             self.done.set()
@@ -309,7 +309,7 @@ class Session:
             return permissions.outcome(options, "allow_once")
         call_id = tool_call.get("toolCallId") if tool_call else None
         started = self.translator.call(call_id) if isinstance(call_id, str) else None
-        ask = protocol.InteractionRequestParams(
+        ask = interactions.InteractionRequestParams(
             providerThreadId=self.provider_thread_id,
             threadId=self.thread_id,
             turnId=None,
@@ -324,7 +324,7 @@ class Session:
         self.permissions.discard(pending)
         return permissions.outcome(options, pending.decision)
 
-    async def _ask(self, request: protocol.InteractionRequestParams, pending: PendingPermission) -> None:
+    async def _ask(self, request: interactions.InteractionRequestParams, pending: PendingPermission) -> None:
         """The runtime's resolution; an error or an answer that is no approval decision cancels the permission."""
         try:
             result = await self.bridge.request("interaction/request", request)
@@ -482,13 +482,19 @@ class Session:
         while self.queued:
             self.queued.popleft().answer(reason)
 
+    def _begin_stop(self, how: str) -> bool:
+        """Start ending the session, once: queued steers and pending permissions are refused. False if already ending."""
+        if self.stopping:
+            return False
+        self.stopping = True
+        self.drop_queued(f"ACP session {how} before the steer was sent")
+        self.cancel_permissions()
+        return True
+
     async def interrupt(self) -> None:
         """Cancel the live prompt and wait for the agent to settle it (settle for it after 4 s), then end it."""
-        if self.stopping:
+        if not self._begin_stop("stopped"):
             return
-        self.stopping = True
-        self.drop_queued("ACP session stopped before the steer was sent")
-        self.cancel_permissions()
         if self.active is not None and not self.agent.exited:
             await self.agent.notify("session/cancel", {"sessionId": self.provider_thread_id})
             with trio.move_on_after(STOP_SETTLE_S):
@@ -505,9 +511,5 @@ class Session:
 
     async def release(self) -> None:
         """Detach: the agent ends, nothing is fabricated."""
-        if self.stopping:
-            return
-        self.stopping = True
-        self.drop_queued("ACP session released before the steer was sent")
-        self.cancel_permissions()
-        await self.agent.terminate()
+        if self._begin_stop("released"):
+            await self.agent.terminate()

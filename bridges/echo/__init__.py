@@ -149,15 +149,7 @@ class Echo:
         self.minted = 0
         self.sessions: dict[str, Session] = {}
         self.histories: dict[str, list[str]] = {}  # providerThreadId -> checkpoints, kept after release for forks
-        handle = self.bridge.method
-        handle("model/list", protocol.ModelListParams)(self.model_list)
-        handle("thread/start", protocol.ThreadStartParams)(self.thread_start)
-        handle("thread/resume", protocol.ThreadResumeParams)(self.thread_resume)
-        handle("thread/fork", protocol.ThreadForkParams)(self.thread_fork)
-        handle("turn/start", protocol.TurnStartParams)(self.turn_start)
-        handle("turn/steer", protocol.TurnSteerParams)(self.turn_steer)
-        handle("thread/stop", protocol.ThreadStopParams)(self.thread_stop)
-        handle("thread/discard", protocol.ThreadRefParams)(self.thread_discard)
+        self.bridge.handle_sessions(self)
 
     # -- sessions --------------------------------------------------------------
 

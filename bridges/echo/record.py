@@ -157,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
                 if lane.exists():
                     shutil.copy(lane, target / lane.name)
                     lines[direction] = sum(1 for line in lane.read_text().split("\n") if line)
-            manifest = {"provider": PROVIDER, "cell": cell, "threadId": source.name, "scope": "thread"}
+            manifest: dict[str, object] = {
+                "provider": PROVIDER,
+                "cell": cell,
+                "threadId": source.name,
+                "scope": "thread",
+            }
             manifest |= {"description": description, "bridgeRuns": 1, "lines": lines}
             (target / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
             replay = replay_cell(target, PROVIDER)

@@ -1,0 +1,279 @@
+"""Shared test support, one module: the runtime's side of a bridge, a daemon on a socket, common wire literals.
+
+* `Runtime`, `in_process`, `spawned`: drive a bridge (a `kit.Bridge` in-process, or any bridge subprocess) as
+  the daemon would, assembling what it emits.
+* `running`, `connect`, `TestClient`: a daemon on a temporary Unix socket and a client that records what it is
+  sent; `fake_provider` runs `tests/fakes/fake_bridge.py`.
+* Literals several test files assert or send: the `full` execution options, `initialize` params, handshake
+  capabilities on the wire, a presentation and a background-task item shape.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from bbridge import grammar as g
+from bbridge import kit, protocol, rpc
+from bbridge.assembler import Assembler
+from bbridge.config import ProviderConfig
+from bbridge.daemon import Daemon
+from bbridge.events import Event
+from bbridge.server import serve_socket
+from tests.conftest import REPO
+
+# -- wire literals -----------------------------------------------------------------
+
+FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
+INIT = {"protocolVersion": 2, "client": {"name": "bb-test", "version": "0"}, "grammarVersions": [3, 3]}
+PRES = {"label": {"pending": "P", "completed": "C"}, "icon": {"glyph": "G"}}
+TASK = {
+    "type": "backgroundTask",
+    "familyId": "f",
+    "taskType": "local_bash",
+    "description": "d",
+    "status": "pending",
+    "taskStatus": "running",
+    "skipTranscript": False,
+}
+
+
+def capabilities(**declared: Any) -> dict[str, Any]:
+    """Handshake capabilities as a kit bridge writes them: the protocol's defaults (pinned in test_protocol), the
+    kit's grammar [3, 3], and `declared` over them."""
+    return {**msgspec.to_builtins(protocol.Capabilities()), "grammarVersions": [3, 3], **declared}
+
+
+# -- the runtime's side of a bridge ------------------------------------------------
+
+
+class Runtime:
+    """Drives a bridge: requests, an ordered log of what came back, and one assembler for every thread."""
+
+    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        self.log: list[tuple[str, str, Any]] = []  # ("note", method, params) / ("answer", method, result)
+        self.deltas: dict[str, list[g.Delta]] = defaultdict(list)
+        self.events: dict[str, list[Event]] = defaultdict(list)
+        self.junk: list[bytes] = []
+        self.assembler = Assembler("echo", entropy_prefix="E", text_delta_flush_ms=0)
+        self.conn = rpc.Connection(
+            send,
+            receive,
+            name="runtime",
+            on_notifications=self._on_notes,
+            on_junk=lambda line, reason: self.junk.append(line),
+        )
+        self._tick = trio.Event()
+        self._failure: Exception | None = None
+
+    async def _on_notes(self, batch: list[rpc.Notification]) -> None:
+        try:
+            for note in batch:
+                params = None if note.params is None else msgspec.json.decode(note.params)
+                self.log.append(("note", note.method, params))
+                if note.method == "thread/delta":
+                    assert note.params is not None
+                    decoded = g.decode_params(note.params)  # a test collector raises on invalid deltas
+                    self.deltas[decoded.threadId].extend(decoded.deltas)
+                    events = self.assembler.assemble(decoded.threadId, decoded.deltas)
+                    self.events[decoded.threadId].extend(msgspec.to_builtins(events))
+        except Exception as exc:
+            self._failure = exc
+        self._tick.set()
+        self._tick = trio.Event()
+
+    def check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def call(self, method: str, params: Any = None, **kwargs: Any) -> Any:
+        result = await self.conn.request(method, params, **kwargs)
+        self.log.append(("answer", method, result))
+        return result
+
+    async def error(self, method: str, params: Any = None) -> rpc.RpcError:
+        """The error a request is answered with (fails the test when it succeeds)."""
+        with pytest.raises(rpc.RpcError) as info:
+            await self.conn.request(method, params)
+        return info.value
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            tick = self._tick
+            await tick.wait()
+            self.check()
+
+    def types(self, thread_id: str) -> list[str]:
+        return [e["type"] for e in self.events[thread_id]]
+
+    def kinds(self, thread_id: str) -> list[str]:
+        return [str(type(d).__struct_config__.tag) for d in self.deltas[thread_id]]
+
+    def methods(self) -> list[str]:
+        return [f"{what}:{method}" for what, method, _ in self.log]
+
+
+@asynccontextmanager
+async def in_process(bridge: kit.Bridge) -> AsyncIterator[Runtime]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    runtime = Runtime(ours.send_stream, ours.receive_stream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bridge.serve, theirs.send_stream, theirs.receive_stream)
+        nursery.start_soon(runtime.conn.run)
+        yield runtime
+        runtime.check()
+        nursery.cancel_scope.cancel()
+
+
+class Spawned:
+    def __init__(self, runtime: Runtime, proc: trio.Process) -> None:
+        self.runtime = runtime
+        self.proc = proc
+        self.stderr = bytearray()
+
+    async def raw(self, line: bytes) -> None:
+        """Write bytes straight to the bridge's stdin."""
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send_all(line)
+
+    async def finish(self) -> int:
+        """Close the bridge's stdin and wait for it to exit."""
+        assert self.proc.stdin is not None
+        await self.proc.stdin.aclose()
+        return await self.proc.wait()
+
+
+@asynccontextmanager
+async def spawned(argv: Sequence[str], env: dict[str, str] | None = None) -> AsyncIterator[Spawned]:
+    """A bridge subprocess with a Runtime on its stdio; stderr is collected; killed if still running at the end."""
+    proc = await trio.lowlevel.open_process(
+        list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    child = Spawned(Runtime(proc.stdin, proc.stdout), proc)
+
+    async def drain_stderr(stream: trio.abc.ReceiveStream) -> None:
+        while data := await stream.receive_some():
+            child.stderr += data
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child.runtime.conn.run)
+            nursery.start_soon(drain_stderr, proc.stderr)
+            yield child
+            child.runtime.check()
+            nursery.cancel_scope.cancel()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def start_thread(runtime: Runtime, thread_id: str = "thr_1") -> str:
+    result = await runtime.call("thread/start", {"threadId": thread_id, "cwd": "/tmp", "options": FULL})
+    provider_thread_id: str = result["providerThreadId"]
+    return provider_thread_id
+
+
+def turn_params(thread_id: str, provider_thread_id: str, text: str, creq: str = "creq_2222222223") -> dict[str, Any]:
+    return {
+        "threadId": thread_id,
+        "providerThreadId": provider_thread_id,
+        "input": [{"type": "text", "text": text}],
+        "clientRequestId": creq,
+        "options": FULL,
+    }
+
+
+# -- a daemon on a socket ----------------------------------------------------------
+
+
+FAKE = Path(__file__).parent / "fakes" / "fake_bridge.py"
+
+
+def fake_provider(modes: str = "plain", **options: Any) -> ProviderConfig:
+    return ProviderConfig(command=[sys.executable, str(FAKE), modes], **options)
+
+
+class TestClient:
+    __test__ = False
+
+    def __init__(self, stream: trio.abc.Stream, answer: Callable[[rpc.Request], Any] | None = None) -> None:
+        self.stream = stream
+        self.entries: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.notes: list[tuple[str, Any]] = []
+        self.requests: list[rpc.Request] = []
+        self._answer = answer
+        self.changed = trio.Condition()
+        self.conn = rpc.Connection(
+            stream, stream, name="test-client", on_notifications=self._on_notes, on_request=self._on_request
+        )
+
+    async def _on_notes(self, batch: list[rpc.Notification]) -> None:
+        for note in batch:
+            params = msgspec.json.decode(note.params) if note.params is not None else None
+            if note.method == "thread/events":
+                self.entries[params["threadId"]].extend(params["events"])
+            else:
+                self.notes.append((note.method, params))
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def _on_request(self, request: rpc.Request) -> Any:
+        self.requests.append(request)
+        if self._answer is None:
+            raise rpc.RpcError(-32000, "test client does not answer")
+        return self._answer(request)
+
+    def events(self, thread_id: str) -> list[dict[str, Any]]:
+        return [entry["event"] for entry in self.entries[thread_id]]
+
+    def types(self, thread_id: str) -> list[str]:
+        return [event["type"] for event in self.events(thread_id)]
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 15) -> None:
+        with trio.fail_after(timeout):
+            async with self.changed:
+                while not predicate():
+                    await self.changed.wait()
+
+    async def request(self, method: str, params: Any = None, **kw: Any) -> Any:
+        return await self.conn.request(method, params, **kw)
+
+
+@asynccontextmanager
+async def connect(path: Path, answer: Callable[[rpc.Request], Any] | None = None) -> AsyncIterator[TestClient]:
+    stream = await trio.open_unix_socket(str(path))
+    client = TestClient(stream, answer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.conn.run)
+        yield client
+        await client.conn.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, providers: dict[str, ProviderConfig], **options: Any
+) -> AsyncIterator[tuple[Daemon, Path]]:
+    options.setdefault("text_delta_flush_ms", 0)
+    daemon = Daemon(providers, **options)
+    path = tmp_path / "bbridge.sock"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_socket, daemon, path)
+        try:
+            yield daemon, path
+        finally:
+            daemon.request_shutdown()
+            with trio.fail_after(20):
+                await daemon.stopped.wait()

@@ -1,0 +1,74 @@
+"""`bbridge bench` at tiny sizes: the JSON contract (keys and types), never timings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bbridge.bench import stream
+from bbridge.bench.core import events_per_1000_tokens
+from bbridge.bench.daemon import percentile
+
+TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
+TINY += ["--idle-threads", "20", "--open-threads", "20"]
+
+
+def tiny_corpus(root: Path) -> Path:
+    """One recorded cell: two threads' synthetic turns on the `bridge→runtime` lane."""
+    cell = root / "bench" / "tiny"
+    cell.mkdir(parents=True)
+    lines = stream.interleaved_lines("t", 2, 2)
+    entries = [
+        json.dumps({"ts": seq, "run": 1, "seq": seq, "dir": "bridge→runtime", "line": line.decode().rstrip("\n")})
+        for seq, line in enumerate(lines)
+    ]
+    (cell / "bridge→runtime.ndjson").write_text("\n".join(entries) + "\n", encoding="utf-8")
+    return root
+
+
+def number(section: dict[str, Any], key: str) -> float:
+    value = section[key]
+    assert type(value) in (int, float) and value >= 0, (key, value)
+    return float(value)
+
+
+def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> None:
+    corpus = tiny_corpus(tmp_path / "recordings")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bbridge", "bench", "--json", "--corpus", str(corpus), *TINY],
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    core, daemon, memory = result["core"], result["daemon"], result["memory"]
+    for key in ("deltas_per_s", "decode_only_per_s", "assemble_only_per_s", "ratio_vs_reference"):
+        assert number(core, key) > 0
+    assert core["deltas"] == 2 * stream.DELTAS_PER_TURN and core["cells"] == 1
+    for key in ("deltas_per_s", "first_delta_p50_ms", "first_delta_p99_ms", "latency_load_deltas_per_s"):
+        number(daemon, key)
+    assert [load["load_share"] for load in daemon["latency_by_load"]] == [0.1, 0.25, 0.5]
+    assert daemon["grammar_drops"] == 0 and daemon["rejected_notifications"] == 0
+    assert daemon["events_per_run"] >= daemon["stream_deltas"] > 16 * stream.DELTAS_PER_TURN
+    number(memory, "idle_threads_10k_mb")
+    number(memory, "open_turns_1k_mb")
+    assert type(result["coalescing"]["events_per_1000_tokens"]) is int
+    assert result["reference"]["deltas_per_s_readme"] == 77_000 and result["reference"]["measured_in_this_run"] is False
+    assert set(result["targets"]) == {
+        "core_twice_reference", "core_150k", "daemon_200k", "first_delta_p99_under_1ms", "idle_10k_under_100mb",
+    }  # fmt: skip
+    assert all(type(met) is bool for met in result["targets"].values())
+    assert result["machine"]["cpus"] >= 1
+
+
+def test_coalescing_merges_one_token_per_millisecond_into_about_one_event_per_window() -> None:
+    assert events_per_1000_tokens(0) == 1000
+    assert 9 <= events_per_1000_tokens(100) <= 12
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert percentile(values, 0.5) == 50 and percentile(values, 0.99) == 99 and percentile([7], 0.99) == 7
