@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,19 +22,39 @@ from tests.support import FULL, connect, fake_provider, running
 START = {"providerId": "echo", "threadId": "thr_stdio", "cwd": "/tmp"}
 
 
-def _line(proc: subprocess.Popen[bytes]) -> dict[str, object]:
-    assert proc.stdout is not None
-    return json.loads(proc.stdout.readline())  # type: ignore[no-any-return]
+class _Lines:
+    """Reads a child's stdout line by line with a deadline, so a stuck daemon fails the test instead of hanging it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], deadline_s: float = 30) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.buffer = b""
+        self.deadline = time.monotonic() + deadline_s
+
+    def __call__(self) -> dict[str, object]:
+        while b"\n" not in self.buffer:
+            remaining = self.deadline - time.monotonic()
+            ready, _, _ = select.select([self.fd], [], [], max(remaining, 0))
+            if not ready:
+                raise AssertionError("the daemon said nothing before the deadline")
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise AssertionError("the daemon closed stdout")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)  # type: ignore[no-any-return]
 
 
-def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
+def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down(tmp_path: Path) -> None:
+    log = (tmp_path / "stderr.log").open("wb")  # a pipe nobody drains would block the daemon's logging
     proc = subprocess.Popen(
         [sys.executable, "-m", "bbridge", "serve"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     assert proc.stdin is not None
+    read_line = _Lines(proc)
 
     def send(message: dict[str, object]) -> None:
         assert proc.stdin is not None
@@ -41,7 +63,7 @@ def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
 
     def until_response(request_id: int) -> dict[str, object]:
         while True:
-            message = _line(proc)
+            message = read_line()
             if message.get("id") == request_id:
                 return message
             seen.append(message)
@@ -84,13 +106,14 @@ def test_serve_on_stdio_runs_the_echo_provider_and_shuts_down() -> None:
         until_response(3)
         events: list[dict[str, object]] = []
         while not any(e["event"]["type"] == "turn/completed" for e in events):  # type: ignore[index]
-            message = _line(proc)
+            message = read_line()
             if message.get("method") == "thread/events":
                 events.extend(message["params"]["events"])  # type: ignore[index]
         send({"jsonrpc": "2.0", "id": 4, "method": "shutdown", "params": {}})
         assert until_response(4)["result"] == {}
         assert proc.wait(timeout=20) == 0
-        stderr = proc.stderr.read().decode() if proc.stderr else ""
+        log.close()
+        stderr = (tmp_path / "stderr.log").read_text()
         assert all(line.startswith("{") for line in stderr.splitlines() if line), (
             "logs are JSON lines on a non-terminal"
         )
