@@ -27,11 +27,12 @@ Prompt directives (whitespace-separated tokens of the joined text inputs):
 * `fail` or `fail:<detail>` — stream the answer, then a settling
   `provider.error` (`Provider error`, detail with `_` read as spaces): the
   turn ends `failed`.
-* `deltas:all` — one turn that uses 24 of the 26 delta kinds (all but the two
-  session boundaries: `session.reset` opens every session, `session.ended`
-  settles an interrupt) and all 16 item shapes, so the assembled timeline
-  holds all 30 canonical event types. Extension kinds used: `echo/note`
-  (item) and `echo/state` (state).
+* `deltas:all` — one turn that emits every one of the 26 delta kinds and all
+  16 item shapes, so the assembled timeline holds all 30 canonical event
+  types. The two session kinds come after the turn's boundary: a
+  `session.ended` with nothing open (it settles nothing) and an internal
+  session rebuild (§4.3: `session/replaced`, identity, `session.reset`).
+  Extension kinds used: `echo/note` (item) and `echo/state` (state).
 * `deltas:session.ended` — stream the answer, then end the turn with
   `session.ended` (streamed text kept, turn `interrupted`).
 
@@ -297,7 +298,22 @@ class Echo:
                     turn.live = False
                     session.turn = None
                     await self.bridge.emit(session.thread_id, self._closing(session, turn))
+                    if turn.directives.mode == "all":
+                        await self._rebuild(session)
                     return
+
+    async def _rebuild(self, session: Session) -> None:
+        """The last two kinds of `deltas:all`, after the turn settled: `session.ended` (nothing is open, so
+        it settles nothing) and an internal session rebuild (§4.3): `session/replaced`, identity, `session.reset`."""
+        await self.bridge.emit(session.thread_id, [g.SessionEnded()])
+        replaced = {
+            "threadId": session.thread_id,
+            "providerThreadId": session.provider_thread_id,
+            "reason": "deltas:all rebuilds the session to show session.reset",
+            "contextLost": False,
+        }
+        await self.bridge.notify("session/replaced", replaced)
+        await self.bridge.open_session(session.thread_id, session.provider_thread_id, session_restorable=True)
 
     def _closing(self, session: Session, turn: Turn) -> list[g.Delta]:
         mode = turn.directives.mode
