@@ -9,6 +9,7 @@ untouched. A notification with one bad delta fails as a whole.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
@@ -40,6 +41,27 @@ ErrorCategory = Literal[
     "policy", "rate-limit", "sandbox", "stream-disconnected", "structured-output-retries",
     "thread-rollback-failed", "too-many-failed-attempts", "unauthorized", "unknown",
 ]  # fmt: skip
+
+
+def _js_numbers(obj: Struct, names: tuple[str, ...]) -> None:
+    """Numbers as JavaScript holds them: non-finite values are invalid, integral ones are integers.
+
+    A double like `1.0` or `-0.0` is the integer 1 or 0 to the reference (`JSON.stringify` writes `1`,
+    `0`); storing it as an int makes the encoder write the same bytes.
+    """
+    for name in names:
+        value = getattr(obj, name)
+        if type(value) is float:
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number")
+            if value.is_integer() and abs(value) < 1e21:
+                setattr(obj, name, int(value))
+
+
+def js_float(literal: str) -> Any:
+    """`float_hook` for opaque JSON: integral doubles become ints, as `JSON.parse` + `JSON.stringify` would."""
+    value = float(literal)
+    return int(value) if value.is_integer() and abs(value) < 1e21 else value
 
 
 class Wire(Struct, kw_only=True, gc=False):
@@ -95,6 +117,9 @@ class RawEvent(Wire, kw_only=True):
     method: str
     params: Any | UnsetType = UNSET
 
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("id",))
+
 
 class NoTurnFallback(Wire, kw_only=True):
     raw: RawEvent
@@ -106,6 +131,9 @@ class ErrorInfo(Wire, kw_only=True):
     providerCode: str | None
     httpStatusCode: Number | None
 
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("httpStatusCode",))
+
 
 class TokenBreakdown(Wire, kw_only=True):
     totalTokens: Number
@@ -113,6 +141,9 @@ class TokenBreakdown(Wire, kw_only=True):
     cachedInputTokens: Number
     outputTokens: Number
     reasoningOutputTokens: Number
+
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens"))
 
 
 class PlanStep(Wire, kw_only=True):
@@ -124,6 +155,9 @@ class TaskUsage(Wire, kw_only=True):
     totalTokens: Number
     toolUses: Number
     durationMs: Number
+
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("totalTokens", "toolUses", "durationMs"))
 
 
 class WorkflowPhase(Wire, kw_only=True):
@@ -154,6 +188,9 @@ class WorkflowAgent(Wire, kw_only=True):
     tokens: Number | UnsetType = UNSET
     toolCalls: Number | UnsetType = UNSET
     durationMs: Number | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("lastProgressAt", "queuedAt", "startedAt", "tokens", "toolCalls", "durationMs"))
 
 
 class Workflow(Wire, kw_only=True):
@@ -205,6 +242,9 @@ class CommandShape(Shape, tag="command", kw_only=True):
     exitCode: Number | UnsetType = UNSET
     durationMs: Number | UnsetType = UNSET
 
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("exitCode", "durationMs"))
+
 
 class FileChangeShape(Shape, tag="fileChange", kw_only=True):
     changes: list[FileChangeEntry]
@@ -217,6 +257,9 @@ class ToolShape(Shape, tag="tool", kw_only=True):
     result: Any | UnsetType = UNSET
     error: str | UnsetType = UNSET
     durationMs: Number | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("durationMs",))
 
 
 class CompactionShape(Shape, tag="compaction", kw_only=True):
@@ -356,6 +399,7 @@ class ItemClose(Delta, tag="item.close", kw_only=True):
     noTurnFallback: NoTurnFallback | UnsetType = UNSET
 
     def __post_init__(self) -> None:
+        _js_numbers(self, ("exitCode",))
         _require_extension_presentation(self.item, self.presentation)
 
 
@@ -404,6 +448,9 @@ class Usage(Delta, tag="usage", kw_only=True):
     modelContextWindow: Number | None
     providerTurnId: KeyPart | UnsetType = UNSET
 
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("modelContextWindow",))
+
 
 class ContextWindow(Delta, tag="contextWindow", kw_only=True):
     used: Number | None
@@ -411,6 +458,9 @@ class ContextWindow(Delta, tag="contextWindow", kw_only=True):
     estimated: bool
     attach: Attach
     providerTurnId: KeyPart | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        _js_numbers(self, ("used", "size"))
 
 
 class ContextCompacted(Delta, tag="context.compacted", kw_only=True):
@@ -512,7 +562,7 @@ class GrammarError(ValueError):
     """A `thread/delta` params object the grammar rejects; the message names path and reason."""
 
 
-_params_decoder = msgspec.json.Decoder(ThreadDeltaParams)
+_params_decoder = msgspec.json.Decoder(ThreadDeltaParams, float_hook=js_float)
 
 
 def decode_params(data: bytes | str) -> ThreadDeltaParams:
