@@ -342,9 +342,7 @@ class Daemon:
             params = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
             head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
             cached = self._heads[thread_id] = (provider_id, head)
-        line = b"".join((cached[1], b",".join(entries), b"]}}"))
-        for client in list(self.clients):  # `_broadcast`, inlined: this runs per notification
-            client.enqueue(line)
+        self._broadcast(b"".join((cached[1], b",".join(entries), b"]}}")))
 
     def _broadcast(self, line: bytes) -> None:
         for client in list(self.clients):

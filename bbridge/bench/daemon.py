@@ -1,11 +1,12 @@
 """End-to-end daemon throughput and added latency: fake bridge subprocess → daemon → socket client subprocess.
 
-The daemon runs in this process as `bbridge serve --socket` runs it (with text
-coalescing off so every delta is its own event, and a deeper client queue); the fake bridge and
-the client are separate processes (see their modules). Phase one writes the
-stream as fast as the pipe takes it, `blasts` times (the median counts).
-Phase two paces the same stream at shares of that measured throughput and
-reads the probe stamps: the added latency of the first delta of each write.
+The daemon runs in this process as `bbridge serve --socket` runs it (text
+coalescing off, so every delta is its own event, and a deeper client queue);
+the fake bridge and the client are separate processes (see their modules).
+Phase one writes the stream as fast as the pipe takes it, `blasts` times (the
+median counts). Phase two paces the same stream at shares of that measured
+throughput and reads the probe stamps: the added latency of the first delta of
+each write.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class Streams:
         return template.replace(_PLACEHOLDER.encode(), f"{phase}-".encode()).split(b"\n")[:-1]
 
 
-_PLACEHOLDER = "@phase@"
+_PLACEHOLDER = "~phase~"  # replaced before anything is written (`@` is reserved for the markers)
 
 
 def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int, streams: Streams) -> None:

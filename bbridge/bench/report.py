@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--corpus", type=Path, metavar="DIR", help="recordings root (default: ../shared/recordings, else recordings/)"
     )
     parser.add_argument("--runs", type=int, default=30, help="core: timed in-process runs (the median counts)")
-    parser.add_argument("--turns", type=int, default=5000, help="daemon: turns of 64 deltas per blast")
-    parser.add_argument("--blasts", type=int, default=3, help="daemon: unpaced runs (the median counts)")
+    parser.add_argument("--turns", type=int, default=4000, help="daemon: turns of 64 deltas per blast")
+    parser.add_argument("--blasts", type=int, default=5, help="daemon: unpaced runs (the median counts)")
     parser.add_argument("--paced-seconds", type=float, default=1.5, help="daemon: length of each paced phase")
     parser.add_argument("--idle-threads", type=int, default=10_000, help="memory: threads that ran one turn")
     parser.add_argument("--open-threads", type=int, default=1_000, help="memory: threads holding an open turn")
