@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fixture", type=Path, metavar="FILE", help="scenario fixture (default: conformance/default.json)"
     )
     conf.add_argument("--recordings", type=Path, metavar="DIR", help="also replay recorded cells (one provider's)")
+    conf.add_argument("--wait-ms", type=int, metavar="N", help="bound of every scripted wait (fixture default 5000)")
     conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
 
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
@@ -205,7 +206,10 @@ def _conformance(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return conformance.main(command, args.fixture, args.recordings)
+    if args.wait_ms is not None and args.wait_ms < 1:
+        print("bbridge conformance: --wait-ms must be at least 1", file=sys.stderr)
+        return 2
+    return conformance.main(command, args.fixture, args.recordings, args.wait_ms)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

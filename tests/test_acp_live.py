@@ -240,10 +240,9 @@ async def test_resume_is_refused_legibly_without_load_session(agents: dict[str, 
 # -- bbridge conformance -------------------------------------------------------------
 
 
-def conformance(agent: list[str], fixture: Path | None = None) -> dict[str, str]:
-    pytest.importorskip("bbridge.conformance", reason="the conformance suite (bbridge/conformance) is not there yet")
+def conformance(agent: list[str], wait_ms: int | None = None) -> dict[str, str]:
     command = [sys.executable, "-m", "bbridge", "conformance"]
-    command += [] if fixture is None else ["--fixture", str(fixture)]
+    command += [] if wait_ms is None else ["--wait-ms", str(wait_ms)]
     result = subprocess.run(
         [*command, "--", sys.executable, "-m", "bridges.acp", "--", *agent],
         cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -253,12 +252,9 @@ def conformance(agent: list[str], fixture: Path | None = None) -> dict[str, str]
     return {line.split()[1]: line for line in lines[:-1] if line.startswith("FAIL")}
 
 
-def test_conformance_js_agent(agents: dict[str, list[str]], tmp_path: Path) -> None:
+def test_conformance_js_agent(agents: dict[str, list[str]]) -> None:
     """Every rule passes; the example agent spends 5 s in its simulated turn, so waits get 15 s."""
-    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
-    fixture["timeouts"]["waitMs"] = 15000
-    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
-    assert conformance(agents["js-example"], tmp_path / "fixture.json") == {}
+    assert conformance(agents["js-example"], wait_ms=15000) == {}
 
 
 @pytest.mark.parametrize("name", ["py-echo", "py-example", "js-dual-version"])

@@ -11,6 +11,7 @@ stopped at the end, so a hung bridge costs time and FAIL lines, never a hang.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -79,10 +80,12 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
     return ordered + [r for cell in cells for r in replays[cell]]
 
 
-def main(command: Sequence[str], fixture_path: Path | None, recordings: Path | None) -> int:
+def main(command: Sequence[str], fixture_path: Path | None, recordings: Path | None, wait_ms: int | None = None) -> int:
     """The CLI: print the report; 0 when nothing failed, 1 on a failure, 2 on a usage error."""
     try:
         fixture = load_fixture(fixture_path)
+        if wait_ms is not None:  # real agents take longer than the kit's 5 s per wait
+            fixture = dataclasses.replace(fixture, timeouts=dataclasses.replace(fixture.timeouts, wait=wait_ms / 1000))
         results = trio.run(run_conformance, command, fixture, recordings)
     except (FixtureError, UsageError) as exc:
         print(f"bbridge conformance: {exc}", file=sys.stderr)
