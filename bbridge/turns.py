@@ -1,0 +1,116 @@
+"""Turn lifecycle: the unkeyed current turn, vouched provider turns, settlement (assembler.md §7).
+
+Also the no-turn fallback (§8.0): every handler that finds no turn ends here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET, UnsetType
+
+from bbridge import grammar as g
+from bbridge.events import Event, new_event, scope
+from bbridge.ids import Ids
+from bbridge.state import ThreadState
+
+
+class Turns(Ids):
+    provider_id: str  # set by the assembler; stamped on every provider/unhandled
+
+    def _open_turn(self, s: ThreadState) -> str:
+        if s.current_turn is not None:
+            return s.current_turn
+        turn = s.current_turn = self._mint_turn()
+        self._push(new_event("turn/started", turn))
+        queued, s.pending_accepted = s.pending_accepted, []
+        for request_id in queued:
+            event = new_event("turn/input/accepted", turn)
+            event["clientRequestId"] = request_id
+            self._push(event)
+        return turn
+
+    @staticmethod
+    def _finish_turn(s: ThreadState) -> None:
+        if s.current_turn is not None:
+            s.last_turn = s.current_turn
+        s.current_turn = None
+        if s.open_items:
+            s.open_items = {k: rec for k, rec in s.open_items.items() if rec.thread_attached}
+        if s.pending_progress:
+            s.pending_progress = {k: v for k, v in s.pending_progress.items() if not v[1]}
+        s.cmd_snapshots.clear()
+
+    def _settle_turn(self, s: ThreadState, turn: str, status: str, boundary: g.TurnBoundary | None = None) -> None:
+        event = new_event("turn/completed", turn)
+        event["status"] = status
+        if boundary is not None:
+            if boundary.error is not UNSET:
+                event["error"] = boundary.error
+            if boundary.providerCheckpointId is not UNSET:
+                event["providerCheckpointId"] = boundary.providerCheckpointId
+        self._push(event)
+
+    def _turn_for(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
+        """The common resolution: vouched provider turn, else the open unkeyed turn."""
+        return s.current_turn if ptid is UNSET else self._vouch(s, ptid)
+
+    def _turn_or_last(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
+        if ptid is not UNSET:
+            return self._vouch(s, ptid)
+        return s.current_turn if s.current_turn is not None else s.last_turn
+
+    def _claiming_turn(self, s: ThreadState) -> str | None:
+        """The open turn, or one opened for pending accepted input (lifecycle settlement)."""
+        if s.current_turn is None and s.pending_accepted:
+            return self._open_turn(s)
+        return s.current_turn
+
+    def _fallback(self, s: ThreadState, fallback: g.NoTurnFallback | UnsetType, parent_ref: Any) -> None:
+        if fallback is UNSET:
+            return
+        parent = self._parent(s, parent_ref)
+        self._push_unhandled(fallback.rawType, fallback.raw, None, parent)
+
+    def _push_unhandled(self, raw_type: str, raw: g.RawEvent, turn: str | None, parent: str | None) -> None:
+        event: Event = {
+            "type": "provider/unhandled", "threadId": "", "providerThreadId": "",
+            "providerId": self.provider_id, "rawType": raw_type, "rawEvent": raw, "scope": scope(turn),
+        }  # fmt: skip
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _input_accepted(self, s: ThreadState, d: g.InputAccepted) -> None:
+        if d.providerTurnId is not UNSET:
+            turn: str | None = self._vouch(s, d.providerTurnId)
+        else:
+            turn = s.current_turn
+            if turn is None:
+                s.pending_accepted.append(d.clientRequestId)
+                return
+        event = new_event("turn/input/accepted", turn)
+        event["clientRequestId"] = d.clientRequestId
+        self._push(event)
+
+    def _turn_open(self, s: ThreadState, d: g.TurnOpen) -> None:
+        if d.providerTurnId is UNSET:
+            self._open_turn(s)
+            return
+        parent = self._parent(s, d.parentRef)
+        event = new_event("turn/started", self._vouch(s, d.providerTurnId))
+        if parent:
+            event["parentToolCallId"] = parent
+        self._push(event)
+
+    def _turn_boundary(self, s: ThreadState, d: g.TurnBoundary) -> None:
+        if d.providerTurnId is not UNSET:
+            self._settle_turn(s, self._vouch(s, d.providerTurnId), d.status, d)
+            return
+        turn = s.current_turn
+        if turn is None and d.claimIfIdle is True and s.pending_accepted:
+            turn = self._open_turn(s)
+        if turn is None:
+            return
+        self._settle_turn(s, turn, d.status, d)
+        self._finish_turn(s)
