@@ -44,9 +44,10 @@ acp-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.acp" --golden $(SHARED)/golden $(SHARED)/recordings/acp-cursor/*
 
 lint: install
-	$(VENV)/bin/ruff check bbridge bridges tests
-	$(VENV)/bin/ruff format --check bbridge bridges tests
+	$(VENV)/bin/ruff check bbridge bridges tests tools
+	$(VENV)/bin/ruff format --check bbridge bridges tests tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.
 bench: install

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import trio
 
-from bbridge import parity
 from bbridge.bench import report as bench_report
-from bbridge.config import ConfigError
-from bbridge.events import encode_lines
-from bbridge.recording import RecordingError
-from bbridge.replay import GOLDEN_ENTROPY, replay_cell
+from bbridge.core.events import encode_lines
+from bbridge.daemon.config import ConfigError
+from bbridge.replay import parity
+from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
+from bbridge.wire.recording import RecordingError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -115,8 +115,9 @@ def _parity_recordings(args: argparse.Namespace) -> int:
 
 
 def _parity_bridge(args: argparse.Namespace) -> int:
-    from bbridge import bridge_parity, logs
-    from bbridge.config import command_from_string
+    from bbridge import logs
+    from bbridge.daemon.config import command_from_string
+    from bbridge.replay import bridge_parity
 
     logs.configure("warning")
     allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
@@ -149,11 +150,12 @@ def _parity_cases(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from bbridge import logs, server
-    from bbridge.config import load_providers
-    from bbridge.daemon import Daemon
-    from bbridge.journal import Journal
-    from bbridge.record import record_dir_from_env
+    from bbridge import logs
+    from bbridge.daemon import server
+    from bbridge.daemon.config import load_providers
+    from bbridge.daemon.journal import Journal
+    from bbridge.daemon.router import Daemon
+    from bbridge.wire.record import record_dir_from_env
 
     logs.configure(args.log_level)
     config = args.config
@@ -175,7 +177,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from bbridge.schema import write_schemas
+    from bbridge.wire.schema import write_schemas
 
     for path in write_schemas(args.out):
         print(path)
@@ -184,7 +186,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from bbridge import logs
-    from bbridge.config import command_from_string
+    from bbridge.daemon.config import command_from_string
     from bbridge.run import run_once
 
     logs.configure(args.log_level)

@@ -6,7 +6,7 @@
   (-32601 for unknown methods, -32602 with `[{path, message}]` issues), the
   `initialize` answer with grammar negotiation, and session openings that meet
   the §4.2 obligations.
-* `emit`: deltas are the `bbridge.grammar` Structs; every batch is validated by
+* `emit`: deltas are the `bbridge.core.grammar` Structs; every batch is validated by
   the same decoder the daemon uses before it is written, so an invalid delta is
   a `DeltaError` in the bridge instead of a silently dropped notification.
 * `UsageMeter`: per-turn providers sum usage in the bridge (assembler.md §11.1).
@@ -35,10 +35,11 @@ import structlog
 import trio
 from msgspec import UNSET
 
-from bbridge import grammar as g
-from bbridge import logs, protocol, rpc
-from bbridge.record import Recorder, record_dir_from_env, sanitize_scope
-from bbridge.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
+from bbridge import logs
+from bbridge.core import grammar as g
+from bbridge.wire import protocol, rpc
+from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
+from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 log = structlog.get_logger("bbridge.kit")
 

@@ -17,9 +17,9 @@ from typing import Any, TextIO
 import msgspec
 import trio
 
-from bbridge import rpc
-from bbridge.config import ProviderConfig
-from bbridge.daemon import Daemon
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.router import Daemon
+from bbridge.wire import rpc
 
 PROVIDER = "bridge"
 TEXT_TYPES = {

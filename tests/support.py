@@ -23,13 +23,14 @@ import pytest
 import trio
 import trio.testing
 
-from bbridge import grammar as g
-from bbridge import kit, protocol, rpc
-from bbridge.assembler import Assembler
-from bbridge.config import ProviderConfig
-from bbridge.daemon import Daemon
-from bbridge.events import Event
-from bbridge.server import serve_socket
+from bbridge import kit
+from bbridge.core import grammar as g
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import Event
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.router import Daemon
+from bbridge.daemon.server import serve_socket
+from bbridge.wire import protocol, rpc
 from tests.conftest import REPO
 
 # -- wire literals -----------------------------------------------------------------

@@ -23,9 +23,10 @@ import msgspec
 import pytest
 import trio
 
-from bbridge import grammar, rpc
-from bbridge.assembler import Assembler
-from bbridge.events import Event
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import Event
+from bbridge.wire import rpc
 from tests.conftest import REPO
 from tests.support import FULL
 

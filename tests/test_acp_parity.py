@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bbridge import bridge_parity
-from bbridge.events import Event, encode_event
+from bbridge.core.events import Event, encode_event
+from bbridge.replay import bridge_parity
 from tests.conftest import REPO, missing_reason, shared_path
 
 RECORDINGS = shared_path("recordings", "acp-cursor")

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 
-from bbridge import grammar as g
-from bbridge import interactions
-from bbridge.assembler import Assembler
-from bbridge.items import is_js_blank
+from bbridge.core import grammar as g
+from bbridge.core.assembler import Assembler
+from bbridge.core.items import is_js_blank
 from bbridge.kit import UsageMeter, encode_deltas, tokens
+from bbridge.wire import interactions
 from bridges.acp import permissions, tools, wire
 from bridges.acp.translate import Translator, prompt_usage
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bbridge.bridge import bridge_env
-from bbridge.config import ProviderConfig
+from bbridge.daemon.bridge import bridge_env
+from bbridge.daemon.config import ProviderConfig
 
 
 def test_bb_variables_and_node_env_are_stripped_and_passthroughs_readded() -> None:

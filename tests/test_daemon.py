@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from bbridge import errors, rpc
-from bbridge.config import ExtensionKind
+from bbridge.daemon.config import ExtensionKind
+from bbridge.wire import errors, rpc
 from tests.support import connect, fake_provider, running
 
 THREAD = "thr_test"
@@ -85,7 +85,7 @@ async def test_a_reconnecting_client_gets_exactly_what_it_missed(tmp_path: Path)
 
 
 async def test_journal_bound_reports_what_it_cannot_serve(tmp_path: Path) -> None:
-    from bbridge.journal import Journal
+    from bbridge.daemon.journal import Journal
 
     async with (
         running(tmp_path, {"fake": fake_provider()}, journal=Journal(bound=3)) as (daemon, path),
@@ -100,7 +100,7 @@ async def test_journal_bound_reports_what_it_cannot_serve(tmp_path: Path) -> Non
 
 
 async def test_durable_journal_survives_a_daemon_restart(tmp_path: Path) -> None:
-    from bbridge.journal import Journal
+    from bbridge.daemon.journal import Journal
 
     folder = tmp_path / "journal"
     async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (_, path):
@@ -257,7 +257,7 @@ async def test_extension_payloads_are_checked_against_declared_schemas(tmp_path:
 
 
 async def test_a_client_that_never_reads_is_disconnected_without_blocking_the_bridge(tmp_path: Path) -> None:
-    from bbridge.server import Client
+    from bbridge.daemon.server import Client
 
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
         ours, theirs = trio.testing.lockstep_stream_pair()  # writes block until the peer reads: it never does
@@ -298,7 +298,7 @@ async def test_shutdown_stops_the_bridges_and_the_daemon(tmp_path: Path) -> None
 
 
 async def test_record_mode_writes_the_runtime_lanes(tmp_path: Path) -> None:
-    from bbridge.recording import read_cell
+    from bbridge.wire.recording import read_cell
 
     record = tmp_path / "rec"
     async with (

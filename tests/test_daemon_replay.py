@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import trio
 
-from bbridge import rpc
-from bbridge.config import ExtensionKind, ProviderConfig, echo_provider
-from bbridge.events import encode_event
-from bbridge.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
-from bbridge.replay import replay_cell
+from bbridge.core.events import encode_event
+from bbridge.daemon.config import ExtensionKind, ProviderConfig, echo_provider
+from bbridge.replay.cells import replay_cell
+from bbridge.wire import rpc
+from bbridge.wire.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
 from tests.conftest import missing_reason, shared_path
 from tests.support import connect, running
 

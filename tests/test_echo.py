@@ -11,10 +11,10 @@ import msgspec
 import pytest
 import trio
 
-from bbridge import grammar as g
-from bbridge import protocol, rpc, schema
-from bbridge.events import EVENT_TYPES
-from bbridge.guard import Guard
+from bbridge.core import grammar as g
+from bbridge.core.events import EVENT_TYPES
+from bbridge.core.guard import Guard
+from bbridge.wire import protocol, rpc, schema
 from bridges.echo import chunks, parse_directives
 from tests.support import FULL, INIT, Runtime, Spawned, capabilities, spawned, start_thread, turn_params
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from conftest import missing_reason, shared_path
 
-from bbridge import grammar
-from bbridge.assembler import Assembler
-from bbridge.events import encode_event
-from bbridge.guard import RULES, Guard
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import encode_event
+from bbridge.core.guard import RULES, Guard
 
 SPEC_PARTS = ("spec", "assembler.md")
 

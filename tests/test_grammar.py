@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from bbridge import grammar as g
-from bbridge.assembler import Assembler
-from bbridge.events import encode_event
+from bbridge.core import grammar as g
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import encode_event
 from tests.support import PRES, TASK
 
 MAX_SAFE = 2**53 - 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from bbridge import grammar as g
-from bbridge.assembler import diff_cumulative_text, item_key
-from bbridge.items import edit_diff, file_changes, is_js_blank
+from bbridge.core import grammar as g
+from bbridge.core.assembler import diff_cumulative_text, item_key
+from bbridge.core.items import edit_diff, file_changes, is_js_blank
 
 # -- edit_diff ----------------------------------------------------------------------
 

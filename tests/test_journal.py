@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bbridge.journal import Journal
+from bbridge.daemon.journal import Journal
 
 
 def events(n: int) -> list[dict[str, object]]:

@@ -15,8 +15,9 @@ import pytest
 import trio
 import trio.testing
 
-from bbridge import grammar as g
-from bbridge import kit, protocol, rpc
+from bbridge import kit
+from bbridge.core import grammar as g
+from bbridge.wire import protocol, rpc
 from tests.support import FULL, INIT, capabilities, in_process, spawned, start_thread, turn_params
 
 # -- a complete bridge written with the kit (the minimal example) -------------

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bbridge.events import EVENT_TYPES
-from bbridge.parity import check_recordings
-from bbridge.recording import find_cells
-from bbridge.replay import replay_cell
+from bbridge.core.events import EVENT_TYPES
+from bbridge.replay.cells import replay_cell
+from bbridge.replay.parity import check_recordings
+from bbridge.wire.recording import find_cells
 
 ROOT = Path(__file__).resolve().parent.parent / "recordings"
 

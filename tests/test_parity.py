@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-from bbridge.parity import check_recordings, read_cases, run_case
+from bbridge.replay.parity import check_recordings, read_cases, run_case
 
 KNOWN_GAPS = Path(__file__).with_name("known_gaps.json")
 REPLAY_CELL = "codex/turn-tools"  # differs between plain and coalesced output

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bbridge import grammar as g
-from bbridge.assembler import MAX_THREADS, Assembler
-from bbridge.events import EVENT_TYPES, TEXT_EVENT_TYPES, encode_event
-from bbridge.guard import Guard
+from bbridge.core import grammar as g
+from bbridge.core.assembler import MAX_THREADS, Assembler
+from bbridge.core.events import EVENT_TYPES, TEXT_EVENT_TYPES, encode_event
+from bbridge.core.guard import Guard
 from tests.support import PRES, TASK
 
 Event = dict[str, Any]

@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from bbridge import protocol as p
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
+from bbridge.wire import protocol as p
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
 from tests.support import FULL
 
 MALFORMED = (

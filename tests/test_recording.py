@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bbridge.recording import (
+from bbridge.wire.recording import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
     DIRECTIONS,

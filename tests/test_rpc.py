@@ -1,4 +1,4 @@
-"""bbridge.rpc: the bounded line reader and the JSON-RPC connection, over in-memory streams."""
+"""bbridge.wire.rpc: the bounded line reader and the JSON-RPC connection, over in-memory streams."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bbridge import rpc
-from bbridge.rpc import Connection, LineReader, Notification, Overflow, Request, RpcError
+from bbridge.wire import rpc
+from bbridge.wire.rpc import Connection, LineReader, Notification, Overflow, Request, RpcError
 
 # -- LineReader --------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from bbridge.events import EVENT_TYPES
+from bbridge.core.events import EVENT_TYPES
 from tests.support import FAKE
 
 ECHO = f"{sys.executable} -m bridges.echo"

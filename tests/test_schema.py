@@ -18,11 +18,12 @@ import jsonschema
 import msgspec
 import pytest
 
-from bbridge import grammar, protocol, schema
 from bbridge.cli import main
-from bbridge.events import EVENT_TYPES
-from bbridge.parity import read_cases
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, find_cells, lane_path, read_lane
+from bbridge.core import grammar
+from bbridge.core.events import EVENT_TYPES
+from bbridge.replay.parity import read_cases
+from bbridge.wire import protocol, schema
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, find_cells, lane_path, read_lane
 
 Validator = jsonschema.Draft202012Validator
 PRESENTATION = {"label": {"pending": "Working", "completed": "Done"}, "icon": {"glyph": "Sparkles"}}

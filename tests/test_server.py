@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from bbridge import errors, rpc
-from bbridge.server import open_socket_listener
+from bbridge.daemon.server import open_socket_listener
+from bbridge.wire import errors, rpc
 from tests.support import FULL, connect, fake_provider, running
 
 START = {"providerId": "echo", "threadId": "thr_stdio", "cwd": "/tmp"}

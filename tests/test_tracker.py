@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bbridge.tracker import Tracker
+from bbridge.daemon.tracker import Tracker
 
 
 def ev(kind: str, turn: str | None, **fields: object) -> dict[str, object]:

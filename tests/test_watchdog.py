@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from bbridge.watchdog import Watchdogs
+from bbridge.daemon.watchdog import Watchdogs
 
 
 def started(thread: str, turn: str) -> dict[str, object]:

@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 
-from bbridge import grammar
-from bbridge.assembler import Assembler
-from bbridge.recording import bridge_lane, find_cells
-from bbridge.replay import GOLDEN_ENTROPY, Message
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.replay.cells import GOLDEN_ENTROPY, Message
+from bbridge.wire.recording import bridge_lane, find_cells
 
 MIN_DELTAS_PER_RUN = 20_000
 _message = msgspec.json.Decoder(Message)

@@ -21,9 +21,9 @@ from typing import Any
 import trio
 
 from bbridge.bench.stream import DELTAS_PER_TURN
-from bbridge.config import ProviderConfig
-from bbridge.daemon import Daemon
-from bbridge.server import serve_socket
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.router import Daemon
+from bbridge.daemon.server import serve_socket
 
 THREADS = 8
 # The client's outbound queue (lines). `serve` keeps 10,000 and drops a client that falls further behind; a

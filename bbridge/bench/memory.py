@@ -21,11 +21,11 @@ from typing import Any
 import msgspec
 import trio
 
-from bbridge import rpc
 from bbridge.bench import stream
-from bbridge.bridge import BridgeProcess
-from bbridge.config import ProviderConfig
-from bbridge.daemon import Daemon
+from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.router import Daemon
+from bbridge.wire import rpc
 
 WARM_UP_THREADS = 50
 

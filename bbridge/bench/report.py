@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from bbridge.bench.core import bench_core, events_per_1000_tokens
-from bbridge.recording import find_cells
+from bbridge.wire.recording import find_cells
 
 SHARED_CORPUS = Path("../shared/recordings")
 OWN_CORPUS = Path(__file__).resolve().parents[2] / "recordings"

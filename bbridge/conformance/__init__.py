@@ -22,10 +22,10 @@ from typing import TypeVar
 import trio
 
 from bbridge.conformance import recorded, scripted, stream
-from bbridge.conformance.client import Client, with_client
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
 from bbridge.conformance.report import Result, summary
+from bbridge.replay.client import Client, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
 

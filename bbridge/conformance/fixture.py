@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import jsonschema
 import msgspec
 
-from bbridge import maintenance, protocol
-from bbridge.conformance.driver import Pacing
+from bbridge.replay.driver import Pacing
+from bbridge.wire import maintenance, protocol
 
 DEFAULT_FIXTURE = Path(__file__).resolve().parents[2] / "conformance" / "default.json"
 # protocol.md §7.4 RECORDED_CONFORMANCE_CELLS

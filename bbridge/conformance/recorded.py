@@ -1,7 +1,7 @@
 """The recorded-traffic rules (protocol.md §7.4): replay committed cells' runtime lanes into the bridge.
 
 Each cell gets a fresh bridge process, driven by the parity harness's driver
-(`bbridge.conformance.driver`, §6.3) with the fixture's replay bounds; the events
+(`bbridge.replay.driver`, §6.3) with the fixture's replay bounds; the events
 the client assembled, as the runtime would live, are judged here. An `acp-*`
 cell's launch spec is pointed at the fake agent playing its provider lanes
 (§6.2); any other bridge finds its cell through `{cell}` / `{provider}` in its
@@ -17,15 +17,15 @@ from pathlib import Path
 import msgspec
 import trio
 
-from bbridge.conformance import driver
-from bbridge.conformance.client import Entry
-from bbridge.conformance.driver import Replay
 from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.report import Result, failed, passed, skipped
-from bbridge.events import encode_event
-from bbridge.guard import Guard
-from bbridge.recording import find_cells, is_cell
-from bbridge.schema import ThreadEvent
+from bbridge.core.events import encode_event
+from bbridge.core.guard import Guard
+from bbridge.replay import driver
+from bbridge.replay.client import Entry
+from bbridge.replay.driver import Replay
+from bbridge.wire.recording import find_cells, is_cell
+from bbridge.wire.schema import ThreadEvent
 
 CHECKS = ("replays", "events-schema-valid", "grammar", "turn-lifecycle", "not-empty")
 

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from bbridge import protocol, rpc
-from bbridge.bridge import RUNTIME_GRAMMAR
 from bbridge.conformance import stream
-from bbridge.conformance.client import Client, Entry, describe_error
 from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.report import Result, failed, passed, skipped
-from bbridge.events import Event
+from bbridge.core.events import Event
+from bbridge.daemon.bridge import RUNTIME_GRAMMAR
+from bbridge.replay.client import Client, Entry, describe_error
+from bbridge.wire import protocol, rpc
 
 T = TypeVar("T")
 

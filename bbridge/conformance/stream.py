@@ -11,12 +11,12 @@ from typing import Any
 
 import msgspec
 
-from bbridge import guard
-from bbridge.conformance.client import Client
 from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.report import Result, failed, passed, skipped
-from bbridge.events import encode_event
-from bbridge.schema import ThreadEvent
+from bbridge.core import guard
+from bbridge.core.events import encode_event
+from bbridge.replay.client import Client
+from bbridge.wire.schema import ThreadEvent
 
 GRAMMAR = guard.RULES
 SCHEMA = "events/schema-valid"

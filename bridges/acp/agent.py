@@ -24,8 +24,8 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import rpc
 from bbridge.kit import env_without_runtime, record_child_io
+from bbridge.wire import rpc
 
 log = structlog.get_logger("bridges.acp")
 

@@ -16,8 +16,8 @@ import structlog
 import trio
 from msgspec import UNSET
 
-from bbridge import protocol, rpc
 from bbridge.kit import Bridge
+from bbridge.wire import protocol, rpc
 from bridges.acp.agent import AgentProcess, Launch, agent_env, launch_from_options
 from bridges.acp.content import Policy
 from bridges.acp.session import DEFAULT_MODEL_ID, Kind, Session, TurnInput

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 from msgspec import UNSET
 
-from bbridge import protocol, rpc
+from bbridge.wire import protocol, rpc
 from bridges.acp.wire import JsonObject, non_negative_int
 
 INTERNAL_ERROR = -32603

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from msgspec import UNSET
 
-from bbridge import grammar as g
-from bbridge import interactions
-from bbridge.interactions import Decision
+from bbridge.core import grammar as g
+from bbridge.wire import interactions
+from bbridge.wire.interactions import Decision
 from bridges.acp.presentation import tool_kind
 from bridges.acp.tools import classify, extract_paths, operation
 from bridges.acp.wire import JsonObject

@@ -12,7 +12,7 @@ from typing import Literal
 
 from msgspec import UNSET
 
-from bbridge import grammar as g
+from bbridge.core import grammar as g
 
 TITLE_MAX_LENGTH = 160
 ChangeVerb = Literal["add", "update", "delete"]

@@ -23,9 +23,9 @@ from typing import Any, Literal
 import structlog
 import trio
 
-from bbridge import grammar as g
-from bbridge import interactions, protocol, rpc
+from bbridge.core import grammar as g
 from bbridge.kit import Bridge
+from bbridge.wire import interactions, protocol, rpc
 from bridges.acp import content, permissions
 from bridges.acp.agent import AgentProcess
 from bridges.acp.content import Policy

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from bbridge import grammar as g
+from bbridge.core import grammar as g
 from bridges.acp import presentation as p
 from bridges.acp.wire import JsonObject, optional_strings, output_text
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from msgspec import UNSET
 
-from bbridge import grammar as g
+from bbridge.core import grammar as g
 from bridges.acp import presentation as p
 from bridges.acp.tools import classify
 from bridges.acp.wire import (

@@ -54,9 +54,9 @@ from typing import Literal
 import trio
 from msgspec import UNSET
 
-from bbridge import grammar as g
-from bbridge import protocol, rpc
+from bbridge.core import grammar as g
 from bbridge.kit import Bridge, tokens
+from bbridge.wire import protocol, rpc
 
 CONTEXT_WINDOW = 200_000
 PRESENTATION = g.Presentation(label=g.Label(pending="Echoing", completed="Echoed"), icon=g.Icon(glyph="Sparkles"))

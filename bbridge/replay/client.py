@@ -22,13 +22,14 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import grammar, rpc
-from bbridge.assembler import Assembler
-from bbridge.bridge import STDERR_TAIL_BYTES, bridge_env, terminate_group
-from bbridge.config import ProviderConfig
-from bbridge.events import Event, stamp
-from bbridge.guard import Guard, Violation
-from bbridge.replay import GOLDEN_ENTROPY
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import Event, stamp
+from bbridge.core.guard import Guard, Violation
+from bbridge.daemon.bridge import STDERR_TAIL_BYTES, bridge_env, terminate_group
+from bbridge.daemon.config import ProviderConfig
+from bbridge.replay.cells import GOLDEN_ENTROPY
+from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.conformance")
 

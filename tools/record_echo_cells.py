@@ -1,4 +1,4 @@
-"""Re-record the project's own cells: `python -m bridges.echo.record [OUT_DIR]`.
+"""Re-record the project's own cells: `python -m tools.record_echo_cells [OUT_DIR]`.
 
 Drives the echo bridge through the daemon's record mode (the same path a real
 deployment records with) and lays each scenario out as a cell,
@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 import trio
 
-from bbridge.config import echo_provider
-from bbridge.daemon import Daemon
-from bbridge.recording import DIRECTIONS
-from bbridge.replay import replay_cell
+from bbridge.daemon.config import echo_provider
+from bbridge.daemon.router import Daemon
+from bbridge.replay.cells import replay_cell
 from bbridge.run import OPTIONS, client_request_id
+from bbridge.wire.recording import DIRECTIONS
 
 PROVIDER = "echo"
 Step = Callable[["Driver"], Awaitable[None]]

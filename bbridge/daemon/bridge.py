@@ -19,15 +19,16 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import errors, grammar, protocol, rpc
-from bbridge.assembler import Assembler
-from bbridge.config import ProviderConfig
-from bbridge.guard import Guard
-from bbridge.record import RECORD_ENV, Recorder, RuntimeScoper
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
-from bbridge.watchdog import Watchdogs
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.guard import Guard
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.watchdog import Watchdogs
+from bbridge.wire import errors, protocol, rpc
+from bbridge.wire.record import RECORD_ENV, Recorder, RuntimeScoper
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
 
-log = structlog.get_logger("bbridge.bridge")
+log = structlog.get_logger("bbridge.daemon.bridge")
 
 STDERR_TAIL_BYTES = 4000
 EXIT_GRACE_S = 1.0

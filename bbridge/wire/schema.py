@@ -1,6 +1,6 @@
 """JSON Schemas (draft 2020-12) of the bridge wire, generated from the msgspec types.
 
-The grammar (`bbridge.grammar`), protocol (`bbridge.protocol`) and canonical
+The grammar (`bbridge.core.grammar`), protocol (`bbridge.wire.protocol`) and canonical
 event types below are the single source: msgspec writes the schemas and this
 module only adds what msgspec cannot derive from a type.
 
@@ -30,8 +30,8 @@ from typing import Any, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from bbridge import grammar, interactions, protocol
-from bbridge.grammar import (
+from bbridge.core import grammar
+from bbridge.core.grammar import (
     AgentMessageShape,
     BackgroundTaskShape,
     BoundaryError,
@@ -58,6 +58,7 @@ from bbridge.grammar import (
     WebSearchShape,
     Wire,
 )
+from bbridge.wire import interactions, protocol
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DETAIL_MAX_UTF16 = 280  # grammar.Presentation.__post_init__'s limit (pinned by tests)

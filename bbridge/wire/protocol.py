@@ -6,9 +6,9 @@ dropped), spec defaults apply at parse time, absent optional keys stay
 validate and document (and generate `bbridge schema`); they are not meant
 for re-encoding. Here: the handshake, capability gating, the shared
 sub-schemas, the runtime's request params and notifications, and the method
-tables. `thread/delta` params live in `bbridge.grammar`, maintenance results
-and skills in `bbridge.maintenance`, bridge -> runtime request payloads in
-`bbridge.interactions`.
+tables. `thread/delta` params live in `bbridge.core.grammar`, maintenance results
+and skills in `bbridge.wire.maintenance`, bridge -> runtime request payloads in
+`bbridge.wire.interactions`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.grammar import (
+from bbridge.core.grammar import (
     GRAMMAR_VERSIONS,
     ClientRequestId,
     NonEmpty,
@@ -28,8 +28,8 @@ from bbridge.grammar import (
     ThreadDeltaParams,
     Wire,
 )
-from bbridge.interactions import InteractionRequestParams, ToolCallParams, ToolCallResult
-from bbridge.maintenance import (
+from bbridge.wire.interactions import InteractionRequestParams, ToolCallParams, ToolCallResult
+from bbridge.wire.maintenance import (
     HealthReport,
     InstallationStatus,
     InstallPlan,

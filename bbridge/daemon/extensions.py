@@ -15,14 +15,14 @@ import jsonschema
 import msgspec
 import structlog
 
-from bbridge.config import ExtensionKind
-from bbridge.events import Event
+from bbridge.core.events import Event
+from bbridge.daemon.config import ExtensionKind
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 # the event types `ExtensionChecker.check` looks into; it returns every other unchanged
 CHECKED_TYPES = frozenset({"thread/extensionState/updated", "item/started", "item/completed"})
 
-log = structlog.get_logger("bbridge.extensions")
+log = structlog.get_logger("bbridge.daemon.extensions")
 
 
 class ExtensionChecker:

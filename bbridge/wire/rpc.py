@@ -55,7 +55,7 @@ NO_ACTIVE_TURN = -32001
 SESSION_NOT_RESTORABLE = -32002
 FORK_CHECKPOINT_UNSUPPORTED = -32003
 
-log = structlog.get_logger("bbridge.rpc")
+log = structlog.get_logger("bbridge.wire.rpc")
 
 # -- framing (sans-IO) -------------------------------------------------------
 

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from bbridge.events import Event
+from bbridge.core.events import Event
 
 DEFAULT_BOUND = 10_000
 

@@ -18,7 +18,7 @@ from typing import IO
 
 import msgspec
 
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
 
 RECORD_ENV = "BB_PROVIDER_BRIDGE_RECORD_DIR"
 PROCESS_SCOPE = "_process"

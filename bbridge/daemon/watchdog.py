@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bbridge.events import Event
+from bbridge.core.events import Event
 
 
 def _round_half_up(value: float) -> int:

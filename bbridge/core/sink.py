@@ -1,6 +1,6 @@
 """Emission with text coalescing and progress throttling (assembler.md §9, §10).
 
-Handlers never append to the output directly: they `_push` through this sink,
+Handlers never append to the output directly: they `push` through this sink,
 which buffers streamed text per stream key inside the window and keeps the
 newest suppressed progress per item key. Text events are the only ones ever
 merged; every other event is a barrier that flushes buffered text first.
@@ -8,49 +8,53 @@ merged; every other event is a barrier that flushes buffered text first.
 
 from __future__ import annotations
 
-from bbridge.events import TEXT_EVENT_TYPES, Event
-from bbridge.state import MAX_MAP, ThreadState, trim
+from bbridge.core.events import TEXT_EVENT_TYPES, Event
+from bbridge.core.state import MAX_MAP, ThreadState, trim
 
 
 class Sink:
-    """The coalescing-aware emitter the assembler's handlers write through."""
+    """The coalescing-aware emitter the assembler's handlers write through.
+
+    `now`, `out` and `state` are the batch context the assembler sets inside
+    each `assemble()` call: the clock, the events list being built, and the
+    state of the thread being assembled (None while it has none, when pushes
+    pass straight through).
+    """
 
     def __init__(self, progress_throttle_ms: float, text_delta_flush_ms: float) -> None:
         self.progress_throttle_ms = progress_throttle_ms
         self.text_delta_flush_ms = text_delta_flush_ms
-        self._states: dict[str, ThreadState] = {}
-        # per-batch context, valid only inside assemble()
-        self._now: float = 0
-        self._out: list[Event] = []
-        self._tid = ""
+        self.now: float = 0
+        self.out: list[Event] = []
+        self.state: ThreadState | None = None
 
-    def _push(self, event: Event) -> None:
-        s = self._states.get(self._tid)
+    def push(self, event: Event) -> None:
+        s = self.state
         if s is not None:
             if self.text_delta_flush_ms > 0 and event["type"] in TEXT_EVENT_TYPES:
                 self._buffer(s, event)
                 return
             if s.pending_text:
-                self._flush_all_text(s)
-        self._out.append(event)
+                self.flush_all_text(s)
+        self.out.append(event)
 
-    def _flush_all_text(self, s: ThreadState) -> None:
-        now = self._now
+    def flush_all_text(self, s: ThreadState) -> None:
+        now = self.now
         last_emit = s.text_last_emit
         for stream, (first, text) in s.pending_text.items():
             merged = dict(first)
             merged["delta"] = text
-            self._out.append(merged)
+            self.out.append(merged)
             last_emit[stream] = now
         s.pending_text.clear()
         trim(last_emit, MAX_MAP)
 
-    def _flush_elapsed_text(self, s: ThreadState) -> None:
-        now = self._now
+    def flush_elapsed_text(self, s: ThreadState) -> None:
+        now = self.now
         for stream in s.pending_text:
             last = s.text_last_emit.get(stream)
             if last is None or now - last >= self.text_delta_flush_ms:
-                self._flush_all_text(s)
+                self.flush_all_text(s)
                 return
 
     def _buffer(self, s: ThreadState, event: Event) -> None:
@@ -58,9 +62,9 @@ class Sink:
         last = s.text_last_emit.get(stream)
         if last is None or event.get("reset") is True:
             if s.pending_text:
-                self._flush_all_text(s)
-            self._out.append(event)
-            s.text_last_emit[stream] = self._now
+                self.flush_all_text(s)
+            self.out.append(event)
+            s.text_last_emit[stream] = self.now
             trim(s.text_last_emit, MAX_MAP)
             return
         pending = s.pending_text.get(stream)
@@ -68,23 +72,23 @@ class Sink:
             s.pending_text[stream] = [event, event["delta"]]
         else:
             pending[1] += event["delta"]
-        if self._now - last >= self.text_delta_flush_ms:
-            self._flush_all_text(s)
+        if self.now - last >= self.text_delta_flush_ms:
+            self.flush_all_text(s)
 
     # -- progress throttling -------------------------------------------------
 
-    def _throttle(self, s: ThreadState, key: str, event: Event, turn_scoped: bool, flush: object) -> None:
+    def throttle(self, s: ThreadState, key: str, event: Event, turn_scoped: bool, flush: object) -> None:
         last = s.progress_last_emit.get(key)
-        if flush is not True and last is not None and self._now - last < self.progress_throttle_ms:
+        if flush is not True and last is not None and self.now - last < self.progress_throttle_ms:
             s.pending_progress[key] = (event, turn_scoped)
             return
         s.pending_progress.pop(key, None)
-        s.progress_last_emit[key] = self._now
+        s.progress_last_emit[key] = self.now
         trim(s.progress_last_emit, MAX_MAP)
-        self._push(event)
+        self.push(event)
 
-    def _flush_elapsed_progress(self, s: ThreadState, skip: set[str]) -> None:
-        now = self._now
+    def flush_elapsed_progress(self, s: ThreadState, skip: set[str]) -> None:
+        now = self.now
         for key, (event, _) in list(s.pending_progress.items()):
             if key in skip:
                 continue
@@ -94,4 +98,4 @@ class Sink:
             del s.pending_progress[key]
             s.progress_last_emit[key] = now
             trim(s.progress_last_emit, MAX_MAP)
-            self._push(event)
+            self.push(event)

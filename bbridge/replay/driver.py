@@ -16,7 +16,7 @@ it would know live: the `providerThreadId` this bridge reported and its open
 turn (`activeTurnId`/`expectedTurnId`).
 
 Provider profiles (§6.2): an `acp-*` cell's launch spec is pointed at the fake
-agent of `bbridge.fake_agent`, which plays the cell's provider lanes, paced by
+agent of `bbridge.replay.fake_agent`, which plays the cell's provider lanes, paced by
 `<state>/cursor`. How any other bridge reaches its provider is its own business:
 `{cell}` and `{provider}` in its arguments, and the environment variables
 `BBRIDGE_CONFORMANCE_CELL` / `BBRIDGE_CONFORMANCE_PROVIDER`, name the cell.
@@ -36,12 +36,13 @@ from typing import Any
 
 import msgspec
 
-from bbridge import grammar, rpc
-from bbridge.assembler import Assembler
-from bbridge.bridge import STDERR_TAIL_BYTES
-from bbridge.conformance.client import LIVE_LANE, Client, Entry, Lane, with_client
-from bbridge.guard import Guard
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.guard import Guard
+from bbridge.daemon.bridge import STDERR_TAIL_BYTES
+from bbridge.replay.client import LIVE_LANE, Client, Entry, Lane, with_client
+from bbridge.wire import rpc
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
 
 CELL_ENV = "BBRIDGE_CONFORMANCE_CELL"
 PROVIDER_ENV = "BBRIDGE_CONFORMANCE_PROVIDER"
@@ -141,7 +142,15 @@ def _released(message: dict[str, Any]) -> str | None:
 
 def fake_agent(cell: Path, state: Path) -> list[str]:
     """The fake provider child (§6.4) for this cell, claiming segments and reading the cursor in `state`."""
-    return [sys.executable, "-m", "bbridge.fake_agent", "--recording", str(cell.resolve()), "--state", str(state)]
+    return [
+        sys.executable,
+        "-m",
+        "bbridge.replay.fake_agent",
+        "--recording",
+        str(cell.resolve()),
+        "--state",
+        str(state),
+    ]
 
 
 def point_launch_spec(params: dict[str, Any], agent: Sequence[str]) -> dict[str, Any]:

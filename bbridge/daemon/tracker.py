@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bbridge.events import Event, scope
-from bbridge.items import echo_item, text_item
+from bbridge.core.events import Event, scope
+from bbridge.core.items import echo_item, text_item
 
 _ITEM_COMPLETIONS = frozenset({"item/completed", "item/backgroundTask/completed", "item/delegation/completed"})
 

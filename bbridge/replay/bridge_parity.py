@@ -1,9 +1,9 @@
 """Replay recorded cells through a live bridge and diff what it emits against the goldens (protocol.md §6).
 
-Each cell runs through the shared §6.3 driver (`bbridge.conformance.driver`):
+Each cell runs through the shared §6.3 driver (`bbridge.replay.driver`):
 the bridge under test is spawned, the cell's `runtime→bridge` requests drive it
 (machine facts rewritten: `cwd` → a scratch workspace, `envVars.PATH` → this
-machine's; an ACP launch spec → the fake agent of `bbridge.fake_agent`, which
+machine's; an ACP launch spec → the fake agent of `bbridge.replay.fake_agent`, which
 plays the cell's provider lanes), bridge requests are answered with the
 runtime's recorded answers, and every `thread/delta` is assembled as the
 goldens were (`GOLDEN_LANE`: `Assembler(provider, "da00000000", 500, 0)`, fixed
@@ -30,14 +30,14 @@ from typing import Any
 
 import trio
 
-from bbridge.config import ConfigError
-from bbridge.conformance.client import GOLDEN_LANE
-from bbridge.conformance.driver import Pacing, Replay, replay_cell
-from bbridge.events import Event, encode_event
-from bbridge.parity import Check
+from bbridge.core.events import Event, encode_event
+from bbridge.daemon.config import ConfigError
+from bbridge.replay.client import GOLDEN_LANE
+from bbridge.replay.driver import Pacing, Replay, replay_cell
+from bbridge.replay.parity import Check
 
 DEFAULT_PACING = Pacing()
-DEFAULT_ALLOWLIST = Path(__file__).resolve().parent.parent / "conformance" / "acp-parity-allowlist.json"
+DEFAULT_ALLOWLIST = Path(__file__).resolve().parents[2] / "conformance" / "acp-parity-allowlist.json"
 
 
 @dataclass

@@ -19,10 +19,10 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import errors, rpc
-from bbridge.daemon import Daemon
+from bbridge.daemon.router import Daemon
+from bbridge.wire import errors, rpc
 
-log = structlog.get_logger("bbridge.server")
+log = structlog.get_logger("bbridge.daemon.server")
 
 DEFAULT_QUEUE = 10_000
 FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before connections close

@@ -15,12 +15,12 @@ from typing import Any
 
 import msgspec
 
-from bbridge import grammar
-from bbridge.assembler import Assembler
-from bbridge.events import encode_event
-from bbridge.guard import Guard
-from bbridge.recording import find_cells
-from bbridge.replay import GOLDEN_ENTROPY, Replay, replay_cell
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import encode_event
+from bbridge.core.guard import Guard
+from bbridge.replay.cells import GOLDEN_ENTROPY, Replay, replay_cell
+from bbridge.wire.recording import find_cells
 
 
 @dataclass

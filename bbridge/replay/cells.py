@@ -14,11 +14,11 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from bbridge import grammar
-from bbridge.assembler import Assembler
-from bbridge.events import Event, stamp
-from bbridge.guard import Guard
-from bbridge.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import Event, stamp
+from bbridge.core.guard import Guard
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
 
 GOLDEN_ENTROPY = "da00000000"
 

@@ -14,11 +14,22 @@ from typing import Any
 
 from msgspec import UNSET
 
-from bbridge import grammar as g
-from bbridge import items as it
-from bbridge.events import Event, new_event
-from bbridge.state import MAX_MAP, MAX_SETTLED, MAX_THREADS, OpenItem, ThreadState, diff_cumulative_text, item_key, trim
-from bbridge.turns import Turns
+from bbridge.core import grammar as g
+from bbridge.core import items as it
+from bbridge.core.events import Event, new_event
+from bbridge.core.ids import Ids
+from bbridge.core.sink import Sink
+from bbridge.core.state import (
+    MAX_MAP,
+    MAX_SETTLED,
+    MAX_THREADS,
+    OpenItem,
+    ThreadState,
+    diff_cumulative_text,
+    item_key,
+    trim,
+)
+from bbridge.core.turns import Turns
 
 __all__ = ["Assembler", "diff_cumulative_text", "item_key"]
 
@@ -38,8 +49,14 @@ def _thread_attached(shape: g.Shape) -> bool:
     return t is g.BackgroundTaskShape or (t is g.DelegationShape and shape.background is True)  # type: ignore[attr-defined]
 
 
-class Assembler(Turns):
-    """One per bridge process; many threads share its id counters."""
+class Assembler:
+    """One per bridge process; many threads share its id counters.
+
+    Built from three collaborators, each with its own state: the `Sink`
+    (batch context, coalescing, throttling), the `Ids` minter (counters never
+    reset) and `Turns` (lifecycle over the thread state). The item, context
+    and provider handlers live here; the turn handlers live in `Turns`.
+    """
 
     def __init__(
         self,
@@ -49,65 +66,52 @@ class Assembler(Turns):
         text_delta_flush_ms: float = 100,
     ) -> None:
         entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
-        super().__init__(entropy, progress_throttle_ms, text_delta_flush_ms)
         self.provider_id = provider_id
+        self._sink = sink = Sink(progress_throttle_ms, text_delta_flush_ms)
+        self._ids = ids = Ids(entropy)
+        self._turns = turns = Turns(provider_id, sink, ids)
+        # The collaborators' methods the hot handlers call, bound once: one attribute lookup per call.
+        self._push = sink.push
+        self._mint_item = ids.item
+        self._parent = ids.parent
+        self._vouch = ids.vouch
+        self._fallback = turns.fallback
+        self._turn_for = turns.turn_for
+        self._states: dict[str, ThreadState] = {}
         self._recent = ""  # the thread `_state` last moved to the end of `_states` (least recently used first)
-        self._handlers: dict[type, Callable[[ThreadState, Any], None]] = {
-            g.InputAccepted: self._input_accepted,
-            g.TurnOpen: self._turn_open,
-            g.TurnBoundary: self._turn_boundary,
-            g.ItemOpen: self._item_open,
-            g.ItemClose: self._item_close,
-            g.ItemProgress: self._item_progress,
-            g.ItemTextDelta: self._text_delta,
-            g.ItemTextClose: self._text_close,
-            g.ItemOutputDelta: self._output_delta,
-            g.CommandOutputSnapshot: self._output_snapshot,
-            g.Usage: self._usage,
-            g.ContextWindow: self._context_window,
-            g.ContextCompacted: self._context_compacted,
-            g.ContextCleared: self._context_cleared,
-            g.TurnDiff: self._turn_diff,
-            g.ThreadStarted: self._thread_started,
-            g.ThreadIdentity: self._thread_identity,
-            g.ThreadName: self._thread_name,
-            g.ExtensionState: self._extension_state,
-            g.ProviderRateLimits: self._rate_limits,
-            g.ProviderError: self._provider_error,
-            g.ProviderModelFallback: self._model_fallback,
-            g.ProviderWarning: self._warning,
-            g.Unhandled: self._unhandled,
-            g.SessionEnded: self._session_ended,
-        }
 
     # -- public surface ------------------------------------------------------
 
     def assemble(self, thread_id: str, deltas: Sequence[g.Delta], now: float = 0) -> list[Event]:
         """Events of one validated notification; `now` is the clock (ms) for the whole call."""
         out: list[Event] = []
-        self._now, self._out, self._tid = now, out, thread_id
+        sink = self._sink
+        sink.now, sink.out = now, out
         states = self._states
         pre = None if deltas and type(deltas[0]) is _SESSION_RESET else states.get(thread_id)
+        sink.state = pre
         if pre is not None:
             if pre.pending_text:
-                self._flush_elapsed_text(pre)
+                sink.flush_elapsed_text(pre)
             if pre.pending_progress:
                 skip = {item_key(d.key) for d in deltas if type(d) is g.ItemProgress}
-                self._flush_elapsed_progress(pre, skip)
-        handlers = self._handlers
+                sink.flush_elapsed_progress(pre, skip)
+        handlers = _HANDLERS
+        s: ThreadState | None = None  # looked up (and made newest) once per batch, again after a reset
         for delta in deltas:
             kind = type(delta)
             if kind is _SESSION_RESET:
-                s = states.pop(thread_id, None)
-                if s is not None and s.pending_text:
-                    self._flush_all_text(s)
+                gone = states.pop(thread_id, None)
+                if gone is not None and gone.pending_text:
+                    sink.flush_all_text(gone)
+                s = None
                 continue
-            if kind in _FLUSH_BEFORE:
-                s = states.get(thread_id)
-                if s is not None and s.pending_text:
-                    self._flush_all_text(s)
-            handlers[kind](self._state(thread_id), delta)
-        self._out = []
+            if s is None:
+                s = self._state(thread_id)
+            if kind in _FLUSH_BEFORE and s.pending_text:
+                sink.flush_all_text(s)
+            handlers[kind](self, s, delta)
+        sink.out = []
         return out
 
     def get_bb_item_id(self, thread_id: str, provider_item_id: str) -> str | None:
@@ -158,6 +162,7 @@ class Assembler(Turns):
     # -- state and ids -------------------------------------------------------
 
     def _state(self, thread_id: str) -> ThreadState:
+        """The thread's state, made newest in LRU order and set as the sink's batch state."""
         states = self._states
         s = states.get(thread_id)
         if s is not None:
@@ -165,11 +170,15 @@ class Assembler(Turns):
                 del states[thread_id]
                 states[thread_id] = s
                 self._recent = thread_id
+            self._sink.state = s
             return s
         s = states[thread_id] = ThreadState()
         self._recent = thread_id
+        self._sink.state = s
         if len(states) > MAX_THREADS:
             self._prune()
+            if thread_id not in states:  # pruning evicted this brand-new state: its events pass uncoalesced
+                self._sink.state = None
         return s
 
     def _prune(self) -> None:
@@ -207,10 +216,10 @@ class Assembler(Turns):
             ]
             for ok in released:
                 del s.open_items[ok]
-        bb = self._known_or_mint(s, key.providerItemId)
+        bb = self._ids.known_or_mint(s, key.providerItemId)
         item = it.open_item(bb, shape, self._parent(s, key.parentRef), d.presentation)
         s.open_items[k] = OpenItem(bb, key, item, _thread_attached(shape))
-        s.progress_last_emit[k] = self._now
+        s.progress_last_emit[k] = self._sink.now
         trim(s.progress_last_emit, MAX_MAP)
         event = new_event("item/started", turn)
         event["item"] = item
@@ -241,9 +250,9 @@ class Assembler(Turns):
         if rec is not None:
             bb = rec.bb_id
             if pid is not UNSET:
-                self._register(s, pid, bb)
+                self._ids.register(s, pid, bb)
         else:
-            bb = self._known_or_mint(s, pid)
+            bb = self._ids.known_or_mint(s, pid)
         pres = d.presentation
         if pres is UNSET and opened is not None:
             pres = opened.get("presentation", UNSET)
@@ -303,7 +312,7 @@ class Assembler(Turns):
                 event["message"] = d.message
             if parent:
                 event["parentToolCallId"] = parent
-        self._throttle(s, k, event, snap is UNSET, d.flush)
+        self._sink.throttle(s, k, event, snap is UNSET, d.flush)
 
     def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
         # the most frequent delta: `_turn_for` inlined, `_parent` only called for a parentRef
@@ -323,7 +332,7 @@ class Assembler(Turns):
             if bb is None:
                 bb = self._mint_item()
                 if pid is not UNSET:
-                    self._register(s, pid, bb)
+                    self._ids.register(s, pid, bb)
                 item = it.synthesized_text_item(bb, d.channel, parent)
                 rec = s.open_items[k] = OpenItem(bb, key, item, False)
                 started = new_event("item/started", turn)
@@ -378,7 +387,7 @@ class Assembler(Turns):
                 parent = rec.item.get("parentToolCallId")
             item = it.bare_text_item(bb, d.channel, final, parent)
         if pid is not UNSET:
-            self._register(s, pid, bb)
+            self._ids.register(s, pid, bb)
             s.settled_keys[k] = None
             trim(s.settled_keys, MAX_SETTLED)
         event = new_event("item/completed", turn)
@@ -392,7 +401,7 @@ class Assembler(Turns):
             self._fallback(s, d.noTurnFallback, key.parentRef)
             return
         rec = s.open_items.get(item_key(key))
-        bb = rec.bb_id if rec is not None else self._known_or_mint(s, key.providerItemId)
+        bb = rec.bb_id if rec is not None else self._ids.known_or_mint(s, key.providerItemId)
         parent = self._parent(s, key.parentRef)
         event = new_event(_OUTPUT_DELTA_TYPE[d.channel], turn)
         event["itemId"] = bb
@@ -428,7 +437,7 @@ class Assembler(Turns):
     # -- usage, context, metadata --------------------------------------------
 
     def _usage(self, s: ThreadState, d: g.Usage) -> None:
-        turn = self._turn_or_last(s, d.providerTurnId)
+        turn = self._turns.turn_or_last(s, d.providerTurnId)
         if turn is None:
             return
         event = new_event("thread/tokenUsage/updated", turn)
@@ -437,7 +446,7 @@ class Assembler(Turns):
 
     def _context_window(self, s: ThreadState, d: g.ContextWindow) -> None:
         if d.providerTurnId is not UNSET or d.attach != "open":
-            turn = self._turn_or_last(s, d.providerTurnId)
+            turn = self._turns.turn_or_last(s, d.providerTurnId)
         else:
             turn = s.current_turn
         event = new_event("thread/contextWindowUsage/updated", turn)
@@ -446,14 +455,14 @@ class Assembler(Turns):
         self._push(event)
 
     def _context_compacted(self, s: ThreadState, d: g.ContextCompacted) -> None:
-        turn = self._turn_or_last(s, d.providerTurnId)
+        turn = self._turns.turn_or_last(s, d.providerTurnId)
         if turn is None:
             self._fallback(s, d.noTurnFallback, UNSET)
             return
         self._push(new_event("thread/compacted", turn))
 
     def _context_cleared(self, s: ThreadState, d: g.ContextCleared) -> None:
-        turn = self._turn_or_last(s, UNSET)
+        turn = self._turns.turn_or_last(s, UNSET)
         if turn is not None:
             self._push(new_event("thread/context/cleared", turn))
 
@@ -501,7 +510,7 @@ class Assembler(Turns):
         elif d.threadScoped is True:
             turn = None
         else:
-            turn = self._claiming_turn(s)
+            turn = self._turns.claiming_turn(s)
         event = new_event("provider/error", turn)
         event["message"] = d.message
         if d.detail is not UNSET:
@@ -512,11 +521,11 @@ class Assembler(Turns):
             event["errorInfo"] = d.errorInfo
         self._push(event)
         if d.settlesTurn is True and turn is not None:
-            self._settle_turn(s, turn, "failed")
-            self._finish_turn(s)
+            self._turns.settle_turn(s, turn, "failed")
+            self._turns.finish_turn(s)
 
     def _model_fallback(self, s: ThreadState, d: g.ProviderModelFallback) -> None:
-        event = new_event("provider/modelFallback", self._turn_or_last(s, UNSET))
+        event = new_event("provider/modelFallback", self._turns.turn_or_last(s, UNSET))
         event["originalModel"] = d.originalModel
         event["fallbackModel"] = d.fallbackModel
         event["reason"] = d.reason
@@ -539,10 +548,10 @@ class Assembler(Turns):
             turn: str | None = self._vouch(s, d.providerTurnId)
         else:
             turn = s.current_turn if d.vouchedTurn is True else None
-        self._push_unhandled(d.rawType, d.raw, turn, self._parent(s, d.parentRef))
+        self._turns.push_unhandled(d.rawType, d.raw, turn, self._parent(s, d.parentRef))
 
     def _session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
-        turn = self._claiming_turn(s)
+        turn = self._turns.claiming_turn(s)
         if turn is None:
             return
         for rec in list(s.open_items.values()):
@@ -556,5 +565,44 @@ class Assembler(Turns):
             event = new_event("item/completed", turn)
             event["item"] = item
             self._push(event)
-        self._settle_turn(s, turn, "interrupted")
-        self._finish_turn(s)
+        self._turns.settle_turn(s, turn, "interrupted")
+        self._turns.finish_turn(s)
+
+
+_Handler = Callable[[Assembler, ThreadState, Any], None]
+
+
+def _via_turns(handler: Callable[[Turns, ThreadState, Any], None]) -> _Handler:
+    """Turn deltas are handled by the assembler's `Turns`."""
+    return lambda asm, s, d: handler(asm._turns, s, d)
+
+
+# One table for every assembler: plain functions, so an assembler holds no cycle through bound methods
+# and is freed by reference counting alone.
+_HANDLERS: dict[type, _Handler] = {
+    g.InputAccepted: _via_turns(Turns.input_accepted),
+    g.TurnOpen: _via_turns(Turns.turn_open),
+    g.TurnBoundary: _via_turns(Turns.turn_boundary),
+    g.ItemOpen: Assembler._item_open,
+    g.ItemClose: Assembler._item_close,
+    g.ItemProgress: Assembler._item_progress,
+    g.ItemTextDelta: Assembler._text_delta,
+    g.ItemTextClose: Assembler._text_close,
+    g.ItemOutputDelta: Assembler._output_delta,
+    g.CommandOutputSnapshot: Assembler._output_snapshot,
+    g.Usage: Assembler._usage,
+    g.ContextWindow: Assembler._context_window,
+    g.ContextCompacted: Assembler._context_compacted,
+    g.ContextCleared: Assembler._context_cleared,
+    g.TurnDiff: Assembler._turn_diff,
+    g.ThreadStarted: Assembler._thread_started,
+    g.ThreadIdentity: Assembler._thread_identity,
+    g.ThreadName: Assembler._thread_name,
+    g.ExtensionState: Assembler._extension_state,
+    g.ProviderRateLimits: Assembler._rate_limits,
+    g.ProviderError: Assembler._provider_error,
+    g.ProviderModelFallback: Assembler._model_fallback,
+    g.ProviderWarning: Assembler._warning,
+    g.Unhandled: Assembler._unhandled,
+    g.SessionEnded: Assembler._session_ended,
+}

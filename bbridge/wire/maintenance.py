@@ -3,7 +3,7 @@
 What a bridge answers to `provider/health`, `provider/usage` and
 `provider/installation/*`, and the skill roots `skills/configure` carries: the
 runtime's account and install screens read these, no turn ever does, so they
-live apart from the session protocol in `bbridge.protocol` (whose method
+live apart from the session protocol in `bbridge.wire.protocol` (whose method
 tables name them).
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.grammar import NonEmpty, PosInt, Wire
+from bbridge.core.grammar import NonEmpty, PosInt, Wire
 
 Cents = Annotated[int, Meta(ge=0)]
 Percent = Annotated[int, Meta(ge=0, le=100)] | Annotated[float, Meta(ge=0, le=100)]

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.grammar import NonEmpty, Presentation, Wire
+from bbridge.core.grammar import NonEmpty, Presentation, Wire
 
 NonBlank = Annotated[str, Meta(pattern=r"\S")]
 

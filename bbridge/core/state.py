@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bbridge import grammar as g
-from bbridge import items as it
-from bbridge.events import Event
+from bbridge.core import grammar as g
+from bbridge.core import items as it
+from bbridge.core.events import Event
 
 MAX_THREADS = 256
 MAX_MAP = 1024

@@ -11,7 +11,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from bbridge import grammar as g
+from bbridge.core import grammar as g
 
 Item = dict[str, Any]
 

@@ -9,19 +9,25 @@ from typing import Any
 
 from msgspec import UNSET, UnsetType
 
-from bbridge import grammar as g
-from bbridge.events import Event, new_event, scope
-from bbridge.ids import Ids
-from bbridge.state import ThreadState
+from bbridge.core import grammar as g
+from bbridge.core.events import Event, new_event, scope
+from bbridge.core.ids import Ids
+from bbridge.core.sink import Sink
+from bbridge.core.state import ThreadState
 
 
-class Turns(Ids):
-    provider_id: str  # set by the assembler; stamped on every provider/unhandled
+class Turns:
+    """Opens, resolves and settles turns for the assembler's handlers; emits through the shared sink."""
 
-    def _open_turn(self, s: ThreadState) -> str:
+    def __init__(self, provider_id: str, sink: Sink, ids: Ids) -> None:
+        self.provider_id = provider_id  # stamped on every provider/unhandled
+        self._push = sink.push
+        self._ids = ids
+
+    def open_turn(self, s: ThreadState) -> str:
         if s.current_turn is not None:
             return s.current_turn
-        turn = s.current_turn = self._mint_turn()
+        turn = s.current_turn = self._ids.turn()
         self._push(new_event("turn/started", turn))
         queued, s.pending_accepted = s.pending_accepted, []
         for request_id in queued:
@@ -31,7 +37,7 @@ class Turns(Ids):
         return turn
 
     @staticmethod
-    def _finish_turn(s: ThreadState) -> None:
+    def finish_turn(s: ThreadState) -> None:
         if s.current_turn is not None:
             s.last_turn = s.current_turn
         s.current_turn = None
@@ -41,7 +47,7 @@ class Turns(Ids):
             s.pending_progress = {k: v for k, v in s.pending_progress.items() if not v[1]}
         s.cmd_snapshots.clear()
 
-    def _settle_turn(self, s: ThreadState, turn: str, status: str, boundary: g.TurnBoundary | None = None) -> None:
+    def settle_turn(self, s: ThreadState, turn: str, status: str, boundary: g.TurnBoundary | None = None) -> None:
         event = new_event("turn/completed", turn)
         event["status"] = status
         if boundary is not None:
@@ -51,28 +57,28 @@ class Turns(Ids):
                 event["providerCheckpointId"] = boundary.providerCheckpointId
         self._push(event)
 
-    def _turn_for(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
+    def turn_for(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
         """The common resolution: vouched provider turn, else the open unkeyed turn."""
-        return s.current_turn if ptid is UNSET else self._vouch(s, ptid)
+        return s.current_turn if ptid is UNSET else self._ids.vouch(s, ptid)
 
-    def _turn_or_last(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
+    def turn_or_last(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
         if ptid is not UNSET:
-            return self._vouch(s, ptid)
+            return self._ids.vouch(s, ptid)
         return s.current_turn if s.current_turn is not None else s.last_turn
 
-    def _claiming_turn(self, s: ThreadState) -> str | None:
+    def claiming_turn(self, s: ThreadState) -> str | None:
         """The open turn, or one opened for pending accepted input (lifecycle settlement)."""
         if s.current_turn is None and s.pending_accepted:
-            return self._open_turn(s)
+            return self.open_turn(s)
         return s.current_turn
 
-    def _fallback(self, s: ThreadState, fallback: g.NoTurnFallback | UnsetType, parent_ref: Any) -> None:
+    def fallback(self, s: ThreadState, fallback: g.NoTurnFallback | UnsetType, parent_ref: Any) -> None:
         if fallback is UNSET:
             return
-        parent = self._parent(s, parent_ref)
-        self._push_unhandled(fallback.rawType, fallback.raw, None, parent)
+        parent = self._ids.parent(s, parent_ref)
+        self.push_unhandled(fallback.rawType, fallback.raw, None, parent)
 
-    def _push_unhandled(self, raw_type: str, raw: g.RawEvent, turn: str | None, parent: str | None) -> None:
+    def push_unhandled(self, raw_type: str, raw: g.RawEvent, turn: str | None, parent: str | None) -> None:
         event: Event = {
             "type": "provider/unhandled", "threadId": "", "providerThreadId": "",
             "providerId": self.provider_id, "rawType": raw_type, "rawEvent": raw, "scope": scope(turn),
@@ -81,9 +87,9 @@ class Turns(Ids):
             event["parentToolCallId"] = parent
         self._push(event)
 
-    def _input_accepted(self, s: ThreadState, d: g.InputAccepted) -> None:
+    def input_accepted(self, s: ThreadState, d: g.InputAccepted) -> None:
         if d.providerTurnId is not UNSET:
-            turn: str | None = self._vouch(s, d.providerTurnId)
+            turn: str | None = self._ids.vouch(s, d.providerTurnId)
         else:
             turn = s.current_turn
             if turn is None:
@@ -93,24 +99,24 @@ class Turns(Ids):
         event["clientRequestId"] = d.clientRequestId
         self._push(event)
 
-    def _turn_open(self, s: ThreadState, d: g.TurnOpen) -> None:
+    def turn_open(self, s: ThreadState, d: g.TurnOpen) -> None:
         if d.providerTurnId is UNSET:
-            self._open_turn(s)
+            self.open_turn(s)
             return
-        parent = self._parent(s, d.parentRef)
-        event = new_event("turn/started", self._vouch(s, d.providerTurnId))
+        parent = self._ids.parent(s, d.parentRef)
+        event = new_event("turn/started", self._ids.vouch(s, d.providerTurnId))
         if parent:
             event["parentToolCallId"] = parent
         self._push(event)
 
-    def _turn_boundary(self, s: ThreadState, d: g.TurnBoundary) -> None:
+    def turn_boundary(self, s: ThreadState, d: g.TurnBoundary) -> None:
         if d.providerTurnId is not UNSET:
-            self._settle_turn(s, self._vouch(s, d.providerTurnId), d.status, d)
+            self.settle_turn(s, self._ids.vouch(s, d.providerTurnId), d.status, d)
             return
         turn = s.current_turn
         if turn is None and d.claimIfIdle is True and s.pending_accepted:
-            turn = self._open_turn(s)
+            turn = self.open_turn(s)
         if turn is None:
             return
-        self._settle_turn(s, turn, d.status, d)
-        self._finish_turn(s)
+        self.settle_turn(s, turn, d.status, d)
+        self.finish_turn(s)

@@ -18,16 +18,17 @@ import msgspec
 import structlog
 import trio
 
-from bbridge import errors, grammar, protocol, rpc
-from bbridge.bridge import BridgeProcess, ExitStatus
-from bbridge.config import ProviderConfig
-from bbridge.events import Event, stamp
-from bbridge.extensions import CHECKED_TYPES, ExtensionChecker
-from bbridge.journal import Journal, entries_json
-from bbridge.tracker import Tracker
-from bbridge.watchdog import Watchdogs
+from bbridge.core import grammar
+from bbridge.core.events import Event, stamp
+from bbridge.daemon.bridge import BridgeProcess, ExitStatus
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
+from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.tracker import Tracker
+from bbridge.daemon.watchdog import Watchdogs
+from bbridge.wire import errors, protocol, rpc
 
-log = structlog.get_logger("bbridge.daemon")
+log = structlog.get_logger("bbridge.daemon.router")
 
 DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}
 CLIENT_PROTOCOL_VERSION = 1

@@ -1,6 +1,6 @@
 """The fake provider child of the replay harness (protocol.md §6.4), JSON-RPC dialect.
 
-`python -m bbridge.fake_agent --recording CELL_DIR --state STATE_DIR` stands in
+`python -m bbridge.replay.fake_agent --recording CELL_DIR --state STATE_DIR` stands in
 for the real agent: the cell's `provider→bridge` lane is its script, played
 back on stdout, and the `bridge→provider` lane is what it expects the bridge
 to write. An expectation blocks the script until a matching live line arrives
@@ -35,15 +35,16 @@ from typing import Any
 import structlog
 import trio
 
-from bbridge import logs, rpc
-from bbridge.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
+from bbridge import logs
+from bbridge.wire import rpc
+from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
 
 STALL_S = 5.0
 LOOKAHEAD_S = 0.75
 CURSOR_POLL_S = 0.005
 EMIT_GAP_S = 0.002
 RESPONSE_GAP_S = 0.05  # lets the bridge act on a response before the line after it, as it did live
-log = structlog.get_logger("bbridge.fake_agent")
+log = structlog.get_logger("bbridge.replay.fake_agent")
 SESSION_DEFINING = re.compile(r"^(thread|session)/(start|resume|fork|new|load|archive|unarchive|name/set)$")
 
 
@@ -297,7 +298,9 @@ async def serve(cell: Path, state: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bbridge.fake_agent", description="replay a cell's provider lanes")
+    parser = argparse.ArgumentParser(
+        prog="python -m bbridge.replay.fake_agent", description="replay a cell's provider lanes"
+    )
     parser.add_argument("--recording", type=Path, required=True, metavar="CELL_DIR")
     parser.add_argument("--state", type=Path, required=True, metavar="STATE_DIR")
     parser.add_argument("--dialect", default="json-rpc", choices=("json-rpc",))

@@ -1,0 +1,1 @@
+"""Maintenance scripts of this repository, run as `python -m tools.NAME`; nothing imports them."""
