@@ -726,3 +726,14 @@ def test_guard_item_sets_are_bounded_to_512() -> None:
         assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": f"s{n}"}}) is None
     assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": "s0"}}) is None  # forgotten
     assert guard.observe({"type": "item/completed", "threadId": "", "item": {"id": "s512"}}) is not None
+
+
+def test_a_state_evicted_at_birth_starts_over_at_every_delta() -> None:
+    """assembler.md §19.5: with 256 pinned threads a new thread's state is pruned at once; each delta starts afresh."""
+    assembler = Assembler(PROVIDER, ENTROPY, text_delta_flush_ms=100)
+    for n in range(256):
+        assembler.assemble(f"pinned_{n}", _batch({"kind": "turn.open"}, thread="x"), 0)
+    text = {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": "hi"}
+    events = assembler.assemble("late", _batch({"kind": "turn.open"}, text, text, thread="x"), 0)
+    assert [event["type"] for event in events] == ["turn/started"]  # the text deltas found no turn
+    assert assembler.thread_count() == 256 and assembler.get_open_turn_id("late") is None

@@ -106,11 +106,17 @@ class Assembler:
                     sink.flush_all_text(gone)
                 s = None
                 continue
-            if s is None:
-                s = self._state(thread_id)
-            if kind in _FLUSH_BEFORE and s.pending_text:
-                sink.flush_all_text(s)
-            handlers[kind](self, s, delta)
+            if kind in _FLUSH_BEFORE:
+                held = s if s is not None else states.get(thread_id)
+                if held is not None and held.pending_text:
+                    sink.flush_all_text(held)
+            if s is not None:
+                handlers[kind](self, s, delta)
+                continue
+            fresh = self._state(thread_id)
+            if sink.state is fresh:  # kept for the batch, unless pruning evicted it at once (then: per delta)
+                s = fresh
+            handlers[kind](self, fresh, delta)
         sink.out = []
         return out
 
