@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity
+.PHONY: install run test lint parity bench clean acp-agents acp-parity soak live-agents
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,22 @@ $(ACP_CACHE)/.installed: Makefile $(VENV)/.installed
 	$(ACP_CACHE)/venv/bin/python -m pip install -q agent-client-protocol==$(ACP_PY_VERSION)
 	touch $@
 
+# The real Claude Code and Codex CLIs for the live tests, pinned; their native binaries ship inside the npm
+# packages (optional dependencies), so nothing is downloaded at run time. claude-code declares node >= 22 but
+# its native binary is run directly, never through node.
+LIVE_CACHE := .cache/live
+CLAUDE_CODE_VERSION := 2.1.332
+CODEX_VERSION := 0.171.0
+LIVE_STAMP := $(LIVE_CACHE)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
+
+live-agents: $(LIVE_STAMP)
+
+$(LIVE_STAMP):
+	rm -rf $(LIVE_CACHE) && mkdir -p $(LIVE_CACHE)
+	npm install --prefix $(LIVE_CACHE) --no-save --no-audit --no-fund --loglevel=error \
+		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	touch $@
+
 # Recorded ACP cells replayed through bridges/acp against the goldens (issue 6).
 acp-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.acp" --golden $(SHARED)/golden $(SHARED)/recordings/acp-cursor/*
@@ -52,6 +68,13 @@ lint: install
 # Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.
 bench: install
 	$(PY) -m bbridge bench --json
+
+# Long runs, outside `make test` (RELIABILITY.md): every core property at 10^5 examples (soak profile),
+# then the seeded daemon fuzz at 3,000 rounds. Each run is bounded by `timeout`.
+SOAK_FUZZ_ROUNDS ?= 3000
+soak: install
+	timeout 6h $(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=soak --hypothesis-show-statistics tests/test_properties.py
+	BBRIDGE_FUZZ_ROUNDS=$(SOAK_FUZZ_ROUNDS) timeout 1h $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 parity: install
 	$(PY) -m bbridge parity recordings $(SHARED)/recordings --golden $(SHARED)/golden

@@ -43,6 +43,21 @@ def _parser() -> argparse.ArgumentParser:
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
+    )
+
+    config = commands.add_parser("config", help="the providers configuration (bbridge.toml)")
+    config_actions = config.add_subparsers(dest="action", required=True)
+    check = config_actions.add_parser(
+        "check",
+        help="print the refused entries of a providers TOML",
+        description="Load the providers TOML as `bbridge serve` would and print each refused entry (section.key: "
+        "why), or 'ok: N providers'. Exit status: 0 nothing refused, 1 an entry refused, 2 the file is unusable.",
+    )
+    check.add_argument(
+        "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
+    )
 
     run = commands.add_parser("run", help="run one turn against a bridge and print its live timeline")
     run.add_argument("--provider-cmd", required=True, metavar='"CMD ..."', help="the bridge command line")
@@ -50,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cwd", help="working directory for the bridge and the thread")
     run.add_argument("--json", action="store_true", help="NDJSON events instead of the readable timeline")
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+
+    status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
+    tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
+    for ops_command in (status, tail):
+        ops_command.add_argument("--socket", type=Path, required=True, metavar="PATH", help="the daemon's socket")
+        ops_command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
+    status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
+    tail.add_argument("--thread", metavar="T", help="only this thread, its journal replayed first")
+    tail.add_argument(
+        "--after-seq", type=int, metavar="N", help="replay from seq N+1 (every known thread without --thread)"
+    )
+    tail.add_argument("--json", action="store_true", help="NDJSON {threadId, seq, event} lines")
 
     bench = commands.add_parser("bench", help="core, daemon, memory and coalescing figures (BENCHMARKS.md)")
     bench_report.add_arguments(bench)
@@ -152,28 +179,46 @@ def _parity_cases(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from bbridge import logs
     from bbridge.daemon import server
-    from bbridge.daemon.config import load_providers
+    from bbridge.daemon.config import config_path, load_config, warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
     from bbridge.wire.record import record_dir_from_env
 
     logs.configure(args.log_level)
-    config = args.config
-    if config is None and Path("bbridge.toml").exists():
-        config = Path("bbridge.toml")
-    providers = load_providers(config)
+    providers, report = load_config(config_path(args.config))
+    if report.refused and args.strict_config:
+        for refusal in report.refused:
+            print(f"bbridge serve: refused {refusal.line()}", file=sys.stderr)
+        print(f"bbridge serve: --strict-config: {len(report.refused)} refused, not starting", file=sys.stderr)
+        return 2
+    warn_refused(report)
     token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
         record_dir=args.record or record_dir_from_env(),
         token=token,
+        config=report,
     )
     if args.socket is not None:
         trio.run(server.serve_socket, daemon, args.socket)
     else:
         trio.run(server.serve_stdio, daemon)
     return 0
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from bbridge.daemon.config import config_path, load_config
+
+    providers, report = load_config(config_path(args.config))
+    names = ", ".join(sorted(providers))
+    if not report.refused:
+        print(f"ok: {len(providers)} providers ({names})")
+        return 0
+    for refusal in report.refused:
+        print(f"refused {refusal.line()}")
+    print(f"{len(report.refused)} refused; {len(providers)} providers would serve ({names})")
+    return 1
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -195,6 +240,18 @@ def _run(args: argparse.Namespace) -> int:
         print("bbridge run: --provider-cmd is empty", file=sys.stderr)
         return 2
     return trio.run(run_once, command, args.prompt, args.cwd, args.json)
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from bbridge import ops
+
+    token = ops.read_token(args.token_file)
+    if args.command == "status":
+        return ops.status_main(args.socket, token, args.json)
+    if args.after_seq is not None and args.after_seq < 0:
+        print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
+        return 2
+    return ops.tail_main(args.socket, token, args.thread, args.after_seq, args.json)
 
 
 def _conformance(args: argparse.Namespace) -> int:
@@ -221,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "run":
             return _run(args)
+        if args.command in ("status", "tail"):
+            return _ops(args)
         if args.command == "replay":
             return _replay(args)
         if args.command == "conformance":
@@ -229,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _schema(args)
         if args.command == "bench":
             return bench_report.main(args)
+        if args.command == "config":
+            return _config_check(args)
         if args.kind == "bridge":
             return _parity_bridge(args)
         if args.kind == "recordings":

@@ -61,6 +61,64 @@ def _label(item: dict[str, Any], done: bool) -> str:
 
 
 @dataclass
+class Renderer:
+    """The readable timeline, shared by `bbridge run` and `bbridge tail` so both read the same."""
+
+    out: TextIO
+    _streaming: str | None = None  # the item whose text run is open on the current line
+
+    def line(self, text: str | None) -> None:
+        """End a streamed-text run, then print one line (None: only end the run)."""
+        if self._streaming is not None:
+            self.out.write("\n")
+            self._streaming = None
+        if text is not None:
+            self.out.write(text + "\n")
+
+    def render(self, event: dict[str, Any], lead: str = "") -> None:
+        """One event; `lead` starts each line it begins (`bbridge tail` names the thread there)."""
+        kind = event["type"]
+        if kind in TEXT_TYPES:
+            if self._streaming != event["itemId"]:
+                self.line(None)
+                self.out.write(lead + "    " + TEXT_TYPES[kind])
+                self._streaming = event["itemId"]
+            self.out.write(event["delta"])
+            return
+        text = _describe(event)
+        if text is not None:
+            self.line(lead + text)
+
+
+def _describe(event: dict[str, Any]) -> str | None:
+    """The line of an event that is not streamed text, or None for one the timeline leaves out."""
+    kind = event["type"]
+    if kind == "turn/started":
+        return f"▶ turn {event['scope']['turnId']}"
+    if kind == "turn/completed":
+        return f"■ turn {event['status']}" + (f": {event['error']['message']}" if event.get("error") else "")
+    if kind == "item/started":
+        return f"  ◦ {_label(event['item'], False)}"
+    if kind in ("item/completed", "item/backgroundTask/completed", "item/delegation/completed"):
+        item = event["item"]
+        status = item.get("status", "completed")
+        mark = "✓" if status == "completed" else "✗"
+        return f"  {mark} {_label(item, True)}" + ("" if status == "completed" else f" ({status})")
+    if kind == "thread/tokenUsage/updated":
+        total = msgspec.to_builtins(event["tokenUsage"]["total"])
+        return f"  usage: {total['totalTokens']} tokens (in {total['inputTokens']}, out {total['outputTokens']})"
+    if kind in ("provider/error", "system/error"):
+        return f"  ! error: {event['message']}"
+    if kind in ("provider/warning", "system/warning"):
+        return f"  ! warning: {event.get('summary') or event.get('message', '')}"
+    if kind == "item/toolCall/progress" and event.get("message"):
+        return f"    … {event['message']}"
+    if kind == "thread/name/updated":
+        return f"  title: {event['threadName']}"
+    return None
+
+
+@dataclass
 class Timeline:
     """A client sink that renders one thread's events and notices when its turn settles."""
 
@@ -71,7 +129,10 @@ class Timeline:
     settled: trio.Event = field(default_factory=trio.Event)
     turn_status: str | None = None
     errors: list[str] = field(default_factory=list)
-    _streaming: str | None = None
+    view: Renderer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = Renderer(self.out)
 
     def enqueue(self, line: bytes) -> None:
         envelope = msgspec.json.decode(line, type=_Envelope)
@@ -95,7 +156,7 @@ class Timeline:
         if self.as_json:
             self.out.write(msgspec.json.encode(event).decode() + "\n")
         else:
-            self._render(event)
+            self.view.render(event)
         self.out.flush()
         kind = event["type"]
         if kind == "turn/completed":
@@ -106,52 +167,10 @@ class Timeline:
         elif kind in ("provider/error", "system/error"):
             self.errors.append(event["message"])
 
-    def _line(self, text: str | None) -> None:
-        """End a streamed-text run, then print one line (None: only end the run)."""
-        if self._streaming is not None:
-            self.out.write("\n")
-            self._streaming = None
-        if text is not None:
-            self.out.write(text + "\n")
-
-    def _render(self, event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind in TEXT_TYPES:
-            if self._streaming != event["itemId"]:
-                self._line(None)
-                self.out.write("    " + TEXT_TYPES[kind])
-                self._streaming = event["itemId"]
-            self.out.write(event["delta"])
-            return
-        if kind == "turn/started":
-            self._line(f"▶ turn {event['scope']['turnId']}")
-        elif kind == "turn/completed":
-            self._line(f"■ turn {event['status']}" + (f": {event['error']['message']}" if event.get("error") else ""))
-        elif kind == "item/started":
-            self._line(f"  ◦ {_label(event['item'], False)}")
-        elif kind in ("item/completed", "item/backgroundTask/completed", "item/delegation/completed"):
-            item = event["item"]
-            status = item.get("status", "completed")
-            mark = "✓" if status == "completed" else "✗"
-            self._line(f"  {mark} {_label(item, True)}" + ("" if status == "completed" else f" ({status})"))
-        elif kind == "thread/tokenUsage/updated":
-            total = msgspec.to_builtins(event["tokenUsage"]["total"])
-            self._line(
-                f"  usage: {total['totalTokens']} tokens (in {total['inputTokens']}, out {total['outputTokens']})"
-            )
-        elif kind in ("provider/error", "system/error"):
-            self._line(f"  ! error: {event['message']}")
-        elif kind in ("provider/warning", "system/warning"):
-            self._line(f"  ! warning: {event.get('summary') or event.get('message', '')}")
-        elif kind == "item/toolCall/progress" and event.get("message"):
-            self._line(f"    … {event['message']}")
-        elif kind == "thread/name/updated":
-            self._line(f"  title: {event['threadName']}")
-
 
 def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any]) -> Any:
     """No human is here: approvals are denied, questions get no answer, tool calls fail."""
-    timeline._line(f"  ? {method}: answered automatically (bbridge run is not interactive)")
+    timeline.view.line(f"  ? {method}: answered automatically (bbridge run is not interactive)")
     if method == "item/tool/call":
         return {"success": False, "contentItems": [{"type": "inputText", "text": "bbridge run has no tools"}]}
     payload = params.get("payload") or {}
@@ -195,8 +214,8 @@ async def run_once(command: list[str], prompt: str, cwd: str | None, as_json: bo
         except rpc.RpcError as exc:
             timeline.errors.append(exc.message)
         daemon.request_shutdown()
-    if not as_json and timeline._streaming is not None:
-        out.write("\n")
+    if not as_json:
+        timeline.view.line(None)
     if timeline.turn_status == "completed":
         return 0
     reason = "; ".join(timeline.errors) or f"the turn ended {timeline.turn_status or 'without settling'}"

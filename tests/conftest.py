@@ -14,6 +14,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests run Hypothesis's default 100 examples each; `make soak` loads this profile
+# (--hypothesis-profile=soak, applied by Hypothesis's plugin before the test modules are imported): 10^5 each.
+settings.register_profile(
+    "soak", max_examples=100_000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_ENV = "BBRIDGE_SHARED"

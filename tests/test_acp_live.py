@@ -228,14 +228,16 @@ async def test_python_echo_agent_and_a_steer_without_a_turn(agents: dict[str, li
     assert message_text(client) == "echo me"
 
 
-async def test_resume_is_refused_legibly_without_load_session(agents: dict[str, list[str]], tmp_path: Path) -> None:
+async def test_resume_without_load_session_continues_in_a_fresh_session(
+    agents: dict[str, list[str]], tmp_path: Path
+) -> None:
     async with bridge(agents["py-example"]) as client:
         ptid = await client.start(tmp_path, FULL)
         resume = {"threadId": "thr_live", "cwd": str(tmp_path), "options": FULL, "providerThreadId": ptid}
-        with pytest.raises(rpc.RpcError) as refused:
-            await client.call("thread/resume", resume)
-    assert refused.value.code == rpc.SESSION_NOT_RESTORABLE
-    assert "does not advertise loadSession" in refused.value.message
+        resumed = await client.call("thread/resume", resume)
+        assert resumed["sessionRestorable"] is False  # its fresh session may reuse the id: a counter per process
+        await client.turn(resumed["providerThreadId"], "after the resume", FULL)
+        await client.wait_for(completed)
 
 
 # -- bbridge conformance -------------------------------------------------------------

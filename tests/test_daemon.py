@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import trio
 import trio.testing
 
 from bbridge.daemon.config import ExtensionKind
+from bbridge.daemon.journal import Journal
 from bbridge.wire import errors, rpc
 from tests.support import connect, fake_provider, running
 
@@ -350,3 +352,92 @@ async def test_a_crash_at_each_point_of_a_turn(tmp_path: Path, point: str, open_
         assert seqs == list(range(1, len(seqs) + 1))
         await client.request("turn/start", turn(2))  # the next request is served by a fresh bridge
         assert daemon.bridges["fake"].state == "ready"
+
+
+# -- hostile input (issue 10) ---------------------------------------------------
+
+
+async def test_a_deeply_nested_line_from_a_client_or_a_bridge_is_refused_and_the_daemon_lives(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("deep")}) as (daemon, path):
+        stream = await trio.open_unix_socket(str(path))
+        deep = b"[" * 100_000 + b"]" * 100_000
+        await stream.send_all(b'{"jsonrpc":"2.0","id":3,"method":"initialize","params":' + deep + b"}\n")
+        data = b""
+        with trio.fail_after(5):
+            while b'"id":3' not in data:
+                data += await stream.receive_some()
+        assert b"nested deeper than 256 levels" in data and b"-32600" in data
+        await stream.aclose()
+        async with connect(path) as client:  # and a bridge's deep line is junk, its turn goes on
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn())
+            await client.wait_for(lambda: completed(client))
+            status = await client.request("daemon/status")
+            assert status["daemon"]["clients"] == 1
+
+
+async def test_malformed_bridge_requests_are_refused_and_never_reach_the_client(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("bad-requests")}) as (daemon, path):
+        async with connect(path, answer=lambda request: {"answer": 42}) as client:
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn())
+            await client.wait_for(lambda: completed(client))
+            assert client.requests == []
+            texts = [e["delta"] for e in client.events(THREAD) if e["type"] == "item/agentMessage/delta"]
+            assert json.loads(texts[0]) == [
+                [rpc.METHOD_NOT_FOUND, 'Unsupported provider request "interaction/request"'],
+                [rpc.METHOD_NOT_FOUND, 'Unsupported provider request "item/tool/call"'],
+            ]
+            assert daemon.counters.rejected_bridge_requests == 2
+
+
+@pytest.mark.parametrize("long_id", ["t" * 304, "é" * 43 + "-thread"])
+async def test_long_or_non_ascii_thread_ids_lose_no_events_with_a_journal(tmp_path: Path, long_id: str) -> None:
+    journal = Journal(directory=tmp_path / "journal")
+    async with (
+        running(tmp_path, {"fake": fake_provider("pair")}, journal=journal) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", {**START, "threadId": "thr_other"})
+        await client.request("thread/start", {**START, "threadId": long_id})
+        await client.request("turn/start", turn(thread=long_id))
+        await client.wait_for(lambda: completed(client, thread=long_id))
+        await client.wait_for(lambda: "thread/name/updated" in client.types("thr_other"))
+        assert "thread/name/updated" in client.types(long_id)
+        assert daemon.counters.failed_notifications == 0
+        assert daemon.status()["journal"]["writeErrors"] == 0
+
+
+async def test_a_torn_journal_tail_after_a_crash_keeps_the_thread_going(tmp_path: Path) -> None:
+    directory = tmp_path / "journal"
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=directory)) as (daemon, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        last = client.entries[THREAD][-1]["seq"]
+    files = list(directory.iterdir())
+    with files[0].open("ab") as torn:  # a crash mid-write
+        torn.write(b'{"seq":' + str(last + 1).encode() + b',"event":{"type":"item/')
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=directory)) as (daemon, path),
+        connect(path) as client,
+    ):
+        replay = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+        assert [e["seq"] for e in replay["events"]] == list(range(1, last + 1))
+        await client.request("thread/resume", START)
+        await client.request("turn/start", turn(2))
+        await client.wait_for(lambda: completed(client))
+        assert client.entries[THREAD][0]["seq"] == last + 1  # never a seq the client already has
+        status = await client.request("daemon/status")
+        assert status["journal"]["truncatedTails"] == 1
+
+
+@pytest.mark.parametrize("method", ["provider/health", "provider/usage"])
+async def test_maintenance_requests_keep_their_provider_id(tmp_path: Path, method: str) -> None:
+    async with running(tmp_path, {"fake": fake_provider("maintenance")}) as (daemon, path), connect(path) as client:
+        result = await client.request(method, {"providerId": "fake"})
+        assert result == {"echo": {"providerId": "fake"}}
+        assert await client.request("model/list", {"providerId": "fake"}) == {"echo": {}}  # others lose it

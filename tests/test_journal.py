@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
+from typing import Any
 
-from bbridge.daemon.journal import Journal
+import pytest
+
+from bbridge.daemon.journal import Journal, file_name
 
 
 def events(n: int) -> list[dict[str, object]]:
@@ -41,4 +45,106 @@ def test_a_durable_journal_reloads_and_serves_beyond_the_memory_bound(tmp_path: 
     replay = again.after("thr/1", 0)
     assert [seq for seq, _ in replay.entries] == [1, 2, 3, 4] and replay.missing_before == 0
     assert [json.loads(e)["seq"] for e in again.append("thr/1", events(1))] == [5]
-    assert (tmp_path / "thr%2F1.ndjson").exists()
+    assert (tmp_path / file_name("thr/1")).exists() and file_name("thr/1").startswith("~")
+
+
+def seqs(journal: Journal, thread_id: str) -> list[int]:
+    return [seq for seq, _ in journal.after(thread_id, 0).entries]
+
+
+@pytest.mark.parametrize("tail", [b'{"seq":4,"event":{"type":"tu', b'{"seq":4,"ev\xff', b"\x00\x00\x00", b"[" * 5000])
+def test_a_torn_tail_is_cut_back_and_the_seq_continues(tmp_path: Path, tail: bytes) -> None:
+    journal = Journal(directory=tmp_path)
+    journal.append("t", events(3))
+    journal.close()
+    path = tmp_path / file_name("t")
+    good = path.read_bytes()
+    path.write_bytes(good + tail)
+    again = Journal(directory=tmp_path)
+    assert again.last_seq("t") == 3
+    assert path.read_bytes() == good  # the tail is gone from disk too
+    assert [json.loads(e)["seq"] for e in again.append("t", events(1))] == [4]
+    again.close()
+    assert seqs(Journal(directory=tmp_path), "t") == [1, 2, 3, 4]
+    assert again.health()["truncatedTails"] == 1
+
+
+def test_a_tail_torn_right_after_an_entry_gets_its_newline_back(tmp_path: Path) -> None:
+    journal = Journal(directory=tmp_path)
+    journal.append("t", events(2))
+    journal.close()
+    path = tmp_path / file_name("t")
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    again = Journal(directory=tmp_path)
+    again.append("t", events(1))
+    again.close()
+    assert seqs(Journal(directory=tmp_path), "t") == [1, 2, 3]
+    assert again.health()["truncatedTails"] == 0
+
+
+def test_a_corrupt_entry_inside_the_file_is_skipped_and_never_lowers_the_seq(tmp_path: Path) -> None:
+    journal = Journal(directory=tmp_path)
+    journal.append("t", events(4))
+    journal.close()
+    path = tmp_path / file_name("t")
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = b"garbage"
+    path.write_bytes(b"\n".join(lines))
+    again = Journal(directory=tmp_path)
+    assert again.last_seq("t") == 4
+    assert [json.loads(e)["seq"] for e in again.append("t", events(1))] == [5]
+    assert again.health()["corruptEntries"] == 1 and again.health()["truncatedTails"] == 0
+
+
+@pytest.mark.parametrize("thread_id", ["x" * 304, "é" * 200, "thr/../../etc", ".hidden", "a\x00b", "\ud800"])
+def test_any_thread_id_gets_a_safe_short_file(tmp_path: Path, thread_id: str) -> None:
+    journal = Journal(directory=tmp_path)
+    journal.append(thread_id, events(2))
+    journal.append("plain_id-1.x", events(1))
+    journal.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2 and all(len(name.encode()) < 100 for name in names)
+    assert "plain_id-1.x.ndjson" in names
+    again = Journal(directory=tmp_path)
+    assert seqs(again, thread_id) == [1, 2] and seqs(again, "plain_id-1.x") == [1]
+
+
+class _FullDisk:
+    """A journal file on a full disk: every write fails after a partial one."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.fail = inner, True
+
+    def write(self, data: bytes) -> int:
+        if self.fail:
+            self.inner.write(data[:7])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return int(self.inner.write(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_write_error_is_counted_and_never_stops_delivery(tmp_path: Path) -> None:
+    journal = Journal(directory=tmp_path)
+    journal.append("t", events(2))
+    log = journal._threads["t"]
+    disk = log.file = _FullDisk(log.file)  # type: ignore[assignment]
+    delivered = journal.append("t", events(2))
+    assert [json.loads(e)["seq"] for e in delivered] == [3, 4]  # still encoded and returned for delivery
+    health = journal.health()
+    assert health["writeErrors"] == 1 and not health["healthy"] and "No space left" in health["lastError"]
+    disk.fail = False  # space again: the next write starts on a fresh line
+    journal.append("t", events(1))
+    journal.close()
+    again = Journal(directory=tmp_path)
+    assert again.last_seq("t") == 5  # the lost entries leave a gap, never a reused seq
+    assert seqs(again, "t") == [1, 2, 5]
+    assert again.health()["corruptEntries"] == 1  # the partial line
+
+
+def test_an_unreadable_directory_keeps_the_journal_in_memory(tmp_path: Path) -> None:
+    journal = Journal(directory=tmp_path)
+    (tmp_path / file_name("t")).mkdir()  # opening the thread's file fails
+    assert [json.loads(e)["seq"] for e in journal.append("t", events(2))] == [1, 2]
+    assert journal.health()["writeErrors"] == 1

@@ -305,7 +305,8 @@ def subject(event: Event) -> str | None:
     return item["id"] if item is not None else event.get("itemId")
 
 
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Example counts come from the loaded profile (conftest.py): 100 in `make test`, 10^5 under `make soak`.
+PROPS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- envelope, scope, ids -----------------------------------------------------------------
 
@@ -552,7 +553,7 @@ def test_accepted_input_reaches_a_completed_turn_after_session_ended(stream: Str
 # -- no exception, getters --------------------------------------------------------------------
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@PROPS
 @given(stream=streams(max_steps=40), flush_ms=st.sampled_from((0, 100)), throttle_ms=st.sampled_from((0, 500)))
 def test_no_exception_on_valid_streams(stream: Stream, flush_ms: int, throttle_ms: int) -> None:
     result = run(
@@ -702,7 +703,7 @@ def guard_events(draw: st.DrawFn) -> Event:
     return event
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=max(300, settings.default.max_examples), deadline=None)
 @given(events=st.lists(guard_events(), max_size=40))
 def test_guard_violations_leave_state_untouched(events: list[Event]) -> None:
     """Dropping any one violating event changes no other verdict: a violation never changes state (§13)."""

@@ -105,8 +105,10 @@ def test_entry_defaults_and_values(tmp_path: Path) -> None:
         '{"ts":1,"run":0,"dir":"bridge→runtime","line":"{}"}',  # no seq
         "[1,2,3]",
         '{"ts":1,"run":0,"seq":1,"dir":"bridge→runtime","line":{}}',  # line is not a string
+        "[" * 5000 + "]" * 5000,  # nested past the bound
+        '{"ts":1,"run":0,"seq":1,"dir":"bridge→runtime","line":"' + "[" * 5000 + "]" * 5000 + '"}',  # the line is
     ],
-    ids=["not-json", "no-line", "string-seq", "no-seq", "array", "object-line"],
+    ids=["not-json", "no-line", "string-seq", "no-seq", "array", "object-line", "deep", "deep-line"],
 )
 def test_bad_line_names_file_and_line(tmp_path: Path, bad: str) -> None:
     path = write_lane(tmp_path, BRIDGE_TO_RUNTIME, entry(BRIDGE_TO_RUNTIME, 1, "ok"), "", bad)

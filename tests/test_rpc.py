@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bbridge.wire import rpc
-from bbridge.wire.rpc import Connection, LineReader, Notification, Overflow, Request, RpcError
+from bbridge.wire.rpc import HEAD_BYTES, Connection, LineReader, Notification, Overflow, Request, RpcError, recover_id
 
 # -- LineReader --------------------------------------------------------------
 
@@ -52,9 +52,17 @@ def test_multibyte_utf8_split_between_chunks() -> None:
 
 def test_oversized_line_is_dropped_then_reading_recovers() -> None:
     reader = LineReader(max_bytes=10)
-    assert reader.feed(b"x" * 11 + b"\nok\n") == [Overflow(11), b"ok"]
-    # the same when the runaway line spans chunks: nothing is buffered past the cap
-    assert feed_all(reader, b"y" * 8, b"y" * 8, b"y" * 8, b"yy\nafter\n") == [Overflow(26), b"after"]
+    assert reader.feed(b"x" * 11 + b"\nok\n") == [Overflow(11, b"x" * 11), b"ok"]
+    # the same when the runaway line spans chunks: nothing is buffered past the cap but the head
+    assert feed_all(reader, b"y" * 8, b"y" * 8, b"y" * 8, b"yy\nafter\n") == [Overflow(26, b"y" * 16), b"after"]
+
+
+def test_an_oversized_line_keeps_its_head_for_the_answer() -> None:
+    reader = LineReader(max_bytes=HEAD_BYTES * 2)
+    line = b'{"id":41,"method":"x","params":"' + b"p" * HEAD_BYTES * 3 + b'"}'
+    (overflow,) = feed_all(reader, line[:100], line[100:], b"\n")
+    assert overflow == Overflow(len(line), line[:HEAD_BYTES])
+    assert recover_id(overflow.head) == 41
 
 
 def test_oversized_unterminated_tail_is_dropped_silently() -> None:
@@ -67,8 +75,8 @@ def test_cap_is_inclusive_and_counts_the_cr() -> None:
     reader = LineReader(max_bytes=10)
     assert reader.feed(b"a" * 10 + b"\n") == [b"a" * 10]
     assert reader.feed(b"a" * 9 + b"\r\n") == [b"a" * 9]
-    assert reader.feed(b"a" * 10 + b"\r\n") == [Overflow(11)]
-    assert reader.feed(b"b" * 11 + b"\n") == [Overflow(11)]
+    assert reader.feed(b"a" * 10 + b"\r\n") == [Overflow(11, b"a" * 10 + b"\r")]
+    assert reader.feed(b"b" * 11 + b"\n") == [Overflow(11, b"b" * 11)]
     assert feed_all(reader, b"c" * 10, b"\n") == [b"c" * 10]
     reader.feed(b"d" * 10)
     assert reader.close() == [b"d" * 10]
@@ -89,6 +97,7 @@ def test_chunking_never_changes_the_lines(lines: list[bytes], tail: bytes, cuts:
     reader = LineReader(max_bytes=cap)
     got = feed_all(reader, *(stream[a:b] for a, b in itertools.pairwise(points)))
     got.extend(reader.close())
+    got = [Overflow(item.size) if isinstance(item, Overflow) else item for item in got]  # heads vary with chunking
     expected: list[bytes | Overflow] = [
         Overflow(len(line)) if len(line) > cap else line.removesuffix(b"\r") for line in lines
     ]
@@ -671,15 +680,69 @@ async def test_junk_reporting_and_answering(answer_junk: bool) -> None:
             '{"id":"probe","method":"probe"}',
         )
         answers = await peer.read_until("probe")
-    assert junk == [
+    assert [(line, reason.split(" (")[0]) for line, reason in junk] == [
         (b"not json", "not JSON"),
         (b"[1]", "not a JSON object"),
         (b'{"id":5,"method":7}', "not a JSON-RPC message"),
         (b'{"id":null,"method":7}', "not a JSON-RPC message"),
-        (b"", "discarded an oversized JSON-RPC line (100 bytes)"),
+        (b"x" * 100, "discarded an oversized JSON-RPC line"),
     ]
+    assert junk[-1][1] == "discarded an oversized JSON-RPC line (100 bytes, limit 64)"
     invalid = [{"jsonrpc": "2.0", "id": 5, "error": {"code": rpc.INVALID_REQUEST, "message": "Invalid Request"}}]
     assert answers[:-1] == (invalid if answer_junk else [])
+
+
+@pytest.mark.parametrize("answer_junk", [False, True])
+async def test_lines_that_cannot_be_decoded_are_answered_by_the_id_they_carry(answer_junk: bool) -> None:
+    """daemon.md §1: an oversized, undecodable or too deeply nested line gets an error reply where it had an id."""
+    junk: list[tuple[bytes, str]] = []
+    deep = "[" * 100_000 + "]" * 100_000
+    async with serving(
+        on_junk=lambda line, reason: junk.append((line, reason)), answer_junk=answer_junk, max_line=4 * 1024 * 1024
+    ) as (_, peer):
+        await peer.send(
+            b'{"jsonrpc":"2.0","id":1,"method":"bad\xff"}',  # invalid UTF-8
+            b'{"jsonrpc":"2.0","id":"two","method":"m","params":' + b"[" * 2000 + b"]" * 2000 + b"}",
+            b'{"jsonrpc":"2.0","id":3,"method":"m","params":"' + b"z" * (5 * 1024 * 1024) + b'"}',
+            b'{"jsonrpc":"2.0","method":"m","params":' + deep.encode() + b"}",  # no id: reported only
+            b'{"jsonrpc":"2.0","id":"probe","method":"probe"}',
+        )
+        answers = await peer.read_until("probe")
+    assert [reason.split(" (")[0] for _, reason in junk] == [
+        "not JSON",
+        "JSON nested deeper than 256 levels",
+        "discarded an oversized JSON-RPC line",
+        "JSON nested deeper than 256 levels",
+    ]
+    if not answer_junk:
+        assert answers[:-1] == []
+        return
+    assert [(a["id"], a["error"]["code"]) for a in answers[:-1]] == [
+        (1, rpc.PARSE_ERROR),
+        ("two", rpc.INVALID_REQUEST),
+        (3, rpc.INVALID_REQUEST),
+    ]
+    assert "Invalid UTF-8" in answers[0]["error"]["message"]
+    assert "nested deeper than 256 levels" in answers[1]["error"]["message"]
+    assert "oversized" in answers[2]["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"method":"a\xff"}', 7),
+        (b' {"id" : "abc", "x": 1}', "abc"),
+        (b'{"id":-1.5e3}', -1500.0),
+        (b'{"id":"a\\"b"}', 'a"b'),
+        (b'{"params":{"id":3},"id":4}', None),  # only before anything nested opens
+        (b'[{"id":1}]', None),
+        (b'{"id":null,"method":"m"}', None),
+        (b'{"id":true}', None),
+        (b"not json", None),
+    ],
+)
+def test_recover_id_reads_only_a_top_level_id(line: bytes, expected: object) -> None:
+    assert recover_id(line) == expected
 
 
 # -- typed params (one JSON pass for the hot notification) ---------------------

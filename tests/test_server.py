@@ -193,3 +193,22 @@ async def test_a_client_vanishing_mid_stream_stops_nothing(tmp_path: Path) -> No
                     replay_done = any(e["event"]["type"] == "turn/completed" for e in replay["events"])
                     await trio.sleep(0.05)
             assert daemon.bridges["fake"].state == "ready"
+
+
+def test_a_stdio_client_that_closes_stdin_right_away_still_gets_every_answer(tmp_path: Path) -> None:
+    """EOF on stdin ends the session, but only after the requests already read are answered (drained)."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "id": 2, "method": "daemon/status"},
+        {"jsonrpc": "2.0", "id": 3, "method": "model/list", "params": {"providerId": "echo"}},  # spawns a bridge
+    ]
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-m", "bbridge", "serve"],
+            input=b"".join(json.dumps(r).encode() + b"\n" for r in requests),
+            capture_output=True,
+            timeout=60,
+        )
+        answers = [json.loads(line) for line in done.stdout.splitlines() if b'"id"' in line]
+        assert sorted(answer["id"] for answer in answers) == [1, 2, 3], done.stderr[-2000:]
+        assert all("result" in answer for answer in answers)

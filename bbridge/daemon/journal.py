@@ -9,29 +9,48 @@ directory it is also durable: one append-only NDJSON file per thread, written
 with plain buffered writes and flushed to the OS after every batch; `fsync`
 runs on `sync()` (shutdown) — a daemon crash loses nothing the OS accepted, a
 machine crash may lose the last batches since the previous sync.
+
+Files are named after their thread: `<id>.ndjson` for a plain id (ASCII
+letters, digits, `_`, `-`, `.`; at most 128 bytes; not starting with `.`),
+`~<sha256 of the id>.ndjson` for any other, so no id can make a name too long
+or unsafe. The disk never stops live delivery: a torn or corrupt tail found at
+load is cut back to the last good entry and a corrupt entry inside the file is
+skipped (a thread's seq continues after the greatest good seq, never from an
+earlier one); a failed write (disk full, permissions) is logged and counted,
+and the events still go out; the next write starts on a fresh line. `health()`
+reports all of it for `daemon/status`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO
-from urllib.parse import quote
+from typing import IO, Any
 
 import msgspec
+import structlog
 
 from bbridge.core.events import Event
+from bbridge.core.nesting import too_deep
+
+_logger = structlog.get_logger("bbridge.daemon.journal")
 
 DEFAULT_BOUND = 10_000
 
 _encoder = msgspec.json.Encoder()
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
 
-class _Seq(msgspec.Struct):
-    seq: int
+def file_name(thread_id: str) -> str:
+    """The journal file of a thread: its id when plain, else a hash of it (never too long, never unsafe)."""
+    if _PLAIN_ID.fullmatch(thread_id):
+        return thread_id + ".ndjson"
+    return "~" + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest() + ".ndjson"
 
 
 class _Entry(msgspec.Struct, gc=False):
@@ -46,10 +65,61 @@ class _ThreadLog:
     last_seq: int = 0
     entries: deque[bytes] = field(default_factory=deque)  # the newest entries, seqs up to `last_seq` (contiguous)
     file: IO[bytes] | None = None
+    torn: bool = False  # a failed write may have left a partial line: the next one starts with a newline
 
     def first_held(self) -> int:
         """The seq of the oldest entry held in memory (`last_seq + 1` when none is)."""
         return self.last_seq - len(self.entries) + 1
+
+
+@dataclass
+class _Scan:
+    """A journal file read back: its good entries, where the good part ends, what was wrong with the rest."""
+
+    entries: list[tuple[int, bytes]]
+    good_end: int  # byte offset just past the last good entry (and its newline, when it had one)
+    newline: bool  # the last good entry is newline-terminated (or there is none)
+    corrupt: int  # bad entries before the last good one (skipped)
+    torn_tail: bool  # bytes after the last good entry (cut off at load)
+
+
+def _scan(data: bytes) -> _Scan:
+    entries: list[tuple[int, bytes]] = []
+    good_end, newline, corrupt, pending_bad, last = 0, True, 0, 0, 0
+    offset = 0
+    for raw in data.split(b"\n"):
+        end = offset + len(raw)
+        offset = end + 1
+        if not raw.strip():
+            continue
+        seq = _entry_seq(raw)
+        if seq is None or seq <= last:
+            pending_bad += 1
+            continue
+        entries.append((seq, raw))
+        last, corrupt, pending_bad = seq, corrupt + pending_bad, 0
+        newline = end < len(data)
+        good_end = end + 1 if newline else end
+    return _Scan(entries, good_end, newline, corrupt, good_end < len(data.rstrip(b"\n")) or pending_bad > 0)
+
+
+def _entry_seq(raw: bytes) -> int | None:
+    if too_deep(raw):
+        return None
+    try:
+        return msgspec.json.decode(raw, type=_Entry).seq
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+@dataclass
+class JournalHealth:
+    """What the disk did to the journal since start (counted, logged; `daemon/status` shows it)."""
+
+    truncated_tails: int = 0
+    corrupt_entries: int = 0
+    write_errors: int = 0
+    last_error: str | None = None
 
 
 @dataclass
@@ -68,12 +138,13 @@ class Journal:
         self.bound = bound
         self.directory = directory
         self._threads: dict[str, _ThreadLog] = {}
+        self.health_counts = JournalHealth()
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
 
     def _path(self, thread_id: str) -> Path:
         assert self.directory is not None
-        return self.directory / (quote(thread_id, safe="") + ".ndjson")
+        return self.directory / file_name(thread_id)
 
     def _log(self, thread_id: str) -> _ThreadLog:
         log = self._threads.get(thread_id)
@@ -85,12 +156,30 @@ class Journal:
 
     def _load(self, thread_id: str, log: _ThreadLog) -> None:
         path = self._path(thread_id)
-        if path.exists():
-            stored = self._read_file(thread_id)
-            log.entries.extend(raw for _, raw in stored)
-            if stored:
-                log.last_seq = stored[-1][0]
-        log.file = path.open("ab")
+        scan = None
+        try:
+            scan = _scan(path.read_bytes()) if path.exists() else None
+            if scan is not None and scan.torn_tail:
+                os.truncate(path, scan.good_end)
+            log.file = path.open("ab")
+            if scan is not None and not scan.newline:
+                log.torn = True
+        except OSError as exc:
+            self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
+        if scan is None:
+            return
+        log.entries.extend(raw for _, raw in scan.entries)
+        if scan.entries:
+            log.last_seq = scan.entries[-1][0]
+        health = self.health_counts
+        if scan.torn_tail:
+            health.truncated_tails += 1
+            _logger.warning(
+                "cut a torn journal tail back to the last good entry", threadId=thread_id, lastSeq=log.last_seq
+            )
+        if scan.corrupt:
+            health.corrupt_entries += scan.corrupt
+            _logger.warning("skipped corrupt journal entries", threadId=thread_id, count=scan.corrupt)
 
     def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
         """Assign seqs to one batch; returns the encoded `{seq, event}` entries."""
@@ -106,9 +195,26 @@ class Journal:
         log.entries.extend(encoded)
         log.last_seq = seq
         if log.file is not None and encoded:
-            log.file.write(b"\n".join(encoded) + b"\n")
-            log.file.flush()
+            self._write(thread_id, log, b"\n".join(encoded) + b"\n")
         return encoded
+
+    def _write(self, thread_id: str, log: _ThreadLog, data: bytes) -> None:
+        assert log.file is not None
+        try:
+            if log.torn:
+                log.file.write(b"\n")
+                log.torn = False
+            log.file.write(data)
+            log.file.flush()
+        except OSError as exc:
+            log.torn = True
+            self._failed(thread_id, "journal write failed; the events were still delivered", exc)
+
+    def _failed(self, thread_id: str, what: str, exc: OSError) -> None:
+        health = self.health_counts
+        health.write_errors += 1
+        health.last_error = f"{thread_id}: {exc.strerror or exc}"
+        _logger.error(what, threadId=thread_id, error=str(exc))
 
     def last_seq(self, thread_id: str) -> int:
         log = self._threads.get(thread_id)
@@ -133,27 +239,46 @@ class Journal:
         return Replay(entries, log.last_seq, missing)
 
     def _read_file(self, thread_id: str) -> list[tuple[int, bytes]]:
-        out = []
-        for raw in self._path(thread_id).read_bytes().split(b"\n"):
-            if raw.strip():
-                out.append((msgspec.json.decode(raw, type=_Seq).seq, raw))
-        return out
+        try:
+            return _scan(self._path(thread_id).read_bytes()).entries
+        except OSError as exc:
+            self._failed(thread_id, "could not read the thread's journal file", exc)
+            return []
+
+    def health(self) -> dict[str, Any]:
+        """The `journal` section of `daemon/status`."""
+        counts = self.health_counts
+        return {
+            "dir": None if self.directory is None else str(self.directory),
+            "bound": self.bound,
+            "healthy": counts.write_errors == 0,
+            "truncatedTails": counts.truncated_tails,
+            "corruptEntries": counts.corrupt_entries,
+            "writeErrors": counts.write_errors,
+            "lastError": counts.last_error,
+        }
 
     def threads(self) -> dict[str, int]:
         return {tid: log.last_seq for tid, log in self._threads.items()}
 
     def sync(self) -> None:
         """Flush and fsync every durable file (shutdown)."""
-        for log in self._threads.values():
+        for thread_id, log in self._threads.items():
             if log.file is not None:
-                log.file.flush()
-                os.fsync(log.file.fileno())
+                try:
+                    log.file.flush()
+                    os.fsync(log.file.fileno())
+                except OSError as exc:
+                    self._failed(thread_id, "journal sync failed", exc)
 
     def close(self) -> None:
         self.sync()
-        for log in self._threads.values():
+        for thread_id, log in self._threads.items():
             if log.file is not None:
-                log.file.close()
+                try:
+                    log.file.close()
+                except OSError as exc:
+                    self._failed(thread_id, "journal close failed", exc)
                 log.file = None
 
 

@@ -21,7 +21,7 @@ import trio
 from bbridge.core import grammar
 from bbridge.core.events import Event, stamp
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
-from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.tracker import Tracker
@@ -46,6 +46,10 @@ FORWARDED = frozenset(
 )  # fmt: skip
 _THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
 _RELAYED = frozenset({"item/tool/call", "interaction/request"})
+# Maintenance methods whose own params carry providerId (one bridge may serve several ids): never stripped.
+_KEEP_PROVIDER_ID = frozenset(
+    {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
+)
 _FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
 _LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
 MAX_CACHED_HEADS = 1024
@@ -73,6 +77,8 @@ class Counters:
     grammar_drops: int = 0
     unhandled_extensions: int = 0
     clients_disconnected_slow: int = 0
+    rejected_bridge_requests: int = 0  # schema-invalid item/tool/call or interaction/request (protocol.md §1.5)
+    failed_notifications: int = 0  # a handler error: that notification is lost, the rest of its batch is not
 
 
 class _ThreadParams(msgspec.Struct):
@@ -104,8 +110,10 @@ class Daemon:
         entropy_prefix: str | None = None,
         request_timeout_s: float = DEFAULT_TIMEOUT_S,
         open_extensions: bool = False,
+        config: ConfigReport | None = None,
     ) -> None:
         self.providers = providers
+        self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
         self.entropy_prefix = entropy_prefix
         self.request_timeout_s = request_timeout_s
         self.journal = journal or Journal()
@@ -254,15 +262,23 @@ class Daemon:
         first = len(batch) > 1 and bool(self.clients)
         for note in batch:
             method = note.method
-            if method == "thread/delta":
-                self._on_delta(bridge, note, now)
-                if first:  # the chunk's first events reach the clients before the rest of it is assembled
-                    first = False
-                    await _let_writers_run()
-            elif method in _FORWARDED_NOTIFICATIONS:
-                self._on_forwarded(bridge, method, note.params)
-            elif method == "error":
-                self._on_bridge_error(bridge, note.params)
+            try:
+                if method == "thread/delta":
+                    self._on_delta(bridge, note, now)
+                    if first:  # the chunk's first events reach the clients before the rest of it is assembled
+                        first = False
+                        await _let_writers_run()
+                elif method in _FORWARDED_NOTIFICATIONS:
+                    self._on_forwarded(bridge, method, note.params)
+                elif method == "error":
+                    self._on_bridge_error(bridge, note.params)
+            except Exception:
+                self.counters.failed_notifications += 1
+                log.exception(
+                    "a bridge notification failed; the rest of its batch goes on",
+                    providerId=bridge.provider_id,
+                    method=method,
+                )
 
     def _on_delta(self, bridge: BridgeProcess, note: rpc.Notification, now: float) -> None:
         params: grammar.ThreadDeltaParams | None = note.decoded  # valid params the framing pass decoded
@@ -389,11 +405,22 @@ class Daemon:
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         """Relay `item/tool/call` / `interaction/request` to the thread's client."""
+        unsupported = rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
         if request.method not in _RELAYED:
-            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
-        params = msgspec.json.decode(request.params) if request.params is not None else None
-        if not isinstance(params, dict):
-            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
+            raise unsupported
+        raw = request.params if request.params is not None else b"null"
+        try:
+            protocol.decode_method_params(request.method, raw)
+        except protocol.InvalidParams as exc:
+            self.counters.rejected_bridge_requests += 1
+            log.warning(
+                "refused a malformed provider request",
+                providerId=bridge.provider_id,
+                method=request.method,
+                issue=exc.issues[0],
+            )
+            raise unsupported from None
+        params = msgspec.json.decode(raw)
         thread_id = params.get("threadId")
         if params.get("providerNativeIds") is True and isinstance(thread_id, str):
             _translate_native_ids(bridge, thread_id, params)
@@ -460,7 +487,7 @@ class Daemon:
 
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         thread_id = params.get("threadId")
-        provider_id = params.pop("providerId", None)
+        provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
         if provider_id is None and isinstance(thread_id, str):
             provider_id = self.thread_provider.get(thread_id)
         if not isinstance(provider_id, str):
@@ -478,6 +505,9 @@ class Daemon:
                 self.thread_provider[thread_id] = provider_id
                 self.thread_owner[thread_id] = client
                 bridge.threads.add(thread_id)
+                supplied = params.get("providerThreadId")
+                if method == "thread/resume" and isinstance(supplied, str) and supplied:
+                    self.provider_threads[thread_id] = supplied  # recorded before sending (protocol.md §3.3.6)
             elif method == "turn/start":
                 bridge.watchdogs.turn_dispatched(thread_id, trio.current_time())
         timeout = self.request_timeout_s
@@ -535,6 +565,8 @@ class Daemon:
             "providers": providers,
             "threads": list(self._thread_status()),
             "counters": msgspec.to_builtins(self.counters),
+            "config": msgspec.to_builtins(self.config),
+            "journal": self.journal.health(),
         }
 
     def _thread_status(self) -> Iterable[dict[str, Any]]:

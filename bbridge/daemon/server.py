@@ -84,7 +84,7 @@ class Client:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
-                await self.conn.run()
+                await self.conn.run(drain=True)  # a client that half-closes still gets its answers
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None

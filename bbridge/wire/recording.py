@@ -12,6 +12,8 @@ from pathlib import Path
 
 import msgspec
 
+from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
+
 RUNTIME_TO_BRIDGE = "runtime→bridge"
 BRIDGE_TO_RUNTIME = "bridge→runtime"
 PROVIDER_TO_BRIDGE = "provider→bridge"
@@ -41,9 +43,13 @@ def read_lane(path: Path, direction: str) -> list[Entry]:
         if not raw.strip():
             continue
         try:
+            if too_deep(raw):
+                raise RecordingError(f"{path}:{number}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
             entry = _entry_decoder.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise RecordingError(f"{path}:{number}: {exc}") from None
+        if too_deep(entry.line.encode()):  # the recorded line is decoded again by whoever replays it
+            raise RecordingError(f"{path}:{number}: the recorded line nests deeper than {MAX_JSON_DEPTH} levels")
         if entry.dir != direction:
             raise RecordingError(f"{path}:{number}: dir {entry.dir!r} does not match lane {direction!r}")
         entries.append(entry)

@@ -16,13 +16,15 @@ Decisions the spec leaves open, fixed here:
 * Request handlers run concurrently in the connection's nursery, but each one
   runs up to its first checkpoint before the next request is dispatched, so
   state a handler sets before its first `await` is seen by later requests.
-* Junk. Lines that are not JSON, not an object, or no valid JSON-RPC message go
-  to `on_junk` (or a debug log). With `answer_junk`, a junk *object* that
-  carries a valid id is answered -32600 Invalid Request. Nothing is ever
-  answered -32700 with id null: hygiene (§1.8 rule 3) says a non-JSON line is
-  ignored, and a null-id error is itself unclassifiable junk to the peer. An
-  oversized line is dropped unread, so its id is unknown and it is only
-  reported.
+* Junk. Lines that are not JSON, not an object, nested deeper than
+  `MAX_JSON_DEPTH`, oversized, or no valid JSON-RPC message go to `on_junk`
+  (or a debug log). With `answer_junk` (the daemon's client side, daemon.md
+  §1), a junk line whose id can be read is answered with that id: -32700 for
+  a line that does not decode (its id recovered leniently from its text, as
+  `recover_id` says), -32600 for the rest, an oversized line included (its id
+  read from the first `HEAD_BYTES`, which `LineReader` keeps). Nothing is ever
+  answered with id null: hygiene (§1.8 rule 3) says a non-JSON line is ignored,
+  and a null-id error is itself unclassifiable junk to the peer.
 * Blank lines (whitespace only) are skipped silently.
 * `Overflow.size` counts the whole dropped line; the reference's counter
   misses the segment before the terminator. Lines longer than the cap are
@@ -36,6 +38,7 @@ import enum
 import functools
 import math
 import operator
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -44,7 +47,10 @@ import structlog
 import trio
 from msgspec import UNSET
 
+from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
+
 MAX_LINE_BYTES = 64 * 1024 * 1024
+HEAD_BYTES = 4096  # what an oversized line keeps, so its id can still be answered
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -61,9 +67,10 @@ log = structlog.get_logger("bbridge.wire.rpc")
 
 
 class Overflow(NamedTuple):
-    """An oversized line was discarded; `size` is its byte count (terminator excluded)."""
+    """An oversized line was discarded; `size` is its byte count (terminator excluded), `head` its first bytes."""
 
     size: int
+    head: bytes = b""
 
 
 class LineReader:
@@ -74,6 +81,7 @@ class LineReader:
         self._pending = bytearray()
         self._discarding = False
         self._discarded = 0
+        self._head = b""
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | Overflow]:
         """Complete lines in order (one trailing CR removed), an `Overflow` where a line was dropped."""
@@ -97,27 +105,30 @@ class LineReader:
         out: list[bytes | Overflow] = []
         for segment in parts:
             if self._discarding:
-                out.append(Overflow(self._discarded + len(segment)))
-                self._discarding, self._discarded = False, 0
+                out.append(Overflow(self._discarded + len(segment), self._head))
+                self._discarding, self._discarded, self._head = False, 0, b""
                 continue
             if self._pending:
                 self._pending += segment
                 segment = bytes(self._pending)
                 self._pending.clear()
-            out.append(_strip_cr(segment) if len(segment) <= self._max else Overflow(len(segment)))
+            out.append(
+                _strip_cr(segment) if len(segment) <= self._max else Overflow(len(segment), segment[:HEAD_BYTES])
+            )
         if self._discarding:
             self._discarded += len(tail)
         elif tail:
             self._pending += tail
             if len(self._pending) > self._max:
                 self._discarding, self._discarded = True, len(self._pending)
+                self._head = bytes(self._pending[:HEAD_BYTES])
                 self._pending = bytearray()
         return out
 
     def close(self) -> list[bytes]:
         """The unterminated tail at end of stream; an oversized one is dropped silently."""
         tail, self._pending = bytes(self._pending), bytearray()
-        discarding, self._discarding, self._discarded = self._discarding, False, 0
+        discarding, self._discarding, self._discarded, self._head = self._discarding, False, 0, b""
         return [_strip_cr(tail)] if tail and not discarding else []
 
 
@@ -202,6 +213,30 @@ def _typed_decoder(types: Mapping[str, Any]) -> tuple[Callable[[bytes], Any], di
     }
     union = functools.reduce(operator.or_, members)
     return msgspec.json.Decoder(union).decode, members
+
+
+_KEY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,3})?)')
+
+
+def recover_id(text: bytes) -> str | int | float | None:
+    """The id of a line that cannot be decoded, read leniently from its first `HEAD_BYTES`.
+
+    Taken only from the top level: the object's first member named `"id"`
+    before any nested object or array opens (members after params are not
+    reached: the answer then goes unsent, as for a line with no id).
+    """
+    head = text[:HEAD_BYTES].lstrip()
+    if not head.startswith(b"{"):
+        return None
+    nested = min((i for i in (head.find(b"{", 1), head.find(b"[", 1)) if i > 0), default=len(head))
+    match = _KEY_ID.search(head, 1, nested)
+    if match is None:
+        return None
+    try:
+        value = msgspec.json.decode(match.group(1).decode("utf-8", "replace"))
+    except msgspec.DecodeError:
+        return None
+    return value if _valid_id(value) else None
 
 
 def encode_request(method: str, params: Any, id: str | int | float) -> bytes:
@@ -447,7 +482,12 @@ class Connection:
         typed, typed_methods = self._typed or (None, {})
         for line in lines:
             if isinstance(line, Overflow):
-                self._junk(b"", f"discarded an oversized JSON-RPC line ({line.size} bytes)")
+                reason = f"discarded an oversized JSON-RPC line ({line.size} bytes, limit {self._max_line})"
+                await self._refuse(line.head, reason, INVALID_REQUEST, f"Invalid Request: {reason}")
+                continue
+            if too_deep(line):
+                reason = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+                await self._refuse(line, reason, INVALID_REQUEST, f"Invalid Request: {reason}")
                 continue
             if typed is not None:
                 try:
@@ -463,9 +503,9 @@ class Connection:
             except msgspec.ValidationError:
                 self._junk(line, "not a JSON object")
                 continue
-            except msgspec.DecodeError:
+            except msgspec.DecodeError as exc:
                 if line.strip():
-                    self._junk(line, "not JSON")
+                    await self._refuse(line, f"not JSON ({exc})", PARSE_ERROR, f"Parse error: {exc}")
                 continue
             method, id = env.method, env.id
             if type(method) is str and method:
@@ -501,6 +541,14 @@ class Connection:
             return  # unknown or timed-out id: ignored, never answered
         error = _peer_error(env.error) if env.error else None
         slot.settle(env.result if env.result else _NULL, error)
+
+    async def _refuse(self, line: bytes, reason: str, code: int, message: str) -> None:
+        """Junk that may still carry a readable id: answered with it when this side answers junk."""
+        self._junk(line, reason)
+        if self._answer_junk:
+            id = recover_id(line)
+            if id is not None:
+                await self._write(encode_error(id, RpcError(code, message)))
 
     def _junk(self, line: bytes, reason: str) -> None:
         if self._on_junk is not None:

@@ -3,12 +3,12 @@
 It speaks the bb Provider Bridge Protocol 2 (grammar v3) upward and the Agent
 Client Protocol version 1 downward, as the client of one agent subprocess per
 thread: `thread/start` runs `session/new`, `thread/resume` runs `session/load`
-(refused with -32002 when the agent does not advertise `loadSession`),
-`thread/fork` runs `session/fork`. The agent command comes from the command
-line, or per request from `options.providerOptions.acpLaunchSpec`
-(`{command, args, env, cwd}`, which wins). The agent's environment is an
-allowlist; `--pass-env NAME` adds a variable of the bridge's own environment
-(an API key the agent needs).
+(or, when the agent does not advertise `loadSession`, a fresh `session/new`
+announced by a `session/replaced` with `contextLost`), `thread/fork` runs
+`session/fork`. The agent command comes from the command line, or per request
+from `options.providerOptions.acpLaunchSpec` (`{command, args, env, cwd}`,
+which wins). The agent's environment is an allowlist; `--pass-env NAME` adds
+a variable of the bridge's own environment (an API key the agent needs).
 
 Modules: `bridge` (the runtime methods), `agent` (the subprocess), `session`
 (one thread's session and turns), `translate` (ACP updates → deltas), `tools`

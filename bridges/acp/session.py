@@ -125,7 +125,11 @@ class Session:
     # -- construction -------------------------------------------------------
 
     async def open(self, kind: Kind, cwd: str, *, source: str | None = None, model: str | None = None) -> None:
-        """Spawn the agent, build the ACP session (`session/new`, `/load` or `/fork`), then identity + reset."""
+        """Spawn the agent, build the ACP session (`session/new`, `/load` or `/fork`), then identity + reset.
+
+        A resume the agent cannot load (no `loadSession`) continues in a fresh `session/new`; the lost history
+        is reported first as a `session/replaced` with `contextLost` (§4.3), which the runtime shows as a warning.
+        """
         self.bridge.spawn(self.agent.run, self._on_exit)
         await self.agent.ready.wait()
         if self.agent.error is not None:
@@ -138,6 +142,15 @@ class Session:
                 await self.agent.terminate()
             raise
         self.provider_thread_id = session_id
+        if kind == "resume" and not self.supports_load:
+            reason = (
+                f'ACP agent "{self.label}" could not restore the previous session; '
+                "continuing in a fresh session without in-agent history."
+            )
+            replaced = protocol.SessionReplacedParams(
+                threadId=self.thread_id, providerThreadId=source, reason=reason, contextLost=True
+            )
+            await self.bridge.notify("session/replaced", replaced)
         await self.bridge.open_session(self.thread_id, session_id, session_restorable=self.supports_load)
         self.ready = True
         held, self.held = self.held, []
@@ -177,11 +190,6 @@ class Session:
         supports_fork = isinstance(session_caps, dict) and session_caps.get("fork") is not None
         if kind == "fork" and not supports_fork:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'ACP agent "{self.label}" does not advertise session/fork support.')
-        if kind == "resume" and not self.supports_load:
-            message = (
-                f'ACP agent "{self.label}" does not advertise loadSession, so session "{source}" cannot be restored.'
-            )
-            raise rpc.RpcError(rpc.SESSION_NOT_RESTORABLE, message)
         if kind == "fork":
             result = await self._call("session/fork", {"sessionId": source, "cwd": cwd, "mcpServers": []})
             session_id = result.get("sessionId")
@@ -189,7 +197,7 @@ class Session:
                 raise rpc.RpcError(
                     rpc.BRIDGE_ERROR, f'ACP agent "{self.label}" returned the source session for session/fork.'
                 )
-        elif kind == "resume":
+        elif kind == "resume" and self.supports_load:
             self.loading = source
             try:
                 result = await self._call("session/load", {"sessionId": source, "cwd": cwd, "mcpServers": []})
@@ -198,7 +206,7 @@ class Session:
             finally:
                 self.loading = None
             session_id = source
-        else:
+        else:  # a start, or a resume the agent cannot load (`open` reports the lost history)
             result = await self._call("session/new", {"cwd": cwd, "mcpServers": []})
             session_id = result.get("sessionId")
         if not isinstance(session_id, str) or not session_id:

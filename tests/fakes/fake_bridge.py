@@ -18,10 +18,18 @@ Modes change one behaviour each; with none the bridge is well behaved:
   ask             sends interaction/request before finishing the turn and reports the answer as text
   extension       emits an extension item of kind "fake/card" with payload {"n": 1}
   bad-extension   emits an extension item of kind "fake/card" with payload {"n": "x"}
+  bad-requests    sends a schema-invalid interaction/request and item/tool/call first and reports the
+                  error codes it got back as the turn's text
+  deep            writes a line nested 100,000 levels deep on stdout before answering turn/start
+  maintenance     answers provider/health, provider/usage and model/list with the params it got ({"echo": …})
+  junk            writes seeded junk lines (random bytes, invalid UTF-8, deep nesting, invalid deltas, unknown
+                  notifications, stray responses, malformed requests) before every message it sends
+  pair            names this thread and "thr_other" in one write (one read chunk) when a turn starts
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
 import json
+import random
 import sys
 
 MODES = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else set()
@@ -31,7 +39,40 @@ live: dict[str, str] = {}  # threadId -> provider turn id
 request_id = 0
 
 
+JUNK_RANDOM = random.Random(7)
+
+
+def junk_lines():
+    rng = JUNK_RANDOM
+    for _ in range(rng.randint(0, 3)):
+        kind = rng.randrange(8)
+        if kind == 0:
+            yield bytes(rng.randrange(256) for _ in range(rng.randint(1, 60))).replace(b"\n", b" ")
+        elif kind == 1:
+            yield b'{"jsonrpc":"2.0","method":"thread/delta","params":{"threadId":"t\xff"}}'
+        elif kind == 2:
+            depth = rng.choice((300, 5000, 100_000))
+            yield b'{"jsonrpc":"2.0","method":"thread/delta","params":' + b"[" * depth + b"]" * depth + b"}"
+        elif kind == 3:
+            params = {"threadId": "thr_junk", "deltas": [{"kind": rng.choice(("nope", "item.open", "turn.boundary"))}]}
+            yield json.dumps({"jsonrpc": "2.0", "method": "thread/delta", "params": params}).encode()
+        elif kind == 4:
+            yield json.dumps({"jsonrpc": "2.0", "method": f"made/up/{rng.randrange(9)}", "params": [1]}).encode()
+        elif kind == 5:
+            yield json.dumps({"jsonrpc": "2.0", "id": rng.randrange(10**6, 10**7), "result": {}}).encode()
+        elif kind == 6:
+            yield json.dumps(
+                {"jsonrpc": "2.0", "id": f"junk-{rng.randrange(10**6)}", "method": "item/tool/call", "params": {}}
+            ).encode()
+        else:
+            yield b"[]"
+
+
 def send(obj):
+    if "junk" in MODES:
+        for line in junk_lines():
+            out.buffer.write(line + b"\n")
+        out.flush()
     out.write(json.dumps(obj) + "\n")
     out.flush()
 
@@ -90,6 +131,24 @@ def handle(msg):
     elif method == "turn/start":
         if "never-answer" in MODES:
             return
+        if "deep" in MODES:
+            out.write('{"jsonrpc":"2.0","method":"thread/delta","params":' + "[" * 100_000 + "]" * 100_000 + "}\n")
+            out.flush()
+        if "pair" in MODES:
+            out.write(
+                "".join(
+                    json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "thread/delta",
+                            "params": {"threadId": t, "deltas": [{"kind": "thread.name", "name": f"named {len(t)}"}]},
+                        }
+                    )
+                    + "\n"
+                    for t in (thread, "thr_other")
+                )
+            )
+            out.flush()
         if "oversize" in MODES:
             out.write("x" * (65 * 1024 * 1024) + "\n")
             out.flush()
@@ -119,6 +178,23 @@ def handle(msg):
             print("fake bridge: crashing mid-turn", file=sys.stderr, flush=True)
             sys.exit(3)
         text = "hello"
+        if "bad-requests" in MODES:
+            codes = []
+            for bad_method, bad_params in (
+                (
+                    "interaction/request",
+                    {"providerThreadId": f"prov-{thread}", "turnId": None, "payload": {"kind": "?"}},
+                ),
+                ("item/tool/call", {"providerThreadId": f"prov-{thread}", "turnId": None, "callId": "c1"}),
+            ):
+                request_id += 1
+                send({"jsonrpc": "2.0", "id": f"bad-{request_id}", "method": bad_method, "params": bad_params})
+                reply = read()
+                while reply.get("method") is not None:
+                    handle(reply)
+                    reply = read()
+                codes.append([reply.get("error", {}).get("code"), reply.get("error", {}).get("message")])
+            text = json.dumps(codes)
         if "ask" in MODES:
             request_id += 1
             send(
@@ -130,7 +206,10 @@ def handle(msg):
                         "providerThreadId": f"prov-{thread}",
                         "threadId": thread,
                         "turnId": None,
-                        "payload": {"kind": "user_question", "questions": []},
+                        "payload": {
+                            "kind": "user_question",
+                            "questions": [{"id": "q1", "prompt": "Go?", "multiSelect": False, "allowFreeText": True}],
+                        },
                     },
                 }
             )
@@ -177,6 +256,8 @@ def handle(msg):
             delta(thread, {"kind": "session.ended"})
             live.pop(thread, None)
         answer(msg, {"stoppedTurnId": params.get("activeTurnId")})
+    elif "maintenance" in MODES and method in ("provider/health", "provider/usage", "model/list"):
+        answer(msg, {"echo": params})
     elif method == "model/list":
         answer(msg, {"models": [{"id": "fake-1"}], "selectedOnlyModels": []})
     else:

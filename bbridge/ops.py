@@ -1,0 +1,322 @@
+"""`bbridge status` and `bbridge tail`: an operator's view of a daemon already running on a socket.
+
+Both are ordinary socket clients (daemon.md §1, §3): they connect, send
+`initialize` (with the token when the daemon wants one), then ask
+`daemon/status` or follow the `thread/events` notifications every client is
+sent. `tail` prints each thread's events exactly once and in `seq` order: a
+journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live
+notifications did not carry, and anything seen twice is dropped by `seq`.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+import trio
+
+from bbridge import logs
+from bbridge.daemon.router import CLIENT_PROTOCOL_VERSION, DAEMON_INFO
+from bbridge.run import Renderer
+from bbridge.wire import errors, rpc
+
+_SECTIONS = ("daemon", "providers", "threads", "counters", "config")  # rendered field by field; others generically
+
+
+class OpsError(Exception):
+    """A reason to stop, said in one line (exit status 1)."""
+
+
+class _Entry(msgspec.Struct):
+    seq: int
+    event: msgspec.Raw  # passed on verbatim by `--json`
+
+
+class _Batch(msgspec.Struct):
+    threadId: str
+    events: list[_Entry]
+
+
+class _Replay(msgspec.Struct):
+    events: list[_Entry]
+    missingThrough: int | None = None
+
+
+class _Tracked(msgspec.Struct):
+    threadId: str
+
+
+class _Threads(msgspec.Struct):
+    threads: list[_Tracked]
+
+
+def read_token(path: Path | None) -> str | None:
+    return path.read_text(encoding="utf-8").strip() if path is not None else None
+
+
+async def _session(
+    socket: Path,
+    token: str | None,
+    body: Callable[[rpc.Connection], Awaitable[None]],
+    on_notifications: rpc.NotificationHandler | None = None,
+    on_closed: Callable[[], None] | None = None,
+    ctrl_c_closes: bool = False,
+) -> None:
+    """Connect and initialize, run `body`, close; every failure comes out as one `OpsError`.
+
+    With `ctrl_c_closes`, SIGINT closes the connection, so a body that runs until the daemon closes it ends
+    as it would then (a KeyboardInterrupt would leave trio inside an exception group).
+    """
+    try:
+        stream = await trio.open_unix_socket(str(socket))
+    except OSError as exc:
+        raise OpsError(f"no daemon is listening on {socket} ({exc.strerror or exc})") from None
+    conn = rpc.Connection(stream, stream, name="bbridge-ops", on_notifications=on_notifications)
+    failure: str | None = None
+
+    async def read() -> None:
+        await conn.run()
+        if on_closed is not None:
+            on_closed()
+
+    async def close_on_ctrl_c() -> None:
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                await conn.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        if ctrl_c_closes:
+            nursery.start_soon(close_on_ctrl_c)
+        try:
+            await _initialize(conn, socket, token)
+            await body(conn)
+        except rpc.ConnectionClosed:
+            failure = f"the daemon on {socket} closed the connection"
+        except (OpsError, rpc.RpcError) as exc:
+            failure = str(exc)  # raised here it would leave the nursery wrapped in an exception group
+        await conn.aclose()
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise OpsError(failure)
+
+
+async def _initialize(conn: rpc.Connection, socket: Path, token: str | None) -> None:
+    params: dict[str, Any] = {
+        "client": {"name": "bbridge-ops", "version": DAEMON_INFO["version"]},
+        "protocolVersion": CLIENT_PROTOCOL_VERSION,
+    }
+    if token is not None:
+        params["token"] = token
+    try:
+        await conn.request("initialize", params)
+    except rpc.RpcError as exc:
+        if exc.code != errors.UNAUTHORIZED:
+            raise
+        given = "the token given" if token is not None else "a client without a token (see --token-file)"
+        raise OpsError(f"the daemon on {socket} refused {given}: {exc.message}") from None
+
+
+def _run(command: str, main: Callable[[], Awaitable[None]]) -> int:
+    logs.configure("warning")  # stdout is the output: logs go to stderr
+    try:
+        trio.run(main)
+    except OpsError as exc:
+        print(f"bbridge {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- status -------------------------------------------------------------------
+
+
+def status_main(socket: Path, token: str | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+    async def main() -> None:
+        async def ask(conn: rpc.Connection) -> None:
+            raw = await conn.request_raw("daemon/status", {})
+            if as_json:
+                out.write(bytes(raw).decode() + "\n")
+            else:
+                out.writelines(line + "\n" for line in format_status(msgspec.json.decode(raw)))
+
+        await _session(socket, token, ask)
+
+    return _run("status", main)
+
+
+def format_status(status: dict[str, Any]) -> list[str]:
+    """The `daemon/status` answer as readable lines; sections this version does not know are shown key by key."""
+    daemon = status.get("daemon") or {}
+    lines = [
+        f"daemon: {daemon.get('name', '?')} {daemon.get('version', '?')}, up {_duration(daemon.get('uptimeS'))}, "
+        f"{_plural(daemon.get('clients', 0), 'client')} (this one included)"
+    ]
+    providers = status.get("providers") or []
+    lines.append("providers:" if providers else "providers: none")
+    width = max((len(p.get("providerId", "")) for p in providers), default=0)
+    for provider in providers:
+        text = f"  {provider.get('providerId', '?'):<{width}}  {provider.get('state', '?')}"
+        if provider.get("pid") is not None:
+            text += f", pid {provider['pid']}, up {_duration(provider.get('uptimeS'))}"
+            text += f", {_plural(provider.get('threads', 0), 'thread')}"
+        lines.append(text)
+    threads = status.get("threads") or []
+    lines.append("threads:" if threads else "threads: none")
+    width = max((len(t.get("threadId", "")) for t in threads), default=0)
+    for thread in threads:
+        lines.append(
+            f"  {thread.get('threadId', '?'):<{width}}  {thread.get('providerId') or '-'}, "
+            f"open turns {len(thread.get('openTurns') or [])}, open items {len(thread.get('openItems') or [])}, "
+            f"last seq {thread.get('lastSeq', 0)}"
+        )
+    lines.extend(_section("counters", status.get("counters")))
+    if "config" in status:
+        lines.extend(_config(status["config"]))
+    for key, value in status.items():
+        if key not in _SECTIONS:
+            lines.extend(_section(key, value))
+    return lines
+
+
+def _config(config: Any) -> list[str]:
+    """Where the providers came from and each refused entry, one line each."""
+    if not isinstance(config, dict):
+        return _section("config", config)
+    lines = ["config:", f"  path: {_value(config.get('path'))}"]
+    refused = config.get("refused") or []
+    lines.append(f"  refused: {len(refused) or 'none'}")
+    for entry in refused:
+        if isinstance(entry, dict):
+            lines.append(f"    [{entry.get('section', '?')}] {entry.get('key', '?')}: {entry.get('error', '?')}")
+        else:
+            lines.append(f"    {_value(entry)}")
+    rest = {key: value for key, value in config.items() if key not in ("path", "refused")}
+    return lines + _section("config", rest)[1:]
+
+
+def _section(name: str, value: Any) -> list[str]:
+    """Any section: an object key by key, a list item by item, anything else on the heading line."""
+    if isinstance(value, dict):
+        return [f"{name}:", *(f"  {key}: {_value(item)}" for key, item in value.items())]
+    if isinstance(value, list):
+        return [f"{name}:" if value else f"{name}: none", *(f"  - {_value(item)}" for item in value)]
+    return [f"{name}: {_value(value)}"]
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f}s"
+    hours, rest = divmod(whole, 3600)
+    return (f"{hours}h" if hours else "") + f"{rest // 60:02d}m{rest % 60:02d}s"
+
+
+# -- tail ---------------------------------------------------------------------
+
+
+class Tail:
+    """Follows threads over one connection, printing each `seq` once and in order.
+
+    The daemon sends this client every event journaled after it connected, in
+    order, so a replay asked after connecting leaves no gap: notifications that
+    arrive meanwhile wait in a queue (the reader must stay free to read the
+    replay's answer) and those the replay already held are dropped by `seq`.
+    A thread met live without a replay starts at that event.
+    """
+
+    def __init__(self, out: TextIO, as_json: bool, thread_id: str | None) -> None:
+        self.out = out
+        self.as_json = as_json
+        self.only = thread_id
+        self.view = Renderer(out)
+        self.last: dict[str, int] = {}  # thread id -> the last seq printed
+        self._send, self._receive = trio.open_memory_channel[_Batch](math.inf)
+
+    async def on_notifications(self, batch: list[rpc.Notification]) -> None:
+        for note in batch:
+            if note.method == "thread/events" and note.params is not None:
+                events = msgspec.json.decode(note.params, type=_Batch)
+                if self.only is None or events.threadId == self.only:
+                    self._send.send_nowait(events)
+
+    def closed(self) -> None:
+        self._send.close()
+
+    async def follow(self, conn: rpc.Connection, after_seq: int | None) -> None:
+        """Replay first (the one thread, or with `after_seq` every thread the daemon knows), then live."""
+        try:
+            if self.only is not None:
+                await self.replay(conn, self.only, after_seq or 0)
+            elif after_seq is not None:
+                known = msgspec.json.decode(await conn.request_raw("daemon/status", {}), type=_Threads)
+                for thread in known.threads:
+                    await self.replay(conn, thread.threadId, after_seq)
+        except rpc.ConnectionClosed:
+            return  # the daemon went away mid-replay: the end of the tail, like any other close
+        async for events in self._receive:
+            for entry in events.events:
+                if entry.seq > self.last.setdefault(events.threadId, entry.seq - 1):
+                    self.show(events.threadId, entry)
+
+    async def replay(self, conn: rpc.Connection, thread_id: str, after: int) -> None:
+        self.last[thread_id] = after
+        params = {"threadId": thread_id, "afterSeq": after}
+        answer = msgspec.json.decode(await conn.request_raw("thread/events", params), type=_Replay)
+        if answer.missingThrough is not None:
+            print(
+                f"bbridge tail: {thread_id}: the journal no longer holds seq {after + 1} "
+                f"through {answer.missingThrough}",
+                file=sys.stderr,
+            )
+        for entry in answer.events:
+            self.show(thread_id, entry)
+
+    def show(self, thread_id: str, entry: _Entry) -> None:
+        self.last[thread_id] = entry.seq
+        if self.as_json:
+            record = {"threadId": thread_id, "seq": entry.seq, "event": entry.event}
+            self.out.write(msgspec.json.encode(record).decode() + "\n")
+        else:
+            lead = "" if self.only is not None else f"[{thread_id}] "
+            self.view.render(msgspec.json.decode(entry.event), lead)
+        self.out.flush()
+
+
+def tail_main(
+    socket: Path,
+    token: str | None,
+    thread_id: str | None,
+    after_seq: int | None,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+) -> int:
+    tail = Tail(out, as_json, thread_id)
+
+    async def main() -> None:
+        async def follow(conn: rpc.Connection) -> None:
+            await tail.follow(conn, after_seq)
+
+        await _session(socket, token, follow, tail.on_notifications, tail.closed, ctrl_c_closes=True)
+
+    try:
+        return _run("tail", main)
+    finally:
+        tail.view.line(None)  # end a streamed-text run left open
+        out.flush()
