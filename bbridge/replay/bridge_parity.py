@@ -1,10 +1,12 @@
 """Replay recorded cells through a live bridge and diff what it emits against the goldens (protocol.md §6).
 
 Each cell runs through the shared §6.3 driver (`bbridge.replay.driver`):
-the bridge under test is spawned, the cell's `runtime→bridge` requests drive it
-(machine facts rewritten: `cwd` → a scratch workspace, `envVars.PATH` → this
-machine's; an ACP launch spec → the fake agent of `bbridge.replay.fake_agent`, which
-plays the cell's provider lanes), bridge requests are answered with the
+the bridge under test is spawned, pointed by its provider's replay profile
+(§6.2: ACP launch specs rewritten, the codex app-server and the Claude Code CLI
+named in its environment) at the fake provider child of
+`bbridge.replay.fake_agent`, which plays the cell's provider lanes; the cell's
+`runtime→bridge` requests drive it (machine facts rewritten: `cwd` → a scratch
+workspace, `envVars.PATH` → this machine's), bridge requests are answered with the
 runtime's recorded answers, and every `thread/delta` is assembled as the
 goldens were (`GOLDEN_LANE`: `Assembler(provider, "da00000000", 500, 0)`, fixed
 clock, unstamped). The events are compared line for line with

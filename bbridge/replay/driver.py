@@ -15,22 +15,32 @@ runtime's per-machine rewrites apply (workspace `cwd`, `PATH`), and so does what
 it would know live: the `providerThreadId` this bridge reported and its open
 turn (`activeTurnId`/`expectedTurnId`).
 
-Provider profiles (§6.2): an `acp-*` cell's launch spec is pointed at the fake
-agent of `bbridge.replay.fake_agent`, which plays the cell's provider lanes, paced by
-`<state>/cursor`. How any other bridge reaches its provider is its own business:
-`{cell}` and `{provider}` in its arguments, and the environment variables
-`BBRIDGE_CONFORMANCE_CELL` / `BBRIDGE_CONFORMANCE_PROVIDER`, name the cell.
+Provider profiles (§6.2) point the bridge at the fake provider child of
+`bbridge.replay.fake_agent`, which plays the cell's provider lanes, paced by
+`<state>/cursor`: an `acp-*` cell's launch specs are rewritten to run it; the
+codex bridge finds it in `BB_CODEX_BRIDGE_APP_SERVER_COMMAND`/`_ARGS`; the
+claude-code bridge runs an executable wrapper named by
+`BB_CLAUDE_CODE_EXECUTABLE` (the `claude-cli` dialect) with `CLAUDE_CONFIG_DIR`
+in the state directory, where the transcript of every recorded fork's source
+is seeded, since the fake CLI writes none. How any other bridge reaches its
+provider is its own business: `{cell}` and `{provider}` in its arguments, and
+the environment variables `BBRIDGE_CONFORMANCE_CELL` /
+`BBRIDGE_CONFORMANCE_PROVIDER`, name the cell.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 import tempfile
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +58,10 @@ CELL_ENV = "BBRIDGE_CONFORMANCE_CELL"
 PROVIDER_ENV = "BBRIDGE_CONFORMANCE_PROVIDER"
 INITIALIZE_ID = "parity-initialize"
 INITIALIZE = {"protocolVersion": 2, "client": {"name": "bb-parity", "version": "0"}}
+CODEX_COMMAND_ENV = "BB_CODEX_BRIDGE_APP_SERVER_COMMAND"
+CODEX_ARGS_ENV = "BB_CODEX_BRIDGE_APP_SERVER_ARGS"
+CLAUDE_EXECUTABLE_ENV = "BB_CLAUDE_CODE_EXECUTABLE"
+CLAUDE_CONFIG_ENV = "CLAUDE_CONFIG_DIR"
 
 
 @dataclass(frozen=True)
@@ -137,10 +151,10 @@ def _released(message: dict[str, Any]) -> str | None:
     return str(params.get("threadId", ""))
 
 
-# -- rewriting recorded facts -------------------------------------------------------
+# -- provider profiles --------------------------------------------------------------
 
 
-def fake_agent(cell: Path, state: Path) -> list[str]:
+def fake_agent(cell: Path, state: Path, dialect: str = "json-rpc") -> list[str]:
     """The fake provider child (§6.4) for this cell, claiming segments and reading the cursor in `state`."""
     return [
         sys.executable,
@@ -148,9 +162,82 @@ def fake_agent(cell: Path, state: Path) -> list[str]:
         "bbridge.replay.fake_agent",
         "--recording",
         str(cell.resolve()),
+        "--dialect",
+        dialect,
         "--state",
         str(state),
     ]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How the bridge under test reaches the fake provider child (§6.2)."""
+
+    env: dict[str, str] = field(default_factory=dict)  # added to the bridge's environment
+    agent: list[str] | None = None  # what every `acpLaunchSpec` is pointed at
+
+
+def prepare_profile(provider: str, cell: Path, state: Path, workspace: Path, plan: Plan) -> Profile:
+    """The provider's profile, its files written under `state`; an empty one for a provider with none."""
+    if provider.startswith("acp-"):
+        return Profile(agent=fake_agent(cell, state))
+    if provider == "codex":
+        command, *args = fake_agent(cell, state)
+        return Profile({CODEX_COMMAND_ENV: command, CODEX_ARGS_ENV: json.dumps(args)})
+    if provider == "claude-code":
+        config = state / "claude-config"
+        config.mkdir(parents=True, exist_ok=True)
+        for step in plan.steps:
+            params = step.message.get("params")
+            if step.message.get("method") == "thread/fork" and isinstance(params, dict):
+                seed_fork(config, workspace, params)
+        wrapper = write_wrapper(state / "replay-provider", fake_agent(cell, state, "claude-cli"))
+        return Profile({CLAUDE_EXECUTABLE_ENV: str(wrapper), CLAUDE_CONFIG_ENV: str(config)})
+    return Profile()
+
+
+def write_wrapper(path: Path, agent: Sequence[str]) -> Path:
+    """An executable that runs `agent` with the arguments it is given appended (the CLI flags a bridge adds)."""
+    path.write_text(f'#!/bin/sh\nexec {shlex.join(agent)} "$@"\n', encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+def project_dir(config: Path, workspace: Path) -> Path:
+    """Where the Claude CLI keeps a workspace's transcripts: every non-alphanumeric character of its path a `-`.
+
+    (The CLI shortens names over 200 characters with a hash; a scratch workspace's path is never that long.)
+    """
+    return config / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
+
+
+def seed_fork(config: Path, workspace: Path, params: dict[str, Any]) -> None:
+    """The fork source's transcript (user, then assistant at the checkpoint), which the bridge copies to fork."""
+    source, checkpoint = params.get("sourceProviderThreadId"), params.get("sourceProviderCheckpointId")
+    if not isinstance(source, str) or not source:
+        return
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    common = {"sessionId": source, "cwd": str(workspace), "isSidechain": False, "timestamp": now}
+    user = {
+        "type": "user",
+        "uuid": str(uuid.uuid4()),
+        "parentUuid": None,
+        **common,
+        "message": {"role": "user", "content": "replayed fork source"},
+    }
+    assistant = {
+        "type": "assistant",
+        "uuid": checkpoint if isinstance(checkpoint, str) and checkpoint else str(uuid.uuid4()),
+        "parentUuid": user["uuid"],
+        **common,
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+    }
+    path = project_dir(config, workspace) / f"{source}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(entry) + "\n" for entry in (user, assistant)), encoding="utf-8")
+
+
+# -- rewriting recorded facts -------------------------------------------------------
 
 
 def point_launch_spec(params: dict[str, Any], agent: Sequence[str]) -> dict[str, Any]:
@@ -329,17 +416,18 @@ async def replay_cell(
     argv = [a.replace("{cell}", str(cell)).replace("{provider}", provider) for a in command]
     env = {CELL_ENV: str(cell), PROVIDER_ENV: provider}
     with tempfile.TemporaryDirectory(prefix="bbridge-replay-") as scratch:
-        state, workspace = Path(scratch, "state"), Path(scratch, "workspace")
+        # resolved: the claude bridge finds a fork's source through the cwd's real path
+        state, workspace = Path(scratch, "state").resolve(), Path(scratch, "workspace").resolve()
         state.mkdir()
         workspace.mkdir()
-        agent = fake_agent(cell, state) if provider.startswith("acp-") else None
-        driver = Driver(plan, pacing, str(workspace), state / "cursor", agent)
+        profile = prepare_profile(provider, cell, state, workspace, plan)
+        driver = Driver(plan, pacing, str(workspace), state / "cursor", profile.agent)
         driver.move_cursor(0)
 
         async def body(client: Client) -> Client:
             await driver.run(client)
             return client
 
-        options = {"provider_id": provider, "env": env, "lane": lane, "stderr_limit": stderr_limit}
+        options = {"provider_id": provider, "env": env | profile.env, "lane": lane, "stderr_limit": stderr_limit}
         client = await with_client(argv, body, on_request=driver.answer, **options)
     return Replay(plan, client.log, driver.stalls, client.stderr_tail.decode("utf-8", errors="replace"))

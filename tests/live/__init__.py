@@ -1,0 +1,9 @@
+"""Live-test infrastructure: real agent CLIs run fully offline against scripted model APIs the tests own.
+
+Claude Code: `tests.live.anthropic` (a scripted Anthropic Messages API on 127.0.0.1, SSE like the real API) and
+`tests.live.claude` (the pinned CLI, an offline environment, a small stream-json driver); what the real CLI was
+seen doing is in `tests/live/NOTES.md`.
+
+Codex: `tests.live.openai` (a scripted OpenAI Responses API on 127.0.0.1) and `tests.live.codex` (the pinned
+`codex app-server`, an offline CODEX_HOME, a small JSON-RPC driver); notes in `tests/live/CODEX_NOTES.md`.
+"""

@@ -1,0 +1,324 @@
+"""A scripted OpenAI Responses API server for live tests of the real Codex CLI, fully offline.
+
+`ScriptedResponses` is a stdlib `ThreadingHTTPServer` on 127.0.0.1 (a free port) in a background thread. Every
+`POST .../responses` pops the next scripted `Reply` (or the default) and answers it as the real API does: an SSE
+stream (`response.created`, `response.output_item.added`/`.done`, text and reasoning-summary deltas, function-call
+argument deltas, `response.completed` with usage) or an HTTP error with the API's JSON error body. Anything else
+codex asks for (`GET .../models`, ...) gets a small JSON answer, so nothing hangs. Every request is recorded.
+
+    with ScriptedResponses() as api:
+        api.push(reasoning_and_text("thinking", "hello"))
+        ... point codex at api.base_url ...
+        api.wait_for_posts(1)
+
+A `Reply` may stall after its first delta (`delay` seconds before each later event) to keep a turn running, e.g.
+to interrupt it; a stalled stream ends at once when the server stops.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import threading
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer to a `POST /responses`: SSE `events` (each a `data:` payload), or an HTTP error."""
+
+    events: tuple[Json, ...] = ()
+    status: int = 200
+    error: Json | None = None  # the JSON body of an error answer (status != 200)
+    delay: float = 0.0  # seconds slept before each event after the first delta: the stream stalls mid-output
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request the server saw."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # decoded JSON, the raw text when it is not JSON, None when empty
+    at: float = field(default_factory=time.monotonic)
+
+
+_ids = itertools.count(1)
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{next(_ids):06d}"
+
+
+def _usage(input_tokens: int = 100, output_tokens: int = 20, reasoning_tokens: int = 0) -> Json:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _message(index: int, text: str, chunk: int) -> list[Json]:
+    item_id = _id("msg")
+    part = {"type": "output_text", "text": "", "annotations": []}
+    done_item = {
+        "id": item_id,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{**part, "text": text}],
+    }
+    ref = {"item_id": item_id, "output_index": index, "content_index": 0}
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**done_item, "status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **ref, "part": part},
+        *({"type": "response.output_text.delta", **ref, "delta": d} for d in _chunks(text, chunk)),
+        {"type": "response.output_text.done", **ref, "text": text},
+        {"type": "response.content_part.done", **ref, "part": {**part, "text": text}},
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]
+
+
+def _reasoning(index: int, summary: str, chunk: int) -> list[Json]:
+    item_id = _id("rs")
+    ref = {"item_id": item_id, "output_index": index, "summary_index": 0}
+    part = {"type": "summary_text", "text": ""}
+    done_item = {"id": item_id, "type": "reasoning", "summary": [{**part, "text": summary}], "encrypted_content": None}
+    return [
+        {"type": "response.output_item.added", "output_index": index, "item": {**done_item, "summary": []}},
+        {"type": "response.reasoning_summary_part.added", **ref, "part": part},
+        *({"type": "response.reasoning_summary_text.delta", **ref, "delta": d} for d in _chunks(summary, chunk)),
+        {"type": "response.reasoning_summary_text.done", **ref, "text": summary},
+        {"type": "response.reasoning_summary_part.done", **ref, "part": {**part, "text": summary}},
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]
+
+
+def _function_call(index: int, name: str, arguments: str, call_id: str, chunk: int) -> list[Json]:
+    item_id = _id("fc")
+    done_item = {
+        "id": item_id,
+        "type": "function_call",
+        "status": "completed",
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+    ref = {"item_id": item_id, "output_index": index}
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**done_item, "status": "in_progress", "arguments": ""},
+        },
+        *({"type": "response.function_call_arguments.delta", **ref, "delta": d} for d in _chunks(arguments, chunk)),
+        {"type": "response.function_call_arguments.done", **ref, "arguments": arguments},
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]
+
+
+def _response(item_events: list[list[Json]], model: str, reasoning_tokens: int, delay: float) -> Reply:
+    """Wrap the items' events in `response.created` ... `response.completed`, numbering `sequence_number`."""
+    response_id = _id("resp")
+    base = {"id": response_id, "object": "response", "created_at": int(time.time()), "model": model}
+    outputs = [events[-1]["item"] for events in item_events]
+    events: list[Json] = [
+        {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
+        {"type": "response.in_progress", "response": {**base, "status": "in_progress", "output": []}},
+        *(event for events in item_events for event in events),
+        {
+            "type": "response.completed",
+            "response": {
+                **base,
+                "status": "completed",
+                "output": outputs,
+                "usage": _usage(output_tokens=20 + reasoning_tokens, reasoning_tokens=reasoning_tokens),
+            },
+        },
+    ]
+    return Reply(tuple({**event, "sequence_number": n} for n, event in enumerate(events)), delay=delay)
+
+
+def text(message: str, *, chunk: int = 4, delay: float = 0.0, model: str = "gpt-5.5") -> Reply:
+    """An assistant message streamed in `chunk`-character deltas."""
+    return _response([_message(0, message, chunk)], model, 0, delay)
+
+
+def reasoning_and_text(summary: str, message: str, *, chunk: int = 4, delay: float = 0.0) -> Reply:
+    """A reasoning item with a streamed summary, then an assistant message."""
+    return _response([_reasoning(0, summary, chunk), _message(1, message, chunk)], "gpt-5.5", 16, delay)
+
+
+def function_call(
+    name: str, arguments: Json, *, call_id: str = "call_1", preamble: str | None = None, delay: float = 0.0
+) -> Reply:
+    """A function call (arguments streamed as deltas), optionally after a short assistant message."""
+    items = [_message(0, preamble, 8)] if preamble else []
+    items.append(_function_call(len(items), name, json.dumps(arguments), call_id, 16))
+    return _response(items, "gpt-5.5", 0, delay)
+
+
+def http_error(
+    status: int = 401,
+    message: str = "Incorrect API key provided: sk-dummy. You can find your API key at the dashboard.",
+    *,
+    error_type: str = "invalid_request_error",
+    code: str | None = "invalid_api_key",
+) -> Reply:
+    """An HTTP error answer with the API's JSON error body."""
+    return Reply(status=status, error={"error": {"message": message, "type": error_type, "param": None, "code": code}})
+
+
+def _decode(raw: bytes, encoding: str) -> Any:
+    if encoding == "gzip":
+        raw = gzip.decompress(raw)
+    elif encoding == "deflate":
+        raw = zlib.decompress(raw)
+    elif encoding:
+        return f"<{len(raw)} bytes, content-encoding {encoding}>"
+    if not raw:
+        return None
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class ScriptedResponses:
+    """The server: `push` replies, read `requests`/`posts()`; a context manager that starts and stops it."""
+
+    def __init__(self, default: Reply | None = None) -> None:
+        self.default = default if default is not None else text("ok")
+        self.requests: list[Request] = []
+        self._script: deque[Reply] = deque()
+        self._lock = threading.Condition()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """The provider `base_url` for codex: it appends `/responses`, `/models`, ... to it."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def push(self, *replies: Reply) -> None:
+        """Queue replies for the next `POST /responses`, in order."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def posts(self) -> list[Request]:
+        """The `POST .../responses` requests seen so far."""
+        with self._lock:
+            return [r for r in self.requests if r.method == "POST" and r.path.endswith("/responses")]
+
+    def wait_for_posts(self, count: int, timeout: float = 20.0) -> list[Request]:
+        """Block until `count` posts were seen (AssertionError after `timeout` seconds)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self.posts()) >= count, timeout):
+                raise AssertionError(f"{len(self.posts())} POST /responses seen, wanted {count}: {self.requests}")
+            return self.posts()
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self.requests.append(request)
+            self._lock.notify_all()
+
+    def _next(self, request: Request) -> Reply:
+        with self._lock:
+            self._record(request)
+            return self._script.popleft() if self._script else self.default
+
+    def __enter__(self) -> ScriptedResponses:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _handler(server: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.0: each answer ends by closing the connection, so an SSE stream needs no length or chunking.
+        protocol_version = "HTTP/1.0"
+        timeout = 30  # a client that stalls mid-request frees the thread
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _request(self) -> Request:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = _decode(raw, (self.headers.get("Content-Encoding") or "").lower())
+            return Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+
+        def _json(self, status: int, body: Json) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:
+            request = self._request()
+            if not self.path.split("?")[0].endswith("/responses"):
+                server._record(request)
+                self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+                return
+            reply = server._next(request)
+            if reply.status != 200:
+                self._json(reply.status, reply.error or {})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            try:
+                streaming = False
+                for event in reply.events:
+                    if streaming and reply.delay and server._stopping.wait(reply.delay):
+                        return
+                    self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+                    self.wfile.flush()
+                    streaming = streaming or event["type"].endswith(".delta")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (an interrupted turn)
+
+        def do_GET(self) -> None:
+            server._record(self._request())
+            if self.path.split("?")[0].endswith("/models"):
+                self._json(200, {"object": "list", "data": [], "models": []})
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+
+        do_DELETE = do_PUT = do_GET
+
+    return Handler
