@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity soak live-agents
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity soak live-agents
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,10 +59,16 @@ $(LIVE_STAMP):
 acp-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.acp" --golden $(SHARED)/golden $(SHARED)/recordings/acp-cursor/*
 
+# Recorded Claude Code cells replayed through bridges/claude_code (the fake CLI of the claude-cli dialect).
+claude-parity: install
+	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.claude_code" --golden $(SHARED)/golden \
+		--allowlist conformance/claude-code-parity-allowlist.json $(SHARED)/recordings/claude-code/*/
+
 lint: install
 	$(VENV)/bin/ruff check bbridge bridges tests tools
 	$(VENV)/bin/ruff format --check bbridge bridges tests tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict bridges
 	$(VENV)/bin/lint-imports
 
 # Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.

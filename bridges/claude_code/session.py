@@ -1,0 +1,550 @@
+"""One bb thread's Claude Code session: a long-lived `claude` child and its translator (spec §1.2, §1.8–§1.9, §2, §5).
+
+The child's stdout is read line by line, strictly in order: control responses settle the bridge's requests,
+control requests from the CLI are answered concurrently (a permission can wait for a user), and every other
+line is an SDK message translated into one `thread/delta` notification. Once a session is closing, nothing the
+old child writes reaches the runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from bbridge.core import grammar as g
+from bbridge.kit import Bridge, record_child_io
+from bbridge.wire import rpc
+from bridges.claude_code import cli, js
+from bridges.claude_code import permissions as perm
+from bridges.claude_code.encode import delta_params
+from bridges.claude_code.translate import Translator
+
+log = structlog.get_logger("bridges.claude_code")
+
+GRACEFUL_CLOSE_S = 4.0
+TERM_AFTER_S = 2.0
+KILL_AFTER_S = 5.0
+STDERR_TAIL_CHARS = 4000
+AUTH_RESTARTS = {
+    "authentication_failed": "Claude session restarted after authentication failed",
+    "oauth_org_not_allowed": "Claude session restarted after OAuth organization authorization failed",
+}
+STREAM_ENDED = "Claude SDK stream ended before pending work completed"
+INPUT_CLOSED = "Claude SDK input stream is closed"
+IGNORED_TYPES = frozenset({"keep_alive", "transcript_mirror"})
+SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
+NO_SUBAGENTS = "bb has disabled Claude Code native subagents; use bb delegation instead."
+NO_WORKFLOWS = "bb has disabled the Claude Code Workflow tool."
+
+
+class Counters:
+    """Process-wide request counters: interaction and tool-call ids continue across threads (§1.1)."""
+
+    def __init__(self) -> None:
+        self.interactions = 0
+        self.tool_calls = 0
+
+
+@dataclass
+class Settings:
+    """What a session was built with (§3.4, §3.5); `live` members change in place on later turns."""
+
+    cwd: str
+    env: dict[str, str]
+    launch: cli.Launch
+    instructions: str = ""
+    instruction_mode: str = "append"
+    tools: tuple[cli.DynamicTool, ...] = ()
+    escalation: perm.Escalation = None
+    restore_mode: str = "bypassPermissions"
+    subagents: bool = True
+    construction: Any = None  # what a `thread/resume` must find unchanged to keep the child (§3.5)
+
+
+@dataclass
+class _Pending:
+    """A CLI control request waiting on the runtime; `settled` is its answer when the session dies first (§5.7)."""
+
+    request_id: str
+    settled: Callable[[str, bool], Any]  # (message, interrupt) → the answer
+    cancelled: str | None = None  # the denial a `control_cancel_request` gets (interactions only)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+class Session:
+    """A thread's CLI child, translator and permission state."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        counters: Counters,
+        thread_id: str,
+        provider_thread_id: str,
+        settings: Settings,
+        grants: Sequence[perm.Grant] = (),
+    ) -> None:
+        self.bridge = bridge
+        self.counters = counters
+        self.thread_id = thread_id
+        self.provider_thread_id = provider_thread_id
+        self.settings = settings
+        self.mode = settings.launch.permission_mode
+        self.grants = list(grants)
+        self.translator = Translator(thread_id, settings.launch.model)
+        self.closing = False
+        self.stream_ended = False
+        self.restart_reason: str | None = None
+        self.closed = trio.Event()
+        self.error: cli.LaunchError | None = None
+        self._ready = trio.Event()
+        self._proc: trio.Process | None = None
+        self._stdin: trio.abc.SendStream | None = None
+        self._write_lock = trio.Lock()
+        self._turn_lock = trio.Lock()
+        self._requests: dict[str, tuple[trio.Event, list[Any]]] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._stderr = ""
+        self._last_error_result: str | None = None
+        self._saw_result = False
+        self._sent_user = False
+        self._escalations: dict[str, perm.Escalation] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # -- the child ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Spawn the child (in the bridge's nursery) and return once `initialize` is written; `LaunchError` if it fails."""
+        self.bridge.spawn(self._run)
+        await self._ready.wait()
+        if self.error is not None:
+            raise self.error
+
+    async def _run(self) -> None:
+        try:
+            await self._serve()
+        except cli.LaunchError as exc:
+            self.error = exc
+        finally:
+            self._ready.set()
+            self.closed.set()
+
+    async def _serve(self) -> None:
+        """Serve the child until its stdout ends."""
+        argv = cli.command(cli.executable(self.settings.env), cli.arguments(self.settings.launch))
+        try:
+            proc = await trio.lowlevel.open_process(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.settings.cwd,
+                env=self.settings.env,
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise cli.LaunchError(cli.MISSING_CLI) from None
+        except OSError as exc:
+            raise cli.LaunchError(f"Failed to spawn Claude Code process: {exc}") from None
+        self._proc = proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._stdin, stdout = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
+        settings = self.settings
+        body = cli.initialize(
+            mcp=bool(settings.tools), instructions=settings.instructions, instruction_mode=settings.instruction_mode
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._pump_stderr, proc.stderr)
+                await self._write(cli.control_request(cli.request_id(), body))
+                self._ready.set()
+                await self._read(stdout)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                await self._close_stdin()  # a bridge shutting down ends its children's input first
+                await self._reap(proc)
+
+    async def _write(self, line: Any) -> None:
+        """One line to the child; a child whose input is gone fails the runtime request that wrote (§3.7)."""
+        async with self._write_lock:
+            if self._stdin is not None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self._stdin.send_all(cli.encode(line))
+                    return
+        raise rpc.RpcError(rpc.BRIDGE_ERROR, INPUT_CLOSED)
+
+    async def _pump_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        async for data in stream:
+            self._stderr = (self._stderr + bytes(data).decode("utf-8", "replace"))[-STDERR_TAIL_CHARS:]
+
+    async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
+        lines = rpc.LineReader()
+        async for data in stdout:
+            for line in lines.feed(data):
+                if isinstance(line, bytes) and line.strip():
+                    await self._line(line)
+        await self._stream_end()
+
+    async def _reap(self, proc: trio.Process) -> None:
+        with trio.move_on_after(TERM_AFTER_S):
+            await proc.wait()
+        if proc.returncode is None:
+            proc.terminate()
+            with trio.move_on_after(KILL_AFTER_S):
+                await proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.returncode is None:
+            await proc.wait()
+
+    # -- child stdout (§2.1) -------------------------------------------------------
+
+    async def _line(self, line: bytes) -> None:
+        try:
+            message = js.parse(line)
+        except msgspec.DecodeError:
+            log.debug("skipped a non-JSON line from the Claude CLI", threadId=self.thread_id)
+            return
+        if not isinstance(message, dict):
+            return
+        kind = message.get("type")
+        if kind == "control_response":
+            self._settle(message.get("response"))
+        elif kind == "control_request":
+            if self._nursery is not None and message.get("request_id") not in self._pending:
+                self._nursery.start_soon(self._control_request, message)
+        elif kind == "control_cancel_request":
+            self._cancel(message.get("request_id"))
+        elif kind not in IGNORED_TYPES:
+            await self._sdk_message(message)
+
+    async def _sdk_message(self, message: dict[str, Any]) -> None:
+        """Identity, the restart an auth failure arms, escalation tracking, then one delta batch (§4.1)."""
+        if message.get("type") == "result":
+            self._saw_result = True
+            self._last_error_result = _error_result_text(message)
+        elif not (message.get("type") == "system" and message.get("subtype") == "session_state_changed"):
+            self._last_error_result = None
+        async with self._turn_lock:
+            if self.closing:
+                return
+            session_id = message.get("session_id")
+            if isinstance(session_id, str) and js.trim(session_id) and session_id != self.provider_thread_id:
+                self.provider_thread_id = session_id
+                await self.bridge.notify("thread/identity", self.identity())
+            if message.get("type") == "assistant" and message.get("error") in AUTH_RESTARTS:
+                self.restart_reason = AUTH_RESTARTS[message["error"]]
+            if message.get("type") == "assistant":
+                self._track_tool_uses(message)
+            await self.emit(self.translator.message(message))
+
+    def identity(self) -> dict[str, Any]:
+        return {"threadId": self.thread_id, "providerThreadId": self.provider_thread_id, "sessionRestorable": True}
+
+    async def emit(self, deltas: list[g.Delta]) -> None:
+        if deltas:
+            await self.bridge.notify("thread/delta", msgspec.Raw(delta_params(self.thread_id, deltas)))
+
+    async def _stream_end(self) -> None:
+        """The child's stdout ended: pending work fails; an error end fails the open turn and is reported (§1.8)."""
+        if self.closing:
+            return
+        self.stream_ended = True
+        self._settle_pending(STREAM_ENDED)
+        proc = self._proc
+        if proc is not None:
+            with trio.move_on_after(TERM_AFTER_S):
+                await proc.wait()
+        code = None if proc is None else proc.returncode
+        if code in (0, None):
+            return
+        if self._last_error_result is not None:
+            text = f"Claude Code returned an error result: {self._last_error_result}"
+        elif code < 0:
+            text = f"Claude Code process terminated by signal {signal.Signals(-code).name}"
+        else:
+            text = f"Claude Code process exited with code {code}"
+        tail = js.trim(self._stderr)
+        if tail and tail not in text:
+            text += f"\n\nClaude Code stderr:\n{tail}"
+        await self.emit(self.translator.stream_error(text))
+        await self.bridge.notify(
+            "error", {"threadId": self.thread_id, "providerThreadId": self.provider_thread_id, "message": text}
+        )
+
+    # -- the bridge's control requests (§2.4) -----------------------------------------
+
+    def _settle(self, response: Any) -> None:
+        if not isinstance(response, dict):
+            return
+        waiter = self._requests.pop(str(response.get("request_id")), None)
+        if waiter is not None:
+            waiter[1].append(response)
+            waiter[0].set()
+
+    async def control(self, body: dict[str, Any]) -> Any:
+        """A control request to the child; its `success` response, or `RpcError` with the CLI's error text."""
+        ident = cli.request_id()
+        done: trio.Event = trio.Event()
+        answer: list[Any] = []
+        self._requests[ident] = (done, answer)
+        await self._write(cli.control_request(ident, body))
+        await done.wait()
+        if answer[0].get("subtype") == "error":
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, str(answer[0].get("error")))
+        return answer[0].get("response")
+
+    # -- turns (§2.3, §3.7) --------------------------------------------------------------
+
+    async def send_prompt(self, text: str, client_request_id: str, escalation: perm.Escalation) -> None:
+        """The user line, then its acceptance (the input is accepted once it is handed to the child)."""
+        prompt_id = str(uuid.uuid4())
+        self._escalations[f"prompt:{prompt_id}"] = escalation
+        async with self._turn_lock:  # the child's answer is translated after the acceptance, never before
+            await self._write(cli.user_line(text, self.provider_thread_id, prompt_id))
+            self._sent_user = True
+            await self.emit(self.translator.input_accepted(client_request_id))
+        self.settings.escalation = escalation
+
+    # -- closing (§1.9) ----------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """A dying session's settlement batch: the open turn ends, unfinished tasks stop (§3.9).
+
+        From here on nothing the child writes is translated, so no delta can follow the settlement."""
+        async with self._turn_lock:
+            self.closing = True
+            await self.emit(self.translator.settlement())
+
+    def mark_closing(self, message: str) -> None:
+        self.closing = True
+        self._settle_pending(message)
+
+    async def close(self, message: str, *, graceful: bool) -> None:
+        """End the session (§1.9). Graceful: let the child finish (stdin stays open until a first result), ≤ 4 s;
+        then, or at once when abrupt: close stdin, SIGTERM after 2 s, SIGKILL 5 s later."""
+        self.mark_closing(message)
+        if graceful:
+            if self._saw_result or not self._sent_user:
+                await self._close_stdin()
+            with trio.move_on_after(GRACEFUL_CLOSE_S):
+                await self.closed.wait()
+        await self._close_stdin()
+        if self._proc is not None:
+            await self._reap(self._proc)
+
+    async def _close_stdin(self) -> None:
+        stdin, self._stdin = self._stdin, None
+        if stdin is not None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stdin.aclose()
+
+    def _settle_pending(self, message: str) -> None:
+        for pending in list(self._pending.values()):
+            pending.scope.cancel()
+            self._pending.pop(pending.request_id, None)
+            if self._nursery is not None and self._stdin is not None:
+                self._nursery.start_soon(self._answer, pending.request_id, pending.settled(message, True))
+        for done, answer in self._requests.values():
+            answer.append({"subtype": "error", "error": message})
+            done.set()
+        self._requests.clear()
+
+    # -- control requests from the CLI (§2.5, §5) ------------------------------------------
+
+    async def _answer(self, request_id: str, body: Any, error: str | None = None) -> None:
+        line = cli.control_error(request_id, error) if error is not None else cli.control_success(request_id, body)
+        with contextlib.suppress(rpc.RpcError):
+            await self._write(line)
+
+    async def _control_request(self, message: dict[str, Any]) -> None:
+        request_id, request = str(message.get("request_id")), message.get("request")
+        request = request if isinstance(request, dict) else {}
+        subtype = request.get("subtype")
+        if subtype == "can_use_tool":
+            await trio.lowlevel.checkpoint()  # an assistant message read with the request is translated first
+            await self._can_use_tool(request_id, request)
+        elif subtype == "hook_callback":
+            event = cli.hook_event(request.get("callback_id"))
+            if event is None:
+                await self._answer(request_id, None, f"No hook callback found for ID: {request.get('callback_id')}")
+            else:
+                await self._answer(request_id, self._hook(event, request.get("input")))
+        elif subtype == "mcp_message":
+            await self._mcp(request_id, request)
+        elif subtype == "elicitation":
+            await self._answer(request_id, {"action": "decline"})
+        elif subtype != "request_user_dialog":
+            await self._answer(request_id, None, f"Unsupported control request subtype: {subtype}")
+
+    def _cancel(self, request_id: Any) -> None:
+        pending = self._pending.get(str(request_id))
+        if pending is None or pending.cancelled is None or self._nursery is None:
+            return
+        del self._pending[pending.request_id]
+        pending.scope.cancel()
+        self._nursery.start_soon(self._answer, pending.request_id, pending.settled(pending.cancelled, False))
+
+    def _escalation(self, tool_use_id: Any, agent_id: Any = None, prompt_id: Any = None) -> perm.Escalation:
+        """The escalation of the work asking (§5.6): its call, its subagent, its prompt, else the session's."""
+        for key in (f"tool:{tool_use_id}", f"agent:{agent_id}", f"prompt:{prompt_id}"):
+            if key in self._escalations:
+                return self._escalations[key]
+        return self.settings.escalation
+
+    def _track_tool_uses(self, message: dict[str, Any]) -> None:
+        inner = message.get("message")
+        content = inner.get("content") if isinstance(inner, dict) else None
+        parent = message.get("parent_tool_use_id")
+        inherited = self._escalations.get(f"tool:{parent}", self.settings.escalation) if parent else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                known = parent and f"tool:{parent}" in self._escalations
+                self._escalations[f"tool:{block['id']}"] = inherited if known else self.settings.escalation
+
+    def _hook(self, event: str, data: Any) -> dict[str, Any]:
+        """Hooks track escalations; `PreToolUse` also enforces the disabled subagents and workflows."""
+        data = data if isinstance(data, dict) else {}
+        tool_use_id, agent_id, prompt_id = data.get("tool_use_id"), data.get("agent_id"), data.get("prompt_id")
+        if event in ("PreToolUse", "PermissionRequest"):
+            self._escalations[f"tool:{tool_use_id}"] = self._escalation(None, agent_id, prompt_id)
+        elif event == "SubagentStart":
+            self._escalations[f"agent:{agent_id}"] = self._escalation(None, None, prompt_id)
+        elif event == "SubagentStop":
+            self._escalations.pop(f"agent:{agent_id}", None)
+        else:
+            self._escalations.pop(f"tool:{tool_use_id}", None)
+        if event == "PreToolUse":
+            tool = data.get("tool_name")
+            reason = NO_SUBAGENTS if tool in SUBAGENT_TOOLS and not self.settings.subagents else None
+            if tool == "Workflow" and not self.settings.launch.workflows:
+                reason = NO_WORKFLOWS
+            if reason is not None:
+                decision = {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": reason,
+                }
+                return {"continue": True, "hookSpecificOutput": decision}
+        return {"continue": True}
+
+    async def _can_use_tool(self, request_id: str, request: dict[str, Any]) -> None:
+        tool_use_id = str(request.get("tool_use_id", ""))
+        if self.closing:
+            await self._answer(request_id, perm.deny(tool_use_id, perm.SESSION_NOT_FOUND))
+            return
+        escalation = self._escalation(tool_use_id, request.get("agent_id"))
+        decided = perm.decide(request, mode=self.mode, escalation=escalation, grants=self.grants)
+        if not isinstance(decided, perm.Forward):
+            await self._answer(request_id, decided)
+            return
+        question = decided.payload["kind"] == "user_question"
+        pending = _Pending(
+            request_id,
+            lambda text, interrupt: perm.deny(tool_use_id, text, interrupt=interrupt),
+            perm.QUESTION_CANCELLED if question else perm.CANCELLED,
+        )
+        self._pending[request_id] = pending
+        self.counters.interactions += 1
+        params = {
+            "threadId": self.thread_id,
+            "providerThreadId": self.provider_thread_id or self.thread_id,
+            "turnId": None,
+            "providerNativeIds": True,
+            "payload": decided.payload,
+        }
+        with pending.scope:
+            try:
+                ident = f"interaction-{self.counters.interactions}"
+                resolution = await self.bridge.conn.request("interaction/request", params, timeout=None, id=ident)
+            except rpc.RpcError as exc:
+                body: Any = perm.deny(tool_use_id, exc.message or perm.REQUEST_FAILED)
+            else:
+                body = await self._resolve(decided, resolution)
+            if self._pending.pop(request_id, None) is not None:
+                await self._answer(request_id, body)
+
+    async def _resolve(self, forward: perm.Forward, resolution: Any) -> Any:
+        try:
+            if forward.payload["kind"] == "user_question":
+                return perm.answer_questions(forward, resolution)
+            body, grant = perm.answer_approval(forward, resolution)
+        except perm.InvalidResponse:
+            return perm.deny(forward.tool_use_id, perm.INVALID_RESPONSE)
+        if grant is not None:
+            self.grants.append(grant)
+        if forward.tool == "ExitPlanMode" and body["behavior"] == "allow":
+            self.mode = self.settings.restore_mode
+            try:
+                await self.control({"subtype": "set_permission_mode", "mode": self.mode})
+            except rpc.RpcError as exc:
+                log.warning(f"Failed to leave Plan mode: {exc.message}", threadId=self.thread_id)
+        return body
+
+    async def _mcp(self, request_id: str, request: dict[str, Any]) -> None:
+        if request.get("server_name") != cli.MCP_SERVER or not self.settings.tools:
+            await self._answer(request_id, None, f"SDK MCP server not found: {request.get('server_name')}")
+            return
+        message: Any = request.get("message")
+        reply = cli.mcp_reply(message, self.settings.tools)
+        if reply is not None:
+            await self._answer(request_id, {"mcp_response": reply})
+            return
+        ident = message["id"]
+
+        def failed(text: str, _interrupt: bool = False) -> dict[str, Any]:
+            return {"mcp_response": cli.mcp_result(ident, [{"type": "text", "text": text}], error=True)}
+
+        if self.closing:
+            await self._answer(request_id, failed(perm.SESSION_NOT_FOUND))
+            return
+        pending = _Pending(request_id, failed)
+        self._pending[request_id] = pending
+        with pending.scope:
+            reply = await self._tool_call(message)
+            if self._pending.pop(request_id, None) is not None:
+                await self._answer(request_id, {"mcp_response": reply})
+
+    async def _tool_call(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A dynamic tool runs in the runtime (`item/tool/call`, §2.6)."""
+        params = message.get("params") or {}
+        self.counters.tool_calls += 1
+        n = self.counters.tool_calls
+        call = {
+            "threadId": self.thread_id,
+            "providerThreadId": self.provider_thread_id or self.thread_id,
+            "turnId": None,
+            "callId": f"call-{n}",
+            "tool": params.get("name"),
+            "arguments": params.get("arguments", {}),
+        }
+        try:
+            result = await self.bridge.conn.request("item/tool/call", call, timeout=None, id=n)
+        except rpc.RpcError as exc:
+            return cli.mcp_result(
+                message["id"], [{"type": "text", "text": exc.message or "Tool call failed"}], error=True
+            )
+        content, failed = cli.tool_call_content(result)
+        return cli.mcp_result(message["id"], content, error=failed)
+
+
+def _error_result_text(message: dict[str, Any]) -> str | None:
+    """What a failed `result` said, for the stream-error text of a child that then exits (§1.8)."""
+    if message.get("is_error") is not True:
+        return None
+    if message.get("subtype") == "success":
+        return str(message.get("result", ""))
+    errors = message.get("errors")
+    return "; ".join(str(e) for e in errors) if isinstance(errors, list) else ""
