@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -278,3 +279,15 @@ async def running(
             daemon.request_shutdown()
             with trio.fail_after(20):
                 await daemon.stopped.wait()
+
+
+def make_or_skip(target: str, what: str) -> None:
+    """`make -s TARGET` (agents installed from a package registry); skip only when npm's registry is unreachable."""
+    if shutil.which("make") is None or shutil.which("npm") is None:
+        pytest.skip(f"make or npm is not installed, so {what} cannot be installed")
+    made = subprocess.run(["make", "-s", target], cwd=REPO, capture_output=True, text=True, timeout=600)
+    if made.returncode != 0:
+        ping = subprocess.run(["npm", "ping"], capture_output=True, text=True, timeout=60)
+        if ping.returncode != 0:
+            pytest.skip(f"the npm registry is unreachable ({ping.stderr.strip()[-200:]}); {what} not installed")
+        pytest.fail(f"make {target} failed:\n{made.stdout}\n{made.stderr}")

@@ -28,7 +28,7 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event
 from bbridge.wire import rpc
 from tests.conftest import REPO
-from tests.support import FULL
+from tests.support import FULL, make_or_skip
 
 CACHE = REPO / ".cache" / "acp"
 EXAMPLES_JS = CACHE / "npm" / "node_modules" / "@agentclientprotocol" / "sdk" / "dist" / "examples"
@@ -40,14 +40,9 @@ ASK = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approv
 @pytest.fixture(scope="session")
 def agents() -> dict[str, list[str]]:
     """The agent command lines, installed by `make acp-agents` (skips when the registry is unreachable)."""
-    if shutil.which("npm") is None or shutil.which("node") is None:
-        pytest.skip("node/npm are not installed, so the ACP example agents cannot be installed")
-    made = subprocess.run(["make", "-s", "acp-agents"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    if made.returncode != 0:
-        ping = subprocess.run(["npm", "ping"], capture_output=True, text=True, timeout=60)
-        if ping.returncode != 0:
-            pytest.skip(f"the npm registry is unreachable ({ping.stderr.strip()[-200:]}); ACP agents not installed")
-        pytest.fail(f"make acp-agents failed:\n{made.stdout}\n{made.stderr}")
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed, so the ACP example agents cannot run")
+    make_or_skip("acp-agents", "the ACP example agents")
     return {
         "js-example": ["node", str(EXAMPLES_JS / "agent.js")],
         "js-dual-version": ["node", str(EXAMPLES_JS / "dual-version-agent.js")],

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import threading
@@ -36,6 +35,9 @@ from typing import Any
 
 import pytest
 
+from bridges.claude_code.cli import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
+from tests.support import make_or_skip
+
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CODE_VERSION = "2.1.332"
 CLAUDE = REPO / ".cache" / "live" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
@@ -43,33 +45,13 @@ MODEL = "claude-sonnet-4-5"
 API_KEY = "sk-ant-api03-live-test-0000000000000000"
 # The flag-tier settings every recorded full-access session of the reference passed (§1.4 row 16).
 SETTINGS = {"autoMemoryEnabled": True, "enableWorkflows": True, "ultracode": False}
-# The seven hook events the reference registers in `initialize`, in its key order (§2.2).
-HOOK_EVENTS = (
-    "PermissionDenied",
-    "PermissionRequest",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "PreToolUse",
-    "SubagentStart",
-    "SubagentStop",
-)
 
 Message = dict[str, Any]
 
 
 def ensure_cli() -> Path:
     """`make -s live-agents`, then the CLI path. Skips only when npm's registry cannot be reached."""
-    if shutil.which("make") is None:
-        pytest.skip("make is not installed")
-    made = subprocess.run(["make", "-s", "live-agents"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    if made.returncode != 0:
-        ping = (
-            subprocess.run(["npm", "ping"], capture_output=True, text=True, timeout=60) if shutil.which("npm") else None
-        )
-        if ping is None or ping.returncode != 0:
-            why = "npm is not installed" if ping is None else ping.stderr.strip()[-200:]
-            pytest.skip(f"the npm registry is unreachable ({why}); the live agent CLIs are not installed")
-        pytest.fail(f"make live-agents failed:\n{made.stdout}\n{made.stderr}")
+    make_or_skip("live-agents", "the live agent CLIs")
     if not os.access(CLAUDE, os.X_OK):
         pytest.fail(f"make live-agents succeeded but {CLAUDE} is not an executable")
     return CLAUDE

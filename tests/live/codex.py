@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
+
+from tests.support import make_or_skip
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CODEX_VERSION = "0.171.0"
@@ -45,12 +46,7 @@ Json = dict[str, Any]
 
 def installed_cli() -> Path:
     """The pinned codex binary, installed by `make -s live-agents` (skips only when npm's registry is unreachable)."""
-    made = subprocess.run(["make", "-s", "live-agents"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    if made.returncode != 0:
-        ping = subprocess.run(["npm", "ping"], capture_output=True, text=True, timeout=60)
-        if ping.returncode != 0:
-            pytest.skip(f"the npm registry is unreachable ({ping.stderr.strip()[-200:]}); codex not installed")
-        pytest.fail(f"make live-agents failed:\n{made.stdout}\n{made.stderr}")
+    make_or_skip("live-agents", "codex")
     assert CLI.is_file(), f"make live-agents did not install {CLI}"
     return CLI
 
