@@ -1,0 +1,237 @@
+"""Codex request parameters for construction and turns (spec §2.5), and standalone `/compact` (§2.6.1).
+
+Pure: the bridge decodes bb options once and builds `thread/start|resume|fork` and `turn/start` params in
+the reference's key order, so what codex receives matches the recorded `bridge→provider` lane.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from bbridge.core.grammar import utf16_len
+
+from . import js
+
+ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
+LEGACY_CHECKPOINT = re.compile(r"^bt[0-9a-f]{8}-[0-9]+-")
+EFFORTS = ("low", "medium", "high", "xhigh", "max", "ultra")
+UNSUPPORTED_EFFORTS = ("none", "ultracode")
+
+
+class ParamsError(ValueError):
+    """Options the bridge refuses; the runtime request fails with `-32000` and this text."""
+
+
+@dataclass(slots=True)
+class ProviderOptions:
+    """The `options.providerOptions` keys codex reads; others are ignored."""
+
+    memory_enabled: bool = True
+    subagents_enabled: bool | None = None
+    env_unset: list[str] = field(default_factory=list)
+    extra_roots: list[str] = field(default_factory=list)
+
+
+def provider_options(options: dict[str, Any]) -> ProviderOptions:
+    raw = options.get("providerOptions")
+    given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    decoded = ProviderOptions()
+    for name in ("memoryEnabled", "providerSubagentsEnabled"):
+        if name in given and not isinstance(given[name], bool):
+            raise ParamsError(f"providerOptions.{name}: expected boolean")
+    for name in ("envUnset", "additionalWorkspaceWriteRoots"):
+        value = given.get(name)
+        if name in given and not (isinstance(value, list) and all(isinstance(entry, str) for entry in value)):
+            raise ParamsError(f"providerOptions.{name}: expected array of strings")
+    decoded.memory_enabled = given.get("memoryEnabled", True)
+    decoded.subagents_enabled = given.get("providerSubagentsEnabled")
+    decoded.env_unset = list(given.get("envUnset", []))
+    decoded.extra_roots = list(given.get("additionalWorkspaceWriteRoots", []))
+    return decoded
+
+
+@dataclass(slots=True, frozen=True)
+class Permissions:
+    approval_policy: str
+    reviewer: str
+    full: bool
+
+
+def permissions(options: dict[str, Any]) -> Permissions:
+    """The core permission policy as codex's approval policy, reviewer and sandbox scope."""
+    if options.get("permissionScope") == "full":
+        return Permissions("never", "user", full=True)
+    if options.get("approvalReviewer") == "automatic":
+        return Permissions("on-request", "auto_review", full=False)
+    if options.get("permissionEscalation") == "deny":
+        return Permissions("never", "user", full=False)
+    return Permissions("on-request", "user", full=False)
+
+
+def writable_roots(extra_roots: list[str], git_roots: list[str]) -> list[str]:
+    return list(dict.fromkeys([*extra_roots, *git_roots]))
+
+
+def sandbox_policy(policy: Permissions, roots: list[str]) -> dict[str, Any]:
+    if policy.full:
+        return {"type": "dangerFullAccess"}
+    return {
+        "type": "workspaceWrite",
+        "writableRoots": roots,
+        "networkAccess": True,
+        "excludeTmpdirEnvVar": False,
+        "excludeSlashTmp": False,
+    }
+
+
+def config(bb_thread: str, options: dict[str, Any], extra: ProviderOptions, roots: list[str]) -> dict[str, Any]:
+    """The construction's `config` object, keys in the reference's order."""
+    result: dict[str, Any] = {"shell_environment_policy.set.BB_THREAD_ID": bb_thread}
+    env = options.get("envVars")
+    for name, value in (env if isinstance(env, dict) else {}).items():
+        if ENV_NAME.match(name):
+            result[f"shell_environment_policy.set.{name}"] = value
+    for name in extra.env_unset:
+        if ENV_NAME.match(name):
+            result.pop(f"shell_environment_policy.set.{name}", None)
+            result[f"shell_environment_policy.unset.{name}"] = "1"
+    level = options.get("reasoningLevel")
+    if isinstance(level, str):
+        if level in UNSUPPORTED_EFFORTS:
+            raise ParamsError(f"Codex does not support the {level} reasoning level.")
+        result["model_reasoning_effort"] = level
+    result["features.default_mode_request_user_input"] = False
+    if extra.subagents_enabled is False:
+        result["features.multi_agent"] = False
+        result["features.multi_agent_v2.max_concurrent_threads_per_session"] = 1
+    result["memories.use_memories"] = extra.memory_enabled
+    result["memories.generate_memories"] = extra.memory_enabled
+    if not permissions(options).full and roots:
+        result["sandbox_workspace_write.writable_roots"] = roots
+    return result
+
+
+def _shared(
+    bb_thread: str, cwd: str, instruction_mode: Any, options: dict[str, Any], dynamic_tools: Any, git_roots: list[str]
+) -> dict[str, Any]:
+    policy, extra = permissions(options), provider_options(options)
+    roots = writable_roots(extra.extra_roots, [] if permissions(options).full else git_roots)
+    shared: dict[str, Any] = {
+        "approvalPolicy": policy.approval_policy,
+        "approvalsReviewer": policy.reviewer,
+        "sandbox": "danger-full-access" if policy.full else "workspace-write",
+        "cwd": cwd,
+    }
+    instructions = options.get("instructions")
+    trimmed = js.trim(instructions) if isinstance(instructions, str) else ""
+    if trimmed and instruction_mode == "replace":
+        shared["baseInstructions"] = trimmed
+    elif trimmed and instruction_mode == "append":
+        shared["developerInstructions"] = trimmed
+    if isinstance(options.get("model"), str):
+        shared["model"] = options["model"]
+    if options.get("serviceTier") == "fast":
+        shared["serviceTier"] = "fast"
+    shared["config"] = config(bb_thread, options, extra, roots)
+    tools = [
+        {"name": tool.get("name"), "description": tool.get("description"), "inputSchema": tool.get("inputSchema")}
+        for tool in (dynamic_tools if isinstance(dynamic_tools, list) else [])
+        if isinstance(tool, dict)
+    ]
+    if tools:
+        shared["dynamicTools"] = tools
+    return shared
+
+
+def construction(method: str, params: dict[str, Any], git_roots: list[str] | None = None) -> dict[str, Any]:
+    """Codex params for the runtime's `thread/start|resume|fork` request (same method name toward codex)."""
+    options = params.get("options") if isinstance(params.get("options"), dict) else {}
+    assert isinstance(options, dict)
+    shared = _shared(
+        params["threadId"],
+        params["cwd"],
+        params.get("instructionMode"),
+        options,
+        params.get("dynamicTools"),
+        git_roots or [],
+    )
+    if method == "thread/resume":
+        return {"threadId": params["providerThreadId"], **shared}
+    if method == "thread/fork":
+        head: dict[str, Any] = {"threadId": params["sourceProviderThreadId"]}
+        checkpoint = params.get("sourceProviderCheckpointId")
+        if isinstance(checkpoint, str) and checkpoint:
+            head["lastTurnId"] = LEGACY_CHECKPOINT.sub("", checkpoint, count=1)
+        return {**head, **shared}
+    return {**shared, "ephemeral": False, "experimentalRawEvents": True}
+
+
+def user_input(entry: dict[str, Any]) -> dict[str, Any]:
+    """One bb prompt input as codex `UserInput` (mentions and visibility are dropped)."""
+    kind = entry.get("type")
+    if kind == "image":
+        return {"type": "image", "url": entry["url"]}
+    if kind == "localImage":
+        return {"type": "localImage", "path": entry["path"]}
+    if kind == "localFile":
+        return {"type": "text", "text": f"[Attached file: {entry['path']}]", "text_elements": []}
+    return {"type": "text", "text": entry["text"], "text_elements": []}
+
+
+def turn(codex_thread: str, params: dict[str, Any], git_roots: list[str] | None = None) -> dict[str, Any]:
+    """Codex `turn/start` params: input and permissions only (no effort, config or instructions)."""
+    options = params.get("options") if isinstance(params.get("options"), dict) else {}
+    assert isinstance(options, dict)
+    policy, extra = permissions(options), provider_options(options)
+    roots = writable_roots(extra.extra_roots, [] if policy.full else git_roots or [])
+    request: dict[str, Any] = {
+        "threadId": codex_thread,
+        "input": [user_input(entry) for entry in params.get("input", [])],
+        "approvalPolicy": policy.approval_policy,
+        "approvalsReviewer": policy.reviewer,
+        "sandboxPolicy": sandbox_policy(policy, roots),
+    }
+    if isinstance(options.get("model"), str):
+        request["model"] = options["model"]
+    if options.get("serviceTier") == "fast":
+        request["serviceTier"] = "fast"
+    return request
+
+
+def _utf16_slice(text: str, start: int, end: int) -> str:
+    data = text.encode("utf-16-le", "surrogatepass")
+    return data[start * 2 : end * 2].decode("utf-16-le", "surrogatepass")
+
+
+def is_standalone_compact(inputs: list[dict[str, Any]]) -> bool:
+    """A prompt that is only the builtin `/compact` command: sent as `thread/compact/start`, not a turn."""
+    if not inputs or any(entry.get("type") != "text" for entry in inputs):
+        return False
+    found: list[tuple[int, dict[str, Any]]] = []
+    for index, entry in enumerate(inputs):
+        for mention in entry.get("mentions") or []:
+            resource = mention.get("resource") if isinstance(mention, dict) else None
+            if (
+                isinstance(resource, dict)
+                and resource.get("kind") == "command"
+                and resource.get("trigger") == "/"
+                and resource.get("name") == "compact"
+            ):
+                found.append((index, mention))
+    if len(found) != 1:
+        return False
+    index, mention = found[0]
+    resource = mention["resource"]
+    if resource.get("source") != "command" or resource.get("origin") != "builtin":
+        return False
+    start, end, text = mention.get("start"), mention.get("end"), inputs[index].get("text", "")
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= utf16_len(text)):
+        return False
+    if _utf16_slice(text, start, end) != "/compact":
+        return False
+    rest = _utf16_slice(text, end, utf16_len(text))
+    rest = rest[1:] if rest.startswith(" ") else rest
+    remaining = [_utf16_slice(text, 0, start) + rest if i == index else e.get("text", "") for i, e in enumerate(inputs)]
+    return all(not js.trim(part) for part in remaining)
