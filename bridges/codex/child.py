@@ -1,0 +1,306 @@
+"""One `codex app-server` child and its JSON-RPC endpoint (spec §1.3–§1.6, §5.2).
+
+Each stdout line is handled to completion before the next is read: a notification's handler and a server
+request's handler are awaited in the reader, and a response's continuation (the body of `exchange`) holds the
+reader until it ends or sends the child its next request — trio gives no other way to make "the awaiting handler
+resumes before the next line" hold (§5.2). Finalization runs the exit hook before pending requests fail (§1.4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from bbridge.kit import record_child_io
+from bbridge.wire import rpc
+
+from . import launch
+
+REQUEST_TIMEOUT_S = 60.0
+EXIT_GRACE_S = 1.0
+KILL_AFTER_S = 4.0
+STDERR_TAIL_LINES = 40
+MISSING_CLI = (
+    "bb could not find the Codex CLI on this machine. Install Codex (https://developers.openai.com/codex/cli)"
+    " or put `codex` on PATH, then retry."
+)
+
+
+class ChildError(Exception):
+    """A request the child did not answer with a result; `spawn_failed` selects the missing-CLI guidance (§1.6)."""
+
+    def __init__(self, message: str, *, spawn_failed: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.spawn_failed = spawn_failed
+
+    @property
+    def runtime_message(self) -> str:
+        """What the runtime is told when a launch-path request fails."""
+        return MISSING_CLI if self.spawn_failed else self.message
+
+
+class ServerRequest:
+    """A request from the child; answer it at most once, never after the child is finalized (§1.4)."""
+
+    def __init__(self, child: CodexChild, ident: str | int | float, method: str, params: Any) -> None:
+        self.child, self.id, self.method, self.params = child, ident, method, params
+        self.answered = False
+
+    async def respond(self, result: Any) -> None:
+        await self._answer(launch.result_line(self.id, result))
+
+    async def reject(self, code: int, message: str) -> None:
+        await self._answer(launch.error_line(self.id, code, message))
+
+    async def _answer(self, line: bytes) -> None:
+        if self.answered or self.child.finalized:
+            return
+        self.answered = True
+        await self.child.write(line)
+
+
+NotificationHandler = Callable[[launch.Notification], Awaitable[None]]
+RequestHandler = Callable[[ServerRequest], Awaitable[None]]
+ExitHandler = Callable[["CodexChild"], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    method: str
+    settled: trio.Event = field(default_factory=trio.Event)
+    released: trio.Event = field(default_factory=trio.Event)
+    error: ChildError | None = None
+    result: Any = None
+
+
+def spawn_error_text(command: str, exc: OSError) -> str:
+    """Node's text for a failed spawn (`spawn codex ENOENT`), which reaches the runtime in §3.13's `error`."""
+    code = errno.errorcode.get(exc.errno or 0, "UNKNOWN")
+    return f"spawn {command} {code}"
+
+
+class CodexChild:
+    """One app-server process; `run` it in a nursery (`nursery.start`), then `request` / `exchange` / `stop`."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        thread_id: str | None,
+        on_notification: NotificationHandler | None = None,
+        on_request: RequestHandler | None = None,
+        on_exit: ExitHandler | None = None,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.argv, self.env, self.cwd, self.thread_id = list(argv), env, cwd, thread_id
+        self.on_notification, self.on_request, self.on_exit = on_notification, on_request, on_exit
+        self.request_timeout = request_timeout
+        self.stderr_tail: list[str] = []
+        self.code: int | None = None
+        self.signal: str | None = None
+        self.spawn_failed = False
+        self.finalized = False
+        self._stdin: trio.abc.SendStream | None = None
+        self._next_id = 1
+        self._pending: dict[float, _Pending] = {}
+        self._holding: _Pending | None = None  # the response whose continuation holds the reader
+        self._stopping = trio.Event()
+        self._write_lock = trio.Lock()
+
+    # -- requests ------------------------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """The child's result; `ChildError` on an error answer, a timeout, or the child's end."""
+        async with self.exchange(method, params) as result:
+            return result
+
+    @contextlib.asynccontextmanager
+    async def exchange(self, method: str, params: Any = None) -> AsyncIterator[Any]:
+        """Like `request`, but the reader reads no further line until the body ends (§5.2).
+
+        The body is the response's continuation: it may send the child more requests (that releases the reader),
+        but must not wait on anything else that needs this child's output. Call only once `run` has started; a
+        request written after stdin closed is rejected when the child finalizes.
+        """
+        if self.finalized:
+            raise ChildError("codex app-server is not running", spawn_failed=self.spawn_failed)
+        self._release()
+        ident = self._next_id
+        self._next_id += 1
+        pending = self._pending[float(ident)] = _Pending(method)
+        try:
+            await self.write(launch.request_line(ident, method, params))
+            with trio.move_on_after(self.request_timeout):
+                await pending.settled.wait()
+            if not pending.settled.is_set():
+                raise ChildError(
+                    f"codex app-server did not answer {method} within {round(self.request_timeout * 1000)}ms"
+                )
+            if pending.error is not None:
+                raise pending.error
+            yield pending.result
+        finally:
+            self._pending.pop(float(ident), None)
+            pending.released.set()
+
+    def _release(self) -> None:
+        if self._holding is not None:
+            self._holding.released.set()
+            self._holding = None
+
+    async def write(self, line: bytes) -> None:
+        """One line to the child's stdin; skipped once stdin is closed (§1.4)."""
+        async with self._write_lock:
+            if self._stdin is None:
+                return
+            try:
+                await self._stdin.send_all(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._stdin = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Spawn, serve until the child finalizes (exit hook included); kills its group when cancelled."""
+        try:
+            proc = await trio.lowlevel.open_process(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=self.env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self.spawn_failed = True
+            self._tail(spawn_error_text(self.argv[0], exc))
+            task_status.started()
+            await self._finalize()
+            return
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._stdin, stdout = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
+        task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                drained = [trio.Event(), trio.Event()]
+                nursery.start_soon(self._read_stdout, stdout, drained[0])
+                nursery.start_soon(self._read_stderr, proc.stderr, drained[1])
+                nursery.start_soon(self._escalate, proc)
+                status = await proc.wait()
+                with trio.move_on_after(EXIT_GRACE_S):  # `close` may never come: a grandchild can hold the pipes
+                    for event in drained:
+                        await event.wait()
+                nursery.cancel_scope.cancel()
+            if status < 0:
+                self.signal = signal.Signals(-status).name
+            else:
+                self.code = status
+            await self._finalize()
+        finally:
+            with trio.CancelScope(shield=True):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):  # finalizing destroys the pipes (§1.4)
+                    await pipe.aclose()
+                await proc.wait()
+
+    def stop(self) -> None:
+        """Close stdin, SIGTERM, SIGKILL 4 s later unless finalized; does not wait (§1.4)."""
+        self._stopping.set()
+
+    async def _escalate(self, proc: trio.Process) -> None:
+        await self._stopping.wait()
+        async with self._write_lock:
+            stdin, self._stdin = self._stdin, None
+            if stdin is not None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stdin.aclose()
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        await trio.sleep(KILL_AFTER_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def exit_message(self, prefix: str = "codex app-server exited") -> str:
+        """`<prefix> (code c, signal s)[: <stderr tail>]`; §3.13 passes `codex app-server exited unexpectedly`."""
+        code = "null" if self.code is None else str(self.code)
+        sig = self.signal or "null"
+        tail = "\n".join(self.stderr_tail)
+        return f"{prefix} (code {code}, signal {sig})" + (f": {tail}" if tail else "")
+
+    async def _finalize(self) -> None:
+        self.finalized = True
+        self._stdin = None
+        self._release()
+        if self.on_exit is not None:
+            await self.on_exit(self)
+        error = ChildError(self.exit_message(), spawn_failed=self.spawn_failed)
+        for pending in self._pending.values():
+            if not pending.settled.is_set():
+                pending.error = error
+                pending.settled.set()
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def _tail(self, line: str) -> None:
+        self.stderr_tail = [*self.stderr_tail[-STDERR_TAIL_LINES + 1 :], line]
+
+    async def _read_stderr(self, stream: trio.abc.ReceiveStream, done: trio.Event) -> None:
+        lines = rpc.LineReader(64 * 1024)
+        try:
+            async for data in stream:
+                for line in lines.feed(data):
+                    if isinstance(line, bytes):
+                        self._tail(line.decode("utf-8", errors="replace"))
+            for line in lines.close():
+                self._tail(line.decode("utf-8", errors="replace"))
+        finally:
+            done.set()
+
+    async def _read_stdout(self, stream: trio.abc.ReceiveStream, done: trio.Event) -> None:
+        lines = rpc.LineReader()
+        try:
+            async for data in stream:
+                for line in lines.feed(data):
+                    if isinstance(line, bytes):
+                        await self._handle(line)
+            for line in lines.close():
+                await self._handle(line)
+        finally:
+            done.set()
+
+    async def _handle(self, line: bytes) -> None:
+        if self.finalized:
+            return
+        message = launch.classify(line)
+        if isinstance(message, launch.Response):
+            pending = self._pending.get(message.id)
+            if pending is None or pending.settled.is_set():
+                return
+            if message.error is not None:
+                pending.error = ChildError(message.error)
+            else:
+                pending.result = message.result
+            self._holding = pending
+            pending.settled.set()
+            await pending.released.wait()
+        elif isinstance(message, launch.Request):
+            request = ServerRequest(self, message.id, message.method, message.params)
+            if self.on_request is None:
+                await request.reject(rpc.METHOD_NOT_FOUND, f'Unhandled codex request "{message.method}"')
+            else:
+                await self.on_request(request)
+        elif isinstance(message, launch.Notification) and self.on_notification is not None:
+            await self.on_notification(message)
