@@ -19,6 +19,7 @@ from bbridge.kit import Bridge
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import cli, fork
 from bridges.claude_code import permissions as perm
+from bridges.claude_code.maintenance import Maintenance
 from bridges.claude_code.models import ModelList
 from bridges.claude_code.session import Counters, Session, Settings
 
@@ -119,6 +120,15 @@ class ClaudeCodeBridge:
         self.bridge = Bridge("claude-code", CAPABILITIES)
         self.bridge.handle_sessions(self)
         self.bridge.method("skills/configure", SkillsConfigureParams)(self.skills_configure)
+        self.maintenance = Maintenance(self.base_env)
+        self.bridge.method("provider/health", protocol.MaintenanceParams)(self.maintenance.health)
+        self.bridge.method("provider/usage", protocol.MaintenanceParams)(self.maintenance.usage)
+        self.bridge.method("provider/installation/status", protocol.InstallationStatusParams)(
+            self.maintenance.installation_status
+        )
+        self.bridge.method("provider/installation/run", protocol.InstallationRunParams)(
+            self.maintenance.installation_run
+        )
 
     # -- constructions (§3.6) ---------------------------------------------------------
 

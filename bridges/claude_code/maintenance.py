@@ -1,0 +1,419 @@
+"""The maintenance methods (spec §3.3): health, usage and installation of the Claude Code CLI on this host.
+
+They are host probes the runtime's account and install screens call, never a turn: each one looks at the CLI
+(`which`, `--version`, `doctor`), npm, the stored OAuth credentials and Anthropic's usage endpoint afresh. A
+probe that fails or times out counts as "no output", so a broken host degrades a screen instead of failing it.
+Blocking work runs in trio's worker threads or as trio subprocesses, so sessions keep streaming meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import trio
+
+from bbridge.wire import maintenance as m
+from bbridge.wire import protocol
+from bridges.claude_code import cli, js
+
+PROBE_TIMEOUT_S = 5.0  # `which` / `--version`
+INSTALL_CHECK_TIMEOUT_S = 15.0  # npm, `doctor`, the keychain
+USAGE_TIMEOUT_S = 15.0
+USAGE_URL = "https://api.anthropic.com/api/oauth/usage"
+USAGE_HEADERS = {
+    "Accept": "application/json",
+    "Content-Type": "application/json",
+    "anthropic-beta": "oauth-2025-04-20",
+    "User-Agent": "claude-code/2.1.0",
+}
+NPM_PACKAGE = "@anthropic-ai/claude-code"
+LOGIN_COMMAND = "claude /login"
+KEYCHAIN_SERVICE = "Claude Code-credentials"
+INSTALL_SCRIPT = (
+    'tmp=$(mktemp "${TMPDIR:-/tmp}/provider-installation.XXXXXX") && trap \'rm -f "$tmp"\' EXIT && '
+    'curl -fsSL https://claude.ai/install.sh -o "$tmp" && bash "$tmp"'
+)
+RATE_LIMITED = "Claude usage is rate limited right now. Try again shortly."
+MALFORMED = "Claude usage response was malformed."
+_VERSION = re.compile(r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?")
+_MAX_TIER = re.compile(r"max_(\d+)x")
+_CHANNEL = re.compile(r"Auto-update channel:\s*(\S+)")
+HealthStatus = Literal["ready", "not_installed", "unauthenticated", "expired", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The CLI's stored OAuth login, as far as health and usage need it."""
+
+    token: str
+    expires_at_ms: float | None
+    plan_label: str | None
+
+
+def parse_version(text: str) -> str | None:
+    match = _VERSION.search(text)
+    return match.group(0) if match else None
+
+
+def older(current: str | None, latest: str | None) -> bool:
+    """Whether `current` precedes `latest`; a pre-release sorts before its release, anything unparsable never does."""
+    keys = []
+    for version in (current, latest):
+        if version is None or not _VERSION.fullmatch(version):
+            return False
+        numbers, _, pre = version.partition("-")
+        keys.append((*(int(n) for n in numbers.split(".")), 0 if pre else 1))
+    return keys[0] < keys[1]
+
+
+def plan_label(oauth: Mapping[str, Any]) -> str | None:
+    """`Max (<n>x)` from the rate-limit tier, else the subscription type capitalized (§3.3)."""
+    tier = oauth.get("rateLimitTier")
+    match = _MAX_TIER.search(tier) if isinstance(tier, str) else None
+    if match:
+        return f"Max ({match.group(1)}x)"
+    kind = oauth.get("subscriptionType")
+    return kind[0].upper() + kind[1:] if isinstance(kind, str) and kind else None
+
+
+def credentials_from(text: str) -> Credentials | None:
+    """The `claudeAiOauth` login in a credentials document; None when there is no usable access token."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    oauth = document.get("claudeAiOauth") if isinstance(document, dict) else None
+    if not isinstance(oauth, dict) or not isinstance(oauth.get("accessToken"), str) or not oauth["accessToken"]:
+        return None
+    return Credentials(oauth["accessToken"], _number(oauth.get("expiresAt")), plan_label(oauth))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _window(label: str, entry: Any) -> m.UsageWindow | None:
+    """One usage window, or None when the endpoint reports no figure for it.
+
+    The percentage is clamped and rounded half up, like JavaScript's `Math.round` (Python's `round` goes to even).
+    """
+    if not isinstance(entry, dict):
+        return None
+    value = _number(entry.get("utilization"))
+    value = _number(entry.get("percent")) if value is None else value
+    if value is None:
+        return None
+    resets = entry.get("resets_at")
+    return m.UsageWindow(
+        label=label,
+        usedPercent=max(0, min(100, math.floor(value + 0.5))),
+        resetsAt=resets if isinstance(resets, str) and resets else None,
+    )
+
+
+def usage_windows(body: bytes) -> list[m.UsageWindow]:
+    """Current session, weekly limit, then one per distinct model-scoped weekly limit (in the body's order)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise ValueError(MALFORMED) from None
+    if not isinstance(document, dict) or not isinstance(document.get("limits", []), list):
+        raise ValueError(MALFORMED)
+    windows = [
+        _window("Current session", document.get("five_hour")),
+        _window("Weekly limit", document.get("seven_day")),
+    ]
+    seen: set[str] = set()
+    for limit in document.get("limits", []):
+        if not isinstance(limit, dict) or limit.get("kind") != "weekly_scoped":
+            continue
+        scope = limit.get("scope")
+        model = scope.get("model") if isinstance(scope, dict) else None
+        name = model.get("display_name") if isinstance(model, dict) else None
+        if isinstance(name, str) and name and name not in seen:
+            seen.add(name)
+            windows.append(_window(name, limit))
+    return [w for w in windows if w is not None]
+
+
+def _fetch(url: str, token: str, opener: urllib.request.OpenerDirector) -> tuple[int, bytes]:
+    """The usage GET (blocking: run it in a worker thread); non-2xx answers are returned, not raised."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", **USAGE_HEADERS})
+    try:
+        with opener.open(request, timeout=USAGE_TIMEOUT_S) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code, b""
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc.reason) if isinstance(exc, urllib.error.URLError) else str(exc)
+    return text or type(exc).__name__
+
+
+def _json(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def latest_version(doctor: str | None, dist_tags: str | None) -> str | None:
+    """The npm dist-tag of the channel `claude doctor` names (`stable`, else `latest`); None when npm cannot say."""
+    channel = _CHANNEL.search(doctor) if doctor is not None else None
+    tag = "stable" if channel is not None and channel.group(1).lower() == "stable" else "latest"
+    tags = _json(dist_tags)
+    value = tags.get(tag) if isinstance(tags, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def npm_global_version(listing_text: str | None) -> str | None:
+    """The package's version in `npm list -g --json`, when npm installed it globally."""
+    listing = _json(listing_text)
+    dependencies = listing.get("dependencies") if isinstance(listing, dict) else None
+    package = dependencies.get(NPM_PACKAGE) if isinstance(dependencies, dict) else None
+    version = package.get("version") if isinstance(package, dict) else None
+    return version if isinstance(version, str) and version else None
+
+
+class Maintenance:
+    """The four maintenance handlers over one host environment (the bridge's: maintenance has no session)."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        usage_url: str = USAGE_URL,
+        opener: urllib.request.OpenerDirector | None = None,
+        platform: str = sys.platform,
+    ) -> None:
+        self.env = dict(env)
+        self.usage_url = usage_url
+        self.opener = opener if opener is not None else urllib.request.build_opener()
+        self.platform = platform
+
+    @property
+    def command(self) -> str:
+        return js.trim(self.env.get(cli.EXECUTABLE_ENV, "")) or "claude"
+
+    @property
+    def home(self) -> str:
+        """The user's home as Node's `os.homedir()` finds it: `HOME`, else the account database."""
+        return self.env.get("HOME") or os.path.expanduser("~")
+
+    # -- probes ------------------------------------------------------------------------
+
+    async def run(self, argv: Sequence[str], timeout: float) -> str | None:
+        """A command's stdout+stderr; None when it cannot start, fails or outlives `timeout`."""
+        with trio.move_on_after(timeout):
+            try:
+                done = await trio.run_process(
+                    list(argv),
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                    env=self.env,
+                    deliver_cancel=_kill,
+                )
+            except OSError:
+                return None
+            if done.returncode != 0:
+                return None
+            return (done.stdout + done.stderr).decode(errors="replace")
+        return None
+
+    async def which(self) -> str | None:
+        """`which <command>` against the bridge's PATH."""
+        return await trio.to_thread.run_sync(lambda: shutil.which(self.command, path=self.env.get("PATH", "")))
+
+    async def version(self) -> str | None:
+        output = await self.run([self.command, "--version"], PROBE_TIMEOUT_S)
+        return parse_version(output) if output is not None else None
+
+    async def credentials(self) -> Credentials | None:
+        """The login from the macOS keychain, else from `~/.claude/.credentials.json`."""
+        if self.platform == "darwin":
+            argv = ["security", "find-generic-password", "-s", KEYCHAIN_SERVICE, "-w"]
+            stored = await self.run(argv, INSTALL_CHECK_TIMEOUT_S)
+            found = credentials_from(stored) if stored is not None else None
+            if found is not None:
+                return found
+        text = await self._read(os.path.join(self.home, ".claude", ".credentials.json"))
+        return credentials_from(text) if text is not None else None
+
+    async def account_email(self) -> str | None:
+        document = _json(await self._read(os.path.join(self.home, ".claude.json")))
+        account = document.get("oauthAccount") if isinstance(document, dict) else None
+        email = account.get("emailAddress") if isinstance(account, dict) else None
+        return email if isinstance(email, str) else None
+
+    async def _read(self, path: str) -> str | None:
+        def read() -> str | None:
+            try:
+                with open(path, encoding="utf-8") as file:
+                    return file.read()
+            except (OSError, UnicodeDecodeError):
+                return None
+
+        return await trio.to_thread.run_sync(read)
+
+    # -- provider/health ---------------------------------------------------------------
+
+    async def health(self, params: protocol.MaintenanceParams) -> m.HealthReport:
+        try:
+            health = await self._health()
+        except Exception as exc:
+            health = self._health_of("unknown", message=_message(exc))
+        return m.HealthReport(supported=True, health=health)
+
+    async def _health(self) -> m.Health:
+        if await self.which() is None:
+            return self._health_of("not_installed")
+        version = await self.version()
+        creds = await self.credentials()
+        email = await self.account_email()
+        plan = creds.plan_label if creds is not None else None
+        return self._health_of(_login_status(creds), email=email, plan=plan, version=version)
+
+    def _health_of(
+        self,
+        status: HealthStatus,
+        *,
+        message: str | None = None,
+        email: str | None = None,
+        plan: str | None = None,
+        version: str | None = None,
+    ) -> m.Health:
+        return m.Health(
+            status=status,
+            statusMessage=message,
+            accountEmail=email,
+            planLabel=plan,
+            installedVersion=version,
+            minimumSupportedVersion=None,
+            canInstall=True,
+            canUpdate=status != "not_installed",
+            loginCommand=LOGIN_COMMAND,
+        )
+
+    # -- provider/usage ----------------------------------------------------------------
+
+    async def usage(self, params: protocol.MaintenanceParams) -> m.UsageReport:
+        return m.UsageReport(supported=True, usage=await self._usage())
+
+    async def _usage(self) -> m.UsageOk | m.UsageNotInstalled | m.UsageUnauthenticated | m.UsageExpired | m.UsageError:
+        if await self.which() is None:
+            return m.UsageNotInstalled()
+        creds = await self.credentials()
+        if creds is None:
+            return m.UsageUnauthenticated()
+        if _login_status(creds) == "expired":
+            return m.UsageExpired()
+        email = await self.account_email()
+        plan = creds.plan_label
+        try:
+            status, body = await trio.to_thread.run_sync(_fetch, self.usage_url, creds.token, self.opener)
+            if status == 401:
+                return m.UsageExpired()
+            if not 200 <= status < 300:
+                failed = RATE_LIMITED if status == 429 else f"Claude usage request failed (HTTP {status})."
+                return m.UsageError(message=failed, planLabel=plan, accountEmail=email)
+            return m.UsageOk(accountEmail=email, planLabel=plan, windows=usage_windows(body))
+        except Exception as exc:
+            return m.UsageError(message=_message(exc), planLabel=plan, accountEmail=email)
+
+    # -- provider/installation/* -------------------------------------------------------
+
+    async def installation_status(self, params: protocol.InstallationStatusParams) -> m.InstallationStatus:
+        """The install facts; the slow probes run side by side so the answer stays inside the runtime's 30 s."""
+        command = self.command
+        path = await self.which()
+        outputs: dict[str, str | None] = {}
+
+        async def probe(name: str, argv: list[str], timeout: float = INSTALL_CHECK_TIMEOUT_S) -> None:
+            outputs[name] = await self.run(argv, timeout)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe, "version", [command, "--version"], PROBE_TIMEOUT_S)
+            nursery.start_soon(probe, "doctor", [command, "doctor"])
+            nursery.start_soon(probe, "prefix", ["npm", "prefix", "-g"])
+            nursery.start_soon(probe, "tags", ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"])
+            nursery.start_soon(probe, "global", ["npm", "list", "-g", NPM_PACKAGE, "--depth=0", "--json"])
+        current = parse_version(outputs["version"] or "")
+        installed = path is not None or current is not None
+        prefix = (outputs["prefix"] or "").strip()
+        npm_global = path is not None and bool(prefix) and os.path.dirname(path) == os.path.join(prefix, "bin")
+        source: Literal["notInstalled", "npmGlobal", "external"] = (
+            "npmGlobal" if npm_global else "external" if installed else "notInstalled"
+        )
+        latest = latest_version(outputs["doctor"], outputs["tags"])
+        needs_update = older(current, latest)
+        action: m.InstallAction | None = None
+        if not installed:
+            action = m.InstallAction(kind="install", label="Install", command=INSTALL_SCRIPT)
+        elif needs_update and (npm_global or self._self_updating(path)):
+            action = m.InstallAction(kind="update", label="Update", command=shlex.join([command, "update"]))
+        return m.InstallationStatus(
+            executableName=command,
+            executablePath=path,
+            installed=installed,
+            installSource=source,
+            currentVersion=current,
+            latestVersion=latest,
+            minimumSupportedVersion=None,
+            npmPackageName=NPM_PACKAGE,
+            npmGlobalPackageVersion=npm_global_version(outputs["global"]),
+            installAction=action,
+            needsUpdate=needs_update,
+            versionUnsupported=False,
+        )
+
+    def _self_updating(self, path: str | None) -> bool:
+        """A native install (under `~/.local/share/claude`) or the default `~/.local/bin/claude` updates itself."""
+        if path is None:
+            return False
+        native = os.path.join(self.home, ".local", "share", "claude") + os.sep
+        return path == os.path.join(self.home, ".local", "bin", "claude") or os.path.realpath(path).startswith(native)
+
+    async def installation_run(self, params: protocol.InstallationRunParams) -> m.InstallUnavailable | m.InstallPlan:
+        """The plan for the action the fresh status offers; the daemon runs it and verifies with the status."""
+        status = await self.installation_status(protocol.InstallationStatusParams(providerId=params.providerId))
+        action = status.installAction
+        if action is None or action.kind != params.action:
+            message = f"Claude Code {params.action} is no longer available on this host."
+            return m.InstallUnavailable(available=False, message=message)
+        if action.kind == "install":
+            command = m.InstallCommand(command="sh", args=["-c", INSTALL_SCRIPT], displayCommand=INSTALL_SCRIPT)
+            return m.InstallPlan(available=True, command=command, verification=m.VerifyInstalled())
+        # an update is offered only against a known latest version, so that is what verifies it
+        assert status.latestVersion is not None
+        update = m.InstallCommand(command=status.executableName, args=["update"], displayCommand=action.command)
+        return m.InstallPlan(
+            available=True, command=update, verification=m.VerifyVersionAtLeast(version=status.latestVersion)
+        )
+
+
+def _login_status(creds: Credentials | None) -> HealthStatus:
+    if creds is None:
+        return "unauthenticated"
+    if creds.expires_at_ms is not None and creds.expires_at_ms <= time.time() * 1000:
+        return "expired"
+    return "ready"
+
+
+async def _kill(process: trio.Process) -> None:
+    """A probe past its timeout is killed outright: its answer no longer matters."""
+    process.kill()
