@@ -343,7 +343,12 @@ class Session:
                 await self.closed.wait()
         await self._close_stdin()
         if self._proc is not None:
-            await self._reap(self._proc)
+            if graceful and not self.closed.is_set():
+                # the timeout fallback is the abrupt close, and nothing waits for it (§1.9): a live CLI keeps
+                # streaming after stdin EOF, so awaiting SIGTERM here held the stop answer for 6 s
+                self.bridge.spawn(self._reap, self._proc)
+            else:
+                await self._reap(self._proc)
 
     async def _close_stdin(self) -> None:
         stdin, self._stdin = self._stdin, None

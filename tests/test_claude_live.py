@@ -1,0 +1,386 @@
+"""`bridges.claude_code` end to end: the REAL Claude Code CLI, the real bridge, the real daemon, a scripted model.
+
+The pinned CLI (`make live-agents`, skipped only when the npm registry is unreachable) runs fully offline against
+`tests.live.anthropic.AnthropicServer` on 127.0.0.1, spawned by `python -m bridges.claude_code` (found through
+`BB_CLAUDE_CODE_EXECUTABLE`), spawned by a `Daemon` on a Unix socket, driven by a `TestClient` with the request
+shapes of the recorded cells (`../shared/recordings/claude-code/*/runtime→bridge.ndjson`). Every wait is bounded;
+each test checks that no `claude` process it started outlives its daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from bbridge.daemon.config import ProviderConfig
+from bridges.claude_code.models import CATALOG, SELECTED_ONLY
+from tests.conftest import REPO
+from tests.live.anthropic import AnthropicServer, failure, reply, text, thinking, tool_use
+from tests.live.claude import ensure_cli, offline_env
+from tests.support import connect, running
+
+PROVIDER = "claude-code"
+THREAD = "thr_claude_live"
+MODEL = "claude-opus-5[1m]"
+INSTRUCTIONS = "You are working inside bb, an agentic IDE."
+# The option shapes of the recorded cells (steer/stop-interrupt: full access; approval-*: accept-edits, asking).
+PROVIDER_OPTIONS = {"workflowsEnabled": True, "memoryEnabled": True, "providerSubagentsEnabled": True}
+FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
+ASK = {
+    "permissionMode": "accept-edits",
+    "permissionScope": "workspace",
+    "approvalReviewer": "user",
+    "permissionEscalation": "ask",
+}
+
+
+ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
+
+
+def leftovers(roots: list[Path]) -> dict[int, list[str]]:
+    """Running `claude` CLIs and claude-code bridges whose working directory is under one of `roots`."""
+    found: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        ours = argv[0].endswith("/claude") or "bridges.claude_code" in argv
+        if ours and state != "Z" and any(cwd == str(r) or cwd.startswith(f"{r}/") for r in roots):
+            found[int(entry)] = argv
+    return found
+
+
+@pytest.fixture(scope="module")
+def claude() -> Iterator[Path]:
+    yield ensure_cli()
+    deadline = time.monotonic() + 10
+    while leftovers(ROOTS) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers(ROOTS) == {}, "a claude CLI or bridge outlived this module"
+
+
+@pytest.fixture
+def api() -> Iterator[AnthropicServer]:
+    with AnthropicServer() as server:
+        yield server
+
+
+def options(policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "serviceTier": "default",
+        "reasoningLevel": "medium",
+        "instructions": INSTRUCTIONS,
+        "envVars": {},
+        **policy,
+        "providerOptions": PROVIDER_OPTIONS,
+    }
+
+
+class Live:
+    """One test's world: a workspace, a HOME, the provider entry for the daemon."""
+
+    def __init__(self, tmp_path: Path, api: AnthropicServer, claude: Path) -> None:
+        self.root = tmp_path
+        self.ws = tmp_path / "ws"
+        self.home = tmp_path / "home"
+        self.ws.mkdir(exist_ok=True)
+        self.home.mkdir(exist_ok=True)
+        self.api = api
+        env = offline_env(api.url, self.home, extra={"BB_CLAUDE_CODE_EXECUTABLE": str(claude)})
+        self.provider = ProviderConfig(command=[sys.executable, "-m", "bridges.claude_code"], env=env, cwd=str(self.ws))
+
+    def start(self, policy: dict[str, Any] = FULL, thread: str = THREAD) -> dict[str, Any]:
+        return {"providerId": PROVIDER, "threadId": thread, "cwd": str(self.ws), "options": options(policy)}
+
+    def turn(
+        self, ptid: str, words: str, policy: dict[str, Any] = FULL, n: int = 1, thread: str = THREAD
+    ) -> dict[str, Any]:
+        return {
+            "providerId": PROVIDER,
+            "threadId": thread,
+            "providerThreadId": ptid,
+            "input": [{"type": "text", "text": words, "mentions": []}],
+            "clientRequestId": steer_id(n),
+            "options": options(policy),
+        }
+
+    def processes(self) -> dict[int, list[str]]:
+        """The running `claude` CLIs (not bridges) started in this test's folder."""
+        return {pid: argv for pid, argv in leftovers([self.root]).items() if argv[0].endswith("/claude")}
+
+    async def gone(self, pid: int, timeout: float) -> None:
+        """Wait (bounded) until the CLI process `pid` has exited."""
+        with trio.fail_after(timeout):
+            while pid in self.processes():
+                await trio.sleep(0.05)
+
+
+@pytest.fixture
+def live(tmp_path: Path, api: AnthropicServer, claude: Path) -> Iterator[Live]:
+    ROOTS.append(tmp_path)
+    world = Live(tmp_path, api, claude)
+    yield world
+    deadline = time.monotonic() + 10  # bounded: the daemon's shutdown already waited for its bridges
+    while leftovers([tmp_path]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers([tmp_path]) == {}, "a claude CLI or bridge outlived the daemon that started it"
+
+
+def of(client: Any, kind: str, thread: str = THREAD) -> list[dict[str, Any]]:
+    return [e for e in client.events(thread) if e["type"] == kind]
+
+
+def settled(client: Any, count: int = 1, thread: str = THREAD) -> bool:
+    return len(of(client, "turn/completed", thread)) >= count
+
+
+def message_text(client: Any, thread: str = THREAD) -> str:
+    return "".join(e["delta"] for e in of(client, "item/agentMessage/delta", thread))
+
+
+async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
+    live.api.script(reply(thinking("Let me ", "think."), text("Hel", "lo ", "there")))
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        started = await client.request("thread/start", live.start())
+        ptid = started["providerThreadId"]
+        assert started["sessionRestorable"] is True
+        assert await client.request("turn/start", live.turn(ptid, "Say hello.")) == {"threadId": THREAD}
+        await client.wait_for(lambda: settled(client), timeout=30)
+        (claude,) = live.processes().values()
+        assert "--session-id" in claude and ptid in claude
+    types = client.types(THREAD)
+    assert types[:3] == ["turn/started", "turn/input/accepted", "item/started"]
+    assert [e["delta"] for e in of(client, "item/reasoning/textDelta")] == ["Let me ", "think."]
+    assert [e["delta"] for e in of(client, "item/agentMessage/delta")] == ["Hel", "lo ", "there"]
+    done = {e["item"]["type"]: e["item"] for e in of(client, "item/completed")}
+    assert done["reasoning"]["content"] == ["Let me think."] and done["agentMessage"]["text"] == "Hello there"
+    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    (request,) = live.api.messages()
+    assert request.body["stream"] is True and request.model == "claude-opus-5"
+    assert INSTRUCTIONS in request.system_text
+    assert not [r.target for r in live.api.requests if r.is_proxy_attempt]
+
+
+def approve(decision: str) -> Any:
+    """The client's answer to every `interaction/request`, as the approval cells' runtime answered."""
+    answer = {"decision": decision} if decision == "deny" else {"decision": decision, "grantedPermissions": None}
+    return lambda request: answer
+
+
+@pytest.mark.parametrize("decision", ["allow_once", "deny"])
+async def test_a_write_outside_the_workspace_is_asked_of_the_client(live: Live, decision: str) -> None:
+    target = live.root / "outside" / "note.txt"
+    target.parent.mkdir()
+    live.api.script(
+        reply(text("Writing it."), tool_use("Write", {"file_path": str(target), "content": "hello\n"})),
+        text("finished"),
+    )
+    async with (
+        running(live.root, {PROVIDER: live.provider}) as (_, path),
+        connect(path, answer=approve(decision)) as client,
+    ):
+        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Write the note.", ASK))
+        await client.wait_for(lambda: settled(client), timeout=30)
+    (asked,) = client.requests
+    assert asked.method == "interaction/request"
+    params = msgspec_decode(asked.params)
+    assert params["threadId"] == THREAD and params["payload"]["kind"] == "approval"
+    assert params["payload"]["subject"]["kind"] == "file_change"
+    assert target.exists() is (decision == "allow_once")
+    if target.exists():
+        assert target.read_text() == "hello\n"
+    (result,) = live.api.messages()[1].blocks("tool_result", last_only=False)
+    assert result.get("is_error", False) is (decision == "deny")
+    if decision == "deny":
+        assert "Permission request denied" in str(result["content"])  # the bridge's denial reached the model
+    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    assert message_text(client) == "Writing it.finished"
+
+
+async def test_a_mutating_bash_command_is_asked_and_runs(live: Live) -> None:
+    live.api.script(
+        reply(tool_use("Bash", {"command": "echo hi | tee hi.txt", "description": "Write hi"})), text("ran")
+    )
+    async with (
+        running(live.root, {PROVIDER: live.provider}) as (_, path),
+        connect(path, answer=approve("allow_once")) as client,
+    ):
+        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Run it.", ASK))
+        await client.wait_for(lambda: settled(client), timeout=30)
+    (asked,) = client.requests  # plain `echo hi` is read-only and never asks; the pipe into tee does
+    subject = msgspec_decode(asked.params)["payload"]["subject"]
+    assert subject["kind"] == "command" and subject["command"] == "echo hi | tee hi.txt"
+    assert (live.ws / "hi.txt").read_text() == "hi\n"
+    (command,) = [e["item"] for e in of(client, "item/completed") if e["item"]["type"] == "commandExecution"]
+    assert command["status"] == "completed" and command["exitCode"] == 0 and command["aggregatedOutput"] == "hi"
+    (result,) = live.api.messages()[1].blocks("tool_result", last_only=False)
+    assert not result.get("is_error", False)
+    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+
+
+async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> None:
+    words = [f"word{i} " for i in range(400)]
+    live.api.script(reply(text(*words), delay=0.05), text("4"))
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Write an essay."))
+        await client.wait_for(lambda: bool(of(client, "item/agentMessage/delta")), timeout=30)
+        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
+        stop = {"providerId": PROVIDER, "threadId": THREAD, "providerThreadId": ptid}
+        stop |= {"intent": "interrupt", "activeTurnId": turn_id}
+        (child,) = live.processes()
+        asked = time.monotonic()
+        assert await client.request("thread/stop", stop) == {"ok": True}
+        answered = time.monotonic() - asked
+        assert [e["status"] for e in of(client, "turn/completed")] == ["interrupted"]  # settled before the answer
+        assert answered < 5  # the graceful close waits ≤ 4 s (§1.9); the SIGTERM fallback runs afterwards
+        await live.gone(child, timeout=5)  # stdin closed at 4 s, SIGTERM 2 s later (§1.9)
+        # the stop-interrupt cell: resume, then a turn on the same session
+        resume = {**live.start(), "providerThreadId": ptid}
+        await client.request("thread/resume", resume)
+        await client.request("turn/start", live.turn(ptid, "What is 2 + 2?", n=2))
+        await client.wait_for(lambda: settled(client, 2), timeout=30)
+    assert [e["status"] for e in of(client, "turn/completed")] == ["interrupted", "completed"]
+    assert len(message_text(client)) < len("".join(words))
+    history = str(live.api.messages()[-1].messages)
+    assert "Write an essay." in history and "What is 2 + 2?" in history
+
+
+async def test_an_auth_failure_fails_the_turn_legibly(live: Live) -> None:
+    live.api.script(failure(401), text("ready"))
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
+        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.request("turn/start", live.turn(ptid, "Reply with ready.", n=2))  # on a restarted CLI
+        await client.wait_for(lambda: settled(client, 2), timeout=30)
+    (failed, ok) = of(client, "turn/completed")
+    assert failed["status"] == "failed" and ok["status"] == "completed"
+    (error,) = of(client, "provider/error")
+    assert error["scope"] == failed["scope"]
+    assert error["detail"] == "Invalid API key · Fix external API key"
+    assert error["errorInfo"] == {"category": "unauthorized", "providerCode": None, "httpStatusCode": 401}
+    replaced = [params for method, params in client.notes if method == "session/replaced"]
+    assert [r["reason"] for r in replaced] == ["Claude session restarted after authentication failed"]
+    assert message_text(client) == "ready"
+
+
+async def test_resume_in_a_new_bridge_process(live: Live) -> None:
+    live.api.script(text("ready"), text("ready, again"))
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
+        await client.wait_for(lambda: settled(client), timeout=30)
+        (first,) = live.processes()
+    assert live.processes() == {}
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        resumed = await client.request("thread/resume", {**live.start(), "providerThreadId": ptid})
+        assert resumed == {"providerThreadId": ptid, "sessionRestorable": True}
+        await client.request("turn/start", live.turn(ptid, "What did you reply?", n=2))
+        await client.wait_for(lambda: settled(client), timeout=30)
+        ((pid, argv),) = live.processes().items()
+        assert pid != first and argv[argv.index("--resume") + 1] == ptid and "--session-id" not in argv
+    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    assert message_text(client) == "ready, again"
+    history = live.api.messages()[1].messages  # the transcript the resumed CLI reloaded
+    assert "ready" in str(history[:-1]) and "Reply with ready." in str(history)
+
+
+async def test_a_steer_joins_the_running_turn(live: Live) -> None:
+    """The steer cell's shape: a steer while a tool runs reaches the model in the same turn (`steerMode: inject`)."""
+    live.api.script(
+        reply(text("Counting: 1"), tool_use("Bash", {"command": "sleep 2", "description": "Wait"})),
+        text("main"),
+    )
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
+        await client.request("turn/start", live.turn(ptid, "Count slowly."))
+        await client.wait_for(
+            lambda: any(e["item"]["type"] == "commandExecution" for e in of(client, "item/started")), timeout=30
+        )
+        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
+        steer = {**live.turn(ptid, "Stop counting; tell me the branch.", n=2), "expectedTurnId": turn_id}
+        assert await client.request("turn/steer", steer) == {"threadId": THREAD}
+        await client.wait_for(lambda: settled(client), timeout=30)
+        await trio.sleep(0.5)  # nothing further arrives: the steer did not open a turn of its own
+    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    accepted = of(client, "turn/input/accepted")
+    assert [e["clientRequestId"] for e in accepted] == [steer_id(1), steer_id(2)]
+    assert {e["scope"]["turnId"] for e in accepted} == {turn_id}
+    first, second = live.api.messages()
+    assert "Stop counting" not in str(first.messages) and "Stop counting; tell me the branch." in str(second.messages)
+    assert message_text(client) == "Counting: 1main"
+
+
+async def test_model_list_comes_from_the_cli(live: Live) -> None:
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
+        models = await client.request("model/list", {"providerId": PROVIDER})
+        again = await client.request("model/list", {"providerId": PROVIDER})  # memoized: no second probe
+    assert again == models
+    ids = [m["id"] for m in models["models"]]
+    assert ids[: len(CATALOG)] == [row[0] for row in CATALOG]
+    discovered = ids[len(CATALOG) :]
+    assert discovered, "the CLI's own models (its initialize answer) are listed after the catalog"
+    (default,) = [m["id"] for m in models["models"] if m["isDefault"]]
+    assert default in discovered  # the CLI's `default` entry resolves to one of its own models
+    selected = [m["id"] for m in models["selectedOnlyModels"]]
+    assert selected and set(selected) <= {row[0] for row in SELECTED_ONLY}
+    assert live.api.requests == []  # the probe child answers `initialize` and is closed before any model call
+
+
+def steer_id(n: int) -> str:
+    """The n-th client request id (the alphabet of `creq_` ids has no 0, 1, l or o)."""
+    return f"creq_abcdefghj{'23456789ab'[n % 10]}"
+
+
+def msgspec_decode(raw: Any) -> Any:
+    return msgspec.json.decode(raw)
+
+
+def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, claude: Path) -> None:
+    """`bbridge conformance` over the bridge and the real CLI: every rule passes. The fixture is the default one
+    with skills declared (the bridge serves `skills/configure`) and a known cwd (for the leftover check); the
+    interrupt prompt gets a slow answer so the turn still runs when the stop is sent."""
+    ROOTS.append(tmp_path)
+    ws, home, bindir = tmp_path / "ws", tmp_path / "home", tmp_path / "bin"
+    for folder in (ws, home, bindir):
+        folder.mkdir()
+    (bindir / "claude").symlink_to(claude)  # conformance strips inherited BB_* variables: found on PATH (§1.3)
+    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
+    fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
+    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
+    api.consumes = lambda request: "hold Write" in request.user_text()
+    api.script(*[reply(text(*[f"word{i} " for i in range(600)]), delay=0.05)] * 2)
+    env = offline_env(api.url, home)
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    result = subprocess.run(
+        [sys.executable, "-m", "bbridge", "conformance", "--fixture", str(tmp_path / "fixture.json"), "--",
+         sys.executable, "-m", "bridges.claude_code"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "18 passed, 0 failed"
+    assert "PASS turn/interrupt-settles-before-response" in result.stdout
+    assert not [r.target for r in api.requests if r.is_proxy_attempt]
+    deadline = time.monotonic() + 10
+    while leftovers([tmp_path]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers([tmp_path]) == {}
