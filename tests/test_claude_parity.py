@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.wire.recording import (
     BRIDGE_TO_PROVIDER,
     PROVIDER_TO_BRIDGE,
@@ -27,7 +28,6 @@ from bbridge.wire.recording import (
     lane_path,
     read_lane,
 )
-from bridges.claude_code import js
 from bridges.claude_code.encode import delta_notification
 from bridges.claude_code.translate import Translator
 from tests.conftest import missing_reason, shared_path

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from bbridge.core import grammar as g
-from bridges.claude_code import js, plans, tools
+from bbridge.core import js
+from bridges.claude_code import plans, tools
 from bridges.claude_code import presentation as p
 from bridges.claude_code.encode import delta_params
 from bridges.claude_code.translate import Translator, context_hint, error_info

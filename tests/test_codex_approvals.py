@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from bbridge.core import js
 from bbridge.wire.recording import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
@@ -18,7 +19,7 @@ from bbridge.wire.recording import (
     RUNTIME_TO_BRIDGE,
     read_cell,
 )
-from bridges.codex import approvals, js
+from bridges.codex import approvals
 from bridges.codex.encode import delta_params
 
 CELL = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex" / "approval-allow"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from bbridge.core import js
 from bbridge.wire.recording import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
@@ -14,7 +15,7 @@ from bbridge.wire.recording import (
     RUNTIME_TO_BRIDGE,
     read_cell,
 )
-from bridges.codex import js, models
+from bridges.codex import models
 
 CELL = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex" / "model-list"
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from bbridge.core import js
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
-from bridges.codex import js, params
+from bridges.codex import params
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
 CELLS = (

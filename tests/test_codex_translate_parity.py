@@ -17,8 +17,8 @@ import msgspec
 import pytest
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, read_cell
-from bridges.codex import js
 from bridges.codex.encode import delta_params
 from bridges.codex.translate import DeltaPath, Translator, codex_thread
 

@@ -12,6 +12,7 @@ from typing import Any
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 
 Item = dict[str, Any]
 
@@ -416,10 +417,7 @@ def synthesized_text_item(bb_id: str, channel: str, parent: str | None) -> Item:
     return _finish(item, parent, UNSET)
 
 
-_JS_WHITESPACE = frozenset(
-    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
+_JS_WHITESPACE = frozenset(js.WHITESPACE)
 
 
 def is_js_blank(text: str) -> bool:

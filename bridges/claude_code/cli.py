@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from bridges.claude_code import js
+from bbridge.core import js
 
 Json = Any
 EXECUTABLE_ENV = "BB_CLAUDE_CODE_EXECUTABLE"

@@ -24,9 +24,10 @@ from typing import Any, Literal
 
 import trio
 
+from bbridge.core import js
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
-from bridges.claude_code import cli, js
+from bridges.claude_code import cli
 
 PROBE_TIMEOUT_S = 5.0  # `which` / `--version`
 INSTALL_CHECK_TIMEOUT_S = 15.0  # npm, `doctor`, the keychain

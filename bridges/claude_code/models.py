@@ -13,8 +13,9 @@ from typing import Any
 import msgspec
 import trio
 
+from bbridge.core import js
 from bbridge.wire import rpc
-from bridges.claude_code import cli, js
+from bridges.claude_code import cli
 
 MEMO_S = 120.0
 PROBE_TIMEOUT_S = 60.0

@@ -11,7 +11,7 @@ import os.path
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bridges.claude_code import js
+from bbridge.core import js
 
 Json = Any
 Escalation = Literal["ask", "deny"] | None

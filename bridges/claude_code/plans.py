@@ -14,7 +14,7 @@ from typing import Any, Literal
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
-from bridges.claude_code import js
+from bbridge.core import js
 from bridges.claude_code import presentation as p
 
 TASK_TOOLS = frozenset({"TaskCreate", "TaskUpdate", "TaskList", "TaskGet"})

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
-from bridges.claude_code import js
+from bbridge.core import js
 
 TITLE_UNITS = 160
 DETAIL_UNITS = 280

@@ -22,9 +22,10 @@ import structlog
 import trio
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.kit import Bridge, record_child_io
 from bbridge.wire import rpc
-from bridges.claude_code import cli, js
+from bridges.claude_code import cli
 from bridges.claude_code import permissions as perm
 from bridges.claude_code.encode import delta_params
 from bridges.claude_code.translate import Translator

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
-from bridges.claude_code import js
+from bbridge.core import js
 from bridges.claude_code import presentation as p
 
 MATERIALIZED = frozenset({"local_workflow", "local_bash", "local_agent", "local_subagent"})

@@ -19,7 +19,8 @@ import msgspec
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
-from bridges.claude_code import js, plans, tools, visibility
+from bbridge.core import js
+from bridges.claude_code import plans, tools, visibility
 from bridges.claude_code import presentation as p
 from bridges.claude_code.tasks import Tasks
 

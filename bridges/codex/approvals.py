@@ -13,9 +13,9 @@ from typing import Any
 import msgspec
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.wire import interactions as ix
 
-from . import js
 from . import presentation as p
 from .fields import ShapeError, need, obj, optional_text, strings, text
 

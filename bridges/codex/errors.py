@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 
-from . import js
 from .fields import ShapeError, need, obj, optional_text, text
 
 _PLAIN = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import js
+from bbridge.core import js
 
 
 class ShapeError(ValueError):

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 
-from . import js
 from . import presentation as p
 from .fields import ShapeError, need, nullable_number, obj, optional_text, strings, text
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import js
+from bbridge.core import js
 
 COMMAND_ENV = "BB_CODEX_BRIDGE_APP_SERVER_COMMAND"
 ARGS_ENV = "BB_CODEX_BRIDGE_APP_SERVER_ARGS"

@@ -10,9 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from bbridge.core import js
 from bbridge.core.grammar import utf16_len
-
-from . import js
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
 LEGACY_CHECKPOINT = re.compile(r"^bt[0-9a-f]{8}-[0-9]+-")

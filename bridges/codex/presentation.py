@@ -6,8 +6,7 @@ import re
 from collections.abc import Sequence
 
 from bbridge.core import grammar as g
-
-from . import js
+from bbridge.core import js
 
 TITLE_LIMIT = 160
 

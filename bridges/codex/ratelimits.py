@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 
-from . import js
 from .fields import ShapeError
 
 _FIELDS = ("limitId", "limitName", "primary", "secondary", "credits", "individualLimit", "planType")

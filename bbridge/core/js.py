@@ -1,7 +1,8 @@
-"""JavaScript string and JSON semantics the reference's output depends on (spec §8.1, §8.3).
+"""JavaScript string and JSON semantics the reference's output depends on (assembler.md §16, bridge specs §8).
 
-The reference is a Node program: its trims, length limits and `JSON.stringify` differ from Python's in
-small ways that reach the wire (titles, details, compact JSON of tool arguments), so they are mirrored here.
+The reference is a Node program: its trims, UTF-16 length limits and `JSON.stringify` differ from Python's in
+small ways that reach the wire (titles, details, compact JSON of tool arguments), so the core and every bridge
+mirror them with these helpers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import msgspec
 
 from bbridge.core.grammar import js_float, utf16_len
 
-_WHITESPACE = (
+# ECMAScript WhiteSpace and LineTerminator: what `trim()` removes (Python's `strip()` set differs:
+# U+001C–U+001F and U+0085 are whitespace to Python only).
+WHITESPACE = (
     "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
@@ -20,12 +23,13 @@ ELLIPSIS = "…"
 
 
 def trim(text: str) -> str:
-    """`String.prototype.trim` (Python's `strip()` set differs: U+001C–U+001F, U+0085, U+FEFF)."""
-    return text.strip(_WHITESPACE)
+    """`String.prototype.trim`."""
+    return text.strip(WHITESPACE)
 
 
 def trim_end(text: str) -> str:
-    return text.rstrip(_WHITESPACE)
+    """`String.prototype.trimEnd`."""
+    return text.rstrip(WHITESPACE)
 
 
 def cut(text: str, units: int) -> str:
@@ -37,7 +41,7 @@ def cut(text: str, units: int) -> str:
 
 
 def limit(text: str, units: int) -> str:
-    """Longer than `units` → the first `units - 1` units and an ellipsis (titles, details)."""
+    """Longer than `units` UTF-16 units → the first `units - 1` units and an ellipsis (titles, details)."""
     return text if utf16_len(text) <= units else cut(text, units - 1) + ELLIPSIS
 
 
@@ -57,6 +61,11 @@ def stringify(value: Any) -> str:
 def is_number(value: Any) -> bool:
     """A JSON number (`typeof value === "number"`), never a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_str(value: Any) -> bool:
+    """`typeof value === "string"`."""
+    return isinstance(value, str)
 
 
 def number_text(value: int | float) -> str:
