@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity soak live-agents
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity soak live-agents
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ acp-parity: install
 claude-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.claude_code" --golden $(SHARED)/golden \
 		--allowlist conformance/claude-code-parity-allowlist.json $(SHARED)/recordings/claude-code/*/
+
+codex-parity: install
+	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.codex" --golden $(SHARED)/golden \
+		--allowlist conformance/codex-parity-allowlist.json $(SHARED)/recordings/codex/*/
 
 lint: install
 	$(VENV)/bin/ruff check bbridge bridges tests tools

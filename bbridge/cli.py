@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import trio
 
 from bbridge.bench import report as bench_report
@@ -64,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt", required=True, help="the prompt of the one turn")
     run.add_argument("--cwd", help="working directory for the bridge and the thread")
     run.add_argument("--json", action="store_true", help="NDJSON events instead of the readable timeline")
+    run.add_argument(
+        "--tools",
+        type=Path,
+        metavar="FILE",
+        help="JSON list of client tools to declare (DynamicTool + optional answer)",
+    )
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
@@ -232,14 +239,21 @@ def _schema(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from bbridge import logs
     from bbridge.daemon.config import command_from_string
-    from bbridge.run import run_once
+    from bbridge.run import RunTool, read_tools, run_once
 
     logs.configure(args.log_level)
     command = command_from_string(args.provider_cmd)
     if not command:
         print("bbridge run: --provider-cmd is empty", file=sys.stderr)
         return 2
-    return trio.run(run_once, command, args.prompt, args.cwd, args.json)
+    tools: list[RunTool] = []
+    if args.tools is not None:
+        try:
+            tools = read_tools(args.tools.read_bytes())
+        except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+            print(f"bbridge run: --tools {args.tools}: {exc}", file=sys.stderr)
+            return 2
+    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools)
 
 
 def _ops(args: argparse.Namespace) -> int:

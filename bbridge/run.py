@@ -3,7 +3,9 @@
 For bridge authors: spawns the bridge through the daemon's own machinery
 (handshake, assembler, guard, watchdogs), starts a thread, sends one prompt and
 prints the assembled events as they arrive — readable, or NDJSON with `--json`
-— until the turn settles. The exit status says whether it worked.
+— until the turn settles. The exit status says whether it worked. `--tools FILE`
+declares client tools (protocol.md `DynamicTool`, plus an optional canned
+`answer` each) so a bridge's tool round trip can be watched end to end.
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ class _Envelope(msgspec.Struct):
 class _Events(msgspec.Struct):
     threadId: str
     events: list[dict[str, Any]]
+
+
+class RunTool(msgspec.Struct, forbid_unknown_fields=True):
+    """A `--tools` entry: the declaration sent as `dynamicTools`, and what a call of it is answered."""
+
+    name: str
+    description: str
+    inputSchema: Any
+    presentation: Any = msgspec.UNSET
+    answer: Any = msgspec.UNSET  # a tool result `{success, contentItems}`; absent: the call fails
+
+
+def read_tools(raw: bytes) -> list[RunTool]:
+    """The `--tools` file; `msgspec.ValidationError`/`DecodeError` say what is wrong."""
+    return msgspec.json.decode(raw, type=list[RunTool])
 
 
 def client_request_id() -> str:
@@ -129,6 +146,7 @@ class Timeline:
     settled: trio.Event = field(default_factory=trio.Event)
     turn_status: str | None = None
     errors: list[str] = field(default_factory=list)
+    tools: dict[str, RunTool] = field(default_factory=dict)
     view: Renderer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -169,19 +187,33 @@ class Timeline:
 
 
 def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any]) -> Any:
-    """No human is here: approvals are denied, questions get no answer, tool calls fail."""
+    """No human is here: approvals are denied, questions get no answer, tool calls get their canned answer."""
     timeline.view.line(f"  ? {method}: answered automatically (bbridge run is not interactive)")
     if method == "item/tool/call":
-        return {"success": False, "contentItems": [{"type": "inputText", "text": "bbridge run has no tools"}]}
+        tool = timeline.tools.get(str(params.get("tool")))
+        if tool is not None and tool.answer is not msgspec.UNSET:
+            return tool.answer
+        text = f"bbridge run has no answer for tool {params.get('tool')!r}"
+        return {"success": False, "contentItems": [{"type": "inputText", "text": text}]}
     payload = params.get("payload") or {}
     if payload.get("kind") == "approval":
         return {"decision": "deny"}
     return {"kind": "user_answer", "answers": {}}
 
 
-async def run_once(command: list[str], prompt: str, cwd: str | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+async def run_once(
+    command: list[str],
+    prompt: str,
+    cwd: str | None,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+    tools: list[RunTool] | None = None,
+) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
-    timeline = Timeline(thread_id, out, as_json)
+    timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
+    declared = [
+        {k: v for k, v in msgspec.to_builtins(tool).items() if k != "answer"} for tool in timeline.tools.values()
+    ]
     # no config declares extension kinds here: show whatever the bridge sends
     daemon = Daemon({PROVIDER: ProviderConfig(command=command, cwd=cwd)}, text_delta_flush_ms=0, open_extensions=True)
     daemon.add_client(timeline)
@@ -196,6 +228,7 @@ async def run_once(command: list[str], prompt: str, cwd: str | None, as_json: bo
                     "threadId": thread_id,
                     "cwd": cwd or os.getcwd(),
                     "options": {**OPTIONS, "envVars": {}},
+                    **({"dynamicTools": declared} if declared else {}),
                 },
             )
             text_input = [{"type": "text", "text": prompt, "mentions": []}]

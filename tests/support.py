@@ -68,15 +68,26 @@ class Runtime:
         self.events: dict[str, list[Event]] = defaultdict(list)
         self.junk: list[bytes] = []
         self.assembler = Assembler("echo", entropy_prefix="E", text_delta_flush_ms=0)
+        self.requests: list[tuple[str, Any]] = []  # the bridge's requests, in order
+        self.resolution: Any = None  # their answer: None refuses (-32601), an RpcError fails, else the result
         self.conn = rpc.Connection(
             send,
             receive,
             name="runtime",
+            on_request=self._on_request,
             on_notifications=self._on_notes,
             on_junk=lambda line, reason: self.junk.append(line),
         )
         self._tick = trio.Event()
         self._failure: Exception | None = None
+
+    async def _on_request(self, request: rpc.Request) -> Any:
+        self.requests.append((request.method, msgspec.json.decode(request.params or b"null")))
+        if self.resolution is None:
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        if isinstance(self.resolution, rpc.RpcError):
+            raise self.resolution
+        return self.resolution
 
     async def _on_notes(self, batch: list[rpc.Notification]) -> None:
         try:

@@ -106,6 +106,65 @@ async def test_plain_turn() -> None:
         assert checkpoint == f"{ptid}:1"
 
 
+LOOKUP = {
+    "name": "lookup",
+    "description": "Looks a word up",
+    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    "presentation": {"label": {"pending": "Looking up", "completed": "Looked up"}, "icon": {"glyph": "Search"}},
+}
+
+
+@pytest.mark.parametrize("success", [True, False])
+async def test_a_tool_directive_calls_the_clients_tool(success: bool) -> None:
+    async with echo() as child:
+        rt = child.runtime
+        rt.resolution = {"success": success, "contentItems": [{"type": "inputText", "text": "42"}]}
+        started = await rt.call(
+            "thread/start", {"threadId": THREAD, "cwd": "/tmp", "options": FULL, "dynamicTools": [LOOKUP]}
+        )
+        ptid = started["providerThreadId"]
+        events = await turn(rt, ptid, 'tool:lookup args:{"q":"x"}')
+        [(method, call)] = rt.requests
+        assert method == "item/tool/call"
+        assert call == {
+            "providerThreadId": ptid,
+            "threadId": THREAD,
+            "turnId": None,
+            "callId": f"call-{ptid}-1",
+            "tool": "lookup",
+            "arguments": {"q": "x"},
+        }
+        tool = [e["item"] for e in events if e["type"] == "item/completed" and e["item"]["type"] == "toolCall"]
+        outcome = {"result": "42"} if success else {"error": "42"}
+        assert tool == [
+            {
+                "type": "toolCall",
+                "id": tool[0]["id"],
+                "server": "bb",
+                "tool": "lookup",
+                "arguments": {"q": "x"},
+                "status": "completed" if success else "failed",
+                **outcome,
+                "presentation": LOOKUP["presentation"],
+            }
+        ]
+        message = [
+            e["item"]["text"] for e in events if e["type"] == "item/completed" and e["item"]["type"] == "agentMessage"
+        ]
+        assert message == ["echo: lookup → 42"]
+        check_timeline(rt.events[THREAD])
+
+
+async def test_a_refused_tool_call_is_reported_in_the_turn() -> None:
+    async with echo() as child:
+        rt = child.runtime  # no resolution: the runtime refuses the request
+        ptid = await start_thread(rt, THREAD)
+        events = await turn(rt, ptid, "tool:missing")
+        tool = [e["item"] for e in events if e["type"] == "item/completed" and e["item"]["type"] == "toolCall"]
+        assert tool[0]["status"] == "failed" and tool[0]["error"] == "Method not found: item/tool/call"
+        assert tool[0]["presentation"]["label"] == {"pending": "Calling tool", "completed": "Called tool"}
+
+
 async def test_start_with_input_runs_a_turn_without_accepted_input() -> None:
     async with echo() as child:
         rt = child.runtime

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from bbridge.core.events import EVENT_TYPES
 from tests.support import FAKE
@@ -34,6 +35,37 @@ def test_json_mode_emits_all_30_event_types_for_deltas_all() -> None:
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert {event["type"] for event in events} == set(EVENT_TYPES)
     assert all(event["threadId"].startswith("thr_run") for event in events)
+
+
+LOOKUP = {
+    "name": "lookup",
+    "description": "Looks a word up",
+    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    "presentation": {"label": {"pending": "Looking up", "completed": "Looked up"}, "icon": {"glyph": "Search"}},
+    "answer": {"success": True, "contentItems": [{"type": "inputText", "text": "42"}]},
+}
+
+
+def test_declared_tools_are_called_and_shown_with_their_presentation(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([LOOKUP]))
+    result = run("--provider-cmd", ECHO, "--tools", str(tools), "--prompt", 'tool:lookup args:{"q":"x"}')
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1:4] == [
+        "  ◦ Looking up",
+        "  ? item/tool/call: answered automatically (bbridge run is not interactive)",
+        "  ✓ Looked up",
+    ]
+    assert "    echo: lookup → 42" in lines
+
+
+def test_a_tools_file_that_is_not_a_tool_list_is_refused(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"name": "lookup"}]))
+    result = run("--provider-cmd", ECHO, "--tools", str(tools), "--prompt", "hi")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"bbridge run: --tools {tools}: ")
 
 
 def test_a_failed_turn_exits_non_zero_with_the_reason() -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,19 @@ class Run:
     drops: int = 0
     stalls: list[str] = field(default_factory=list)
     stderr: str = ""
+    control: list[Any] = field(default_factory=list)  # every other message the bridge wrote, in order
 
     @classmethod
     def of(cls, replay: Replay) -> Run:
         events = [e for e in replay.log if e.kind == "event"]
         invalid = [f"invalid thread/delta: {e.reason}" for e in replay.log if e.kind == "invalid-delta"]
         drops = sum(e.violation is not None for e in events)
-        return cls([e.event for e in events], drops, replay.stalls + invalid, replay.stderr)
+        control = [
+            e.message
+            for e in replay.log
+            if e.kind in ("response", "request", "notification") and e.message.get("method") != "thread/delta"
+        ]
+        return cls([e.event for e in events], drops, replay.stalls + invalid, replay.stderr, control)
 
 
 # -- the allowlist -------------------------------------------------------------
@@ -196,8 +202,12 @@ def check_cells(
     drain: float = DEFAULT_PACING.drain,
     settle: float = DEFAULT_PACING.settle,
     dump_dir: Path | None = None,
+    on_run: Callable[[Path, Run], None] | None = None,
 ) -> Iterator[Check]:
-    """One check per cell, then one per wildcard allowlist entry that masked nothing anywhere it applied."""
+    """One check per cell, then one per wildcard allowlist entry that masked nothing anywhere it applied.
+
+    `on_run` sees each cell's run, for checks beyond the events (e.g. the bridge's other lines).
+    """
     entries = read_allowlist(allowlist)
     pacing = Pacing(drain=drain, settle=settle)
     for cell in cells:
@@ -215,6 +225,8 @@ def check_cells(
                 b"".join(encode_event(e) + b"\n" for e in live.events)
             )
             (dump_dir / f"{provider}-{cell.name}.stderr").write_text(live.stderr, encoding="utf-8")
+        if on_run is not None:
+            on_run(cell, live)
         yield compare(name, golden, live, entries)
     for entry in entries:
         if entry.cell == "*" and entry.matched and not entry.masked:

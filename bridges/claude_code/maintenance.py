@@ -9,17 +9,14 @@ Blocking work runs in trio's worker threads or as trio subprocesses, so sessions
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-import shlex
-import shutil
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import trio
@@ -27,11 +24,21 @@ import trio
 from bbridge.core import js
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
+from bridges import probes
 from bridges.claude_code import cli
+from bridges.probes import (
+    INSTALL_CHECK_TIMEOUT_S,
+    PROBE_TIMEOUT_S,
+    display_command,
+    error_text,
+    http_get,
+    install_source,
+    json_or_none,
+    older,
+    parse_version,
+    percent,
+)
 
-PROBE_TIMEOUT_S = 5.0  # `which` / `--version`
-INSTALL_CHECK_TIMEOUT_S = 15.0  # npm, `doctor`, the keychain
-USAGE_TIMEOUT_S = 15.0
 USAGE_URL = "https://api.anthropic.com/api/oauth/usage"
 USAGE_HEADERS = {
     "Accept": "application/json",
@@ -40,6 +47,7 @@ USAGE_HEADERS = {
     "User-Agent": "claude-code/2.1.0",
 }
 NPM_PACKAGE = "@anthropic-ai/claude-code"
+NPM_LIST = ("npm", "list", "-g", NPM_PACKAGE, "--depth=0", "--json")
 LOGIN_COMMAND = "claude /login"
 KEYCHAIN_SERVICE = "Claude Code-credentials"
 INSTALL_SCRIPT = (
@@ -48,7 +56,6 @@ INSTALL_SCRIPT = (
 )
 RATE_LIMITED = "Claude usage is rate limited right now. Try again shortly."
 MALFORMED = "Claude usage response was malformed."
-_VERSION = re.compile(r"\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?")
 _MAX_TIER = re.compile(r"max_(\d+)x")
 _CHANNEL = re.compile(r"Auto-update channel:\s*(\S+)")
 HealthStatus = Literal["ready", "not_installed", "unauthenticated", "expired", "unknown"]
@@ -61,22 +68,6 @@ class Credentials:
     token: str
     expires_at_ms: float | None
     plan_label: str | None
-
-
-def parse_version(text: str) -> str | None:
-    match = _VERSION.search(text)
-    return match.group(0) if match else None
-
-
-def older(current: str | None, latest: str | None) -> bool:
-    """Whether `current` precedes `latest`; a pre-release sorts before its release, anything unparsable never does."""
-    keys = []
-    for version in (current, latest):
-        if version is None or not _VERSION.fullmatch(version):
-            return False
-        numbers, _, pre = version.partition("-")
-        keys.append((*(int(n) for n in numbers.split(".")), 0 if pre else 1))
-    return keys[0] < keys[1]
 
 
 def plan_label(oauth: Mapping[str, Any]) -> str | None:
@@ -102,14 +93,11 @@ def credentials_from(text: str) -> Credentials | None:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return float(value) if js.is_number(value) else None
 
 
 def _window(label: str, entry: Any) -> m.UsageWindow | None:
-    """One usage window, or None when the endpoint reports no figure for it.
-
-    The percentage is clamped and rounded half up, like JavaScript's `Math.round` (Python's `round` goes to even).
-    """
+    """One usage window, or None when the endpoint reports no figure for it."""
     if not isinstance(entry, dict):
         return None
     value = _number(entry.get("utilization"))
@@ -119,7 +107,7 @@ def _window(label: str, entry: Any) -> m.UsageWindow | None:
     resets = entry.get("resets_at")
     return m.UsageWindow(
         label=label,
-        usedPercent=max(0, min(100, math.floor(value + 0.5))),
+        usedPercent=percent(value),
         resetsAt=resets if isinstance(resets, str) and resets else None,
     )
 
@@ -149,45 +137,13 @@ def usage_windows(body: bytes) -> list[m.UsageWindow]:
     return [w for w in windows if w is not None]
 
 
-def _fetch(url: str, token: str, opener: urllib.request.OpenerDirector) -> tuple[int, bytes]:
-    """The usage GET (blocking: run it in a worker thread); non-2xx answers are returned, not raised."""
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", **USAGE_HEADERS})
-    try:
-        with opener.open(request, timeout=USAGE_TIMEOUT_S) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        return exc.code, b""
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc.reason) if isinstance(exc, urllib.error.URLError) else str(exc)
-    return text or type(exc).__name__
-
-
-def _json(text: str | None) -> Any:
-    try:
-        return json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def latest_version(doctor: str | None, dist_tags: str | None) -> str | None:
     """The npm dist-tag of the channel `claude doctor` names (`stable`, else `latest`); None when npm cannot say."""
     channel = _CHANNEL.search(doctor) if doctor is not None else None
     tag = "stable" if channel is not None and channel.group(1).lower() == "stable" else "latest"
-    tags = _json(dist_tags)
+    tags = json_or_none(dist_tags)
     value = tags.get(tag) if isinstance(tags, dict) else None
     return value if isinstance(value, str) and value else None
-
-
-def npm_global_version(listing_text: str | None) -> str | None:
-    """The package's version in `npm list -g --json`, when npm installed it globally."""
-    listing = _json(listing_text)
-    dependencies = listing.get("dependencies") if isinstance(listing, dict) else None
-    package = dependencies.get(NPM_PACKAGE) if isinstance(dependencies, dict) else None
-    version = package.get("version") if isinstance(package, dict) else None
-    return version if isinstance(version, str) and version else None
 
 
 class Maintenance:
@@ -218,27 +174,10 @@ class Maintenance:
     # -- probes ------------------------------------------------------------------------
 
     async def run(self, argv: Sequence[str], timeout: float) -> str | None:
-        """A command's stdout+stderr; None when it cannot start, fails or outlives `timeout`."""
-        with trio.move_on_after(timeout):
-            try:
-                done = await trio.run_process(
-                    list(argv),
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                    env=self.env,
-                    deliver_cancel=_kill,
-                )
-            except OSError:
-                return None
-            if done.returncode != 0:
-                return None
-            return (done.stdout + done.stderr).decode(errors="replace")
-        return None
+        return await probes.run_probe(argv, self.env, timeout)
 
     async def which(self) -> str | None:
-        """`which <command>` against the bridge's PATH."""
-        return await trio.to_thread.run_sync(lambda: shutil.which(self.command, path=self.env.get("PATH", "")))
+        return await probes.which(self.command, self.env)
 
     async def version(self) -> str | None:
         output = await self.run([self.command, "--version"], PROBE_TIMEOUT_S)
@@ -256,7 +195,7 @@ class Maintenance:
         return credentials_from(text) if text is not None else None
 
     async def account_email(self) -> str | None:
-        document = _json(await self._read(os.path.join(self.home, ".claude.json")))
+        document = json_or_none(await self._read(os.path.join(self.home, ".claude.json")))
         account = document.get("oauthAccount") if isinstance(document, dict) else None
         email = account.get("emailAddress") if isinstance(account, dict) else None
         return email if isinstance(email, str) else None
@@ -277,38 +216,18 @@ class Maintenance:
         try:
             health = await self._health()
         except Exception as exc:
-            health = self._health_of("unknown", message=_message(exc))
+            health = probes.health("unknown", login_command=LOGIN_COMMAND, message=error_text(exc))
         return m.HealthReport(supported=True, health=health)
 
     async def _health(self) -> m.Health:
         if await self.which() is None:
-            return self._health_of("not_installed")
+            return probes.health("not_installed", login_command=LOGIN_COMMAND)
         version = await self.version()
         creds = await self.credentials()
         email = await self.account_email()
         plan = creds.plan_label if creds is not None else None
-        return self._health_of(_login_status(creds), email=email, plan=plan, version=version)
-
-    def _health_of(
-        self,
-        status: HealthStatus,
-        *,
-        message: str | None = None,
-        email: str | None = None,
-        plan: str | None = None,
-        version: str | None = None,
-    ) -> m.Health:
-        return m.Health(
-            status=status,
-            statusMessage=message,
-            accountEmail=email,
-            planLabel=plan,
-            installedVersion=version,
-            minimumSupportedVersion=None,
-            canInstall=True,
-            canUpdate=status != "not_installed",
-            loginCommand=LOGIN_COMMAND,
-        )
+        status = _login_status(creds)
+        return probes.health(status, login_command=LOGIN_COMMAND, email=email, plan=plan, version=version)
 
     # -- provider/usage ----------------------------------------------------------------
 
@@ -326,60 +245,55 @@ class Maintenance:
         email = await self.account_email()
         plan = creds.plan_label
         try:
-            status, body = await trio.to_thread.run_sync(_fetch, self.usage_url, creds.token, self.opener)
+            headers = {"Authorization": f"Bearer {creds.token}", **USAGE_HEADERS}
+            response = await trio.to_thread.run_sync(http_get, self.usage_url, headers, self.opener)
+            status = response.status
             if status == 401:
                 return m.UsageExpired()
             if not 200 <= status < 300:
                 failed = RATE_LIMITED if status == 429 else f"Claude usage request failed (HTTP {status})."
                 return m.UsageError(message=failed, planLabel=plan, accountEmail=email)
-            return m.UsageOk(accountEmail=email, planLabel=plan, windows=usage_windows(body))
+            return m.UsageOk(accountEmail=email, planLabel=plan, windows=usage_windows(response.body))
         except Exception as exc:
-            return m.UsageError(message=_message(exc), planLabel=plan, accountEmail=email)
+            return m.UsageError(message=error_text(exc), planLabel=plan, accountEmail=email)
 
     # -- provider/installation/* -------------------------------------------------------
 
     async def installation_status(self, params: protocol.InstallationStatusParams) -> m.InstallationStatus:
-        """The install facts; the slow probes run side by side so the answer stays inside the runtime's 30 s."""
+        """The install facts, from the CLI, its `doctor` and npm probed side by side."""
         command = self.command
-        path = await self.which()
-        outputs: dict[str, str | None] = {}
-
-        async def probe(name: str, argv: list[str], timeout: float = INSTALL_CHECK_TIMEOUT_S) -> None:
-            outputs[name] = await self.run(argv, timeout)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(probe, "version", [command, "--version"], PROBE_TIMEOUT_S)
-            nursery.start_soon(probe, "doctor", [command, "doctor"])
-            nursery.start_soon(probe, "prefix", ["npm", "prefix", "-g"])
-            nursery.start_soon(probe, "tags", ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"])
-            nursery.start_soon(probe, "global", ["npm", "list", "-g", NPM_PACKAGE, "--depth=0", "--json"])
+        outputs = await probes.concurrently(
+            {
+                "path": self.which,
+                "version": partial(self.run, [command, "--version"], PROBE_TIMEOUT_S),
+                "doctor": partial(self.run, [command, "doctor"], INSTALL_CHECK_TIMEOUT_S),
+                "prefix": partial(self.run, ["npm", "prefix", "-g"], INSTALL_CHECK_TIMEOUT_S),
+                "tags": partial(self.run, ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"], INSTALL_CHECK_TIMEOUT_S),
+                "global": partial(self.run, NPM_LIST, INSTALL_CHECK_TIMEOUT_S),
+            }
+        )
+        path = outputs["path"]
         current = parse_version(outputs["version"] or "")
         installed = path is not None or current is not None
-        prefix = (outputs["prefix"] or "").strip()
-        npm_global = path is not None and bool(prefix) and os.path.dirname(path) == os.path.join(prefix, "bin")
-        source: Literal["notInstalled", "npmGlobal", "external"] = (
-            "npmGlobal" if npm_global else "external" if installed else "notInstalled"
-        )
+        source = install_source(path, installed, outputs["prefix"])
         latest = latest_version(outputs["doctor"], outputs["tags"])
         needs_update = older(current, latest)
-        action: m.InstallAction | None = None
+        action: tuple[Literal["install", "update"], str] | None = None
         if not installed:
-            action = m.InstallAction(kind="install", label="Install", command=INSTALL_SCRIPT)
-        elif needs_update and (npm_global or self._self_updating(path)):
-            action = m.InstallAction(kind="update", label="Update", command=shlex.join([command, "update"]))
-        return m.InstallationStatus(
-            executableName=command,
-            executablePath=path,
+            action = ("install", INSTALL_SCRIPT)
+        elif needs_update and (source == "npmGlobal" or self._self_updating(path)):
+            action = ("update", display_command([command, "update"]))
+        return probes.installation_status(
+            command,
+            path,
             installed=installed,
-            installSource=source,
-            currentVersion=current,
-            latestVersion=latest,
-            minimumSupportedVersion=None,
-            npmPackageName=NPM_PACKAGE,
-            npmGlobalPackageVersion=npm_global_version(outputs["global"]),
-            installAction=action,
-            needsUpdate=needs_update,
-            versionUnsupported=False,
+            source=source,
+            versions=(current, latest, None),
+            package=NPM_PACKAGE,
+            npm_listing=outputs["global"],
+            action=action,
+            needs_update=needs_update,
+            unsupported=False,
         )
 
     def _self_updating(self, path: str | None) -> bool:
@@ -413,8 +327,3 @@ def _login_status(creds: Credentials | None) -> HealthStatus:
     if creds.expires_at_ms is not None and creds.expires_at_ms <= time.time() * 1000:
         return "expired"
     return "ready"
-
-
-async def _kill(process: trio.Process) -> None:
-    """A probe past its timeout is killed outright: its answer no longer matters."""
-    process.kill()

@@ -117,6 +117,7 @@ class CodexChild:
         self._holding: _Pending | None = None  # the response whose continuation holds the reader
         self._stopping = trio.Event()
         self._write_lock = trio.Lock()
+        self.ready = trio.Event()  # set once the process is spawned (or failed to spawn): requests may be sent
 
     # -- requests ------------------------------------------------------------------------------------------------
 
@@ -187,11 +188,13 @@ class CodexChild:
             self.spawn_failed = True
             self._tail(spawn_error_text(self.argv[0], exc))
             task_status.started()
+            self.ready.set()
             await self._finalize()
             return
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._stdin, stdout = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
         task_status.started()
+        self.ready.set()
         try:
             async with trio.open_nursery() as nursery:
                 drained = [trio.Event(), trio.Event()]

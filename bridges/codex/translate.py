@@ -534,6 +534,14 @@ class Translator:
         agent = self.links.agents.get(call) if call is not None else None
         return self._complete(agent, boundary.status) if agent is not None else []
 
+    def child_exited(self, thread: str) -> list[g.Delta]:
+        """The session child died (§3.13): its sub-agents fail and are forgotten, its raw output is dropped."""
+        closes = self._thread_closed(thread)
+        for call, agent in list(self.links.agents.items()):
+            if agent.agent_thread == thread or agent.parent_thread == thread:
+                del self.links.agents[call]
+        return closes
+
     def _thread_closed(self, thread: str) -> list[g.Delta]:
         self.raw.drop(thread)
         closes: list[g.Delta] = []

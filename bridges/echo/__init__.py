@@ -35,6 +35,11 @@ Prompt directives (whitespace-separated tokens of the joined text inputs):
   Extension kinds used: `echo/note` (item) and `echo/state` (state).
 * `deltas:session.ended` — stream the answer, then end the turn with
   `session.ended` (streamed text kept, turn `interrupted`).
+* `tool:<name>`, optionally with `args:<JSON object without spaces>` — call
+  the client's tool `<name>` (declared or not: the daemon decides) with an
+  `item/tool/call` request inside a `tool` item shown with the tool's
+  declared presentation, then echo what came back (`echo: <name> → <text>`).
+  The bridge-author's view of the round trip (protocol.md §3.6.1).
 
 `turn/steer` answers -32001 when the thread has no live turn; otherwise the
 steer is accepted (`input.accepted`) into the live turn and its text streamed
@@ -49,8 +54,9 @@ import re
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+import msgspec
 import trio
 from msgspec import UNSET
 
@@ -60,6 +66,9 @@ from bbridge.wire import protocol, rpc
 
 CONTEXT_WINDOW = 200_000
 PRESENTATION = g.Presentation(label=g.Label(pending="Echoing", completed="Echoed"), icon=g.Icon(glyph="Sparkles"))
+TOOL_PRESENTATION = g.Presentation(
+    label=g.Label(pending="Calling tool", completed="Called tool"), icon=g.Icon(glyph="Wrench")
+)
 CAPABILITIES = protocol.Capabilities(sessionRestore=True, fork="checkpoint", steerMode="inject")
 ECHO_MODEL = {
     "id": "echo",
@@ -78,6 +87,8 @@ class Directives:
     delay: float = 0.0  # seconds before each streamed chunk
     hold: bool = False
     detail: str = "echo failure requested by the prompt"
+    tool: str | None = None  # a client tool to call first
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_directives(text: str) -> Directives:
@@ -99,6 +110,15 @@ def parse_directives(text: str) -> Directives:
             found.mode = "all"
         elif token == "deltas:session.ended":
             found.mode = "ended"
+        elif name == "tool" and arg:
+            found.tool = arg
+        elif name == "args":
+            try:
+                decoded = msgspec.json.decode(arg)
+            except msgspec.DecodeError:
+                decoded = None
+            if isinstance(decoded, dict):
+                found.args = decoded
     return found
 
 
@@ -139,6 +159,7 @@ class Session:
     checkpoints: list[str]  # shared with the process-wide history of this provider session
     turns: int = 0
     turn: Turn | None = None
+    tools: dict[str, protocol.DynamicTool] = field(default_factory=dict)  # the client's, by name
 
 
 class Echo:
@@ -192,6 +213,7 @@ class Echo:
             await self._settle(old)
         self.histories[ptid] = history
         session = self.sessions[params.threadId] = Session(params.threadId, ptid, params.cwd, history)
+        session.tools = {tool.name: tool for tool in params.dynamicTools or []}
         await self.bridge.open_session(params.threadId, ptid, session_restorable=True)
         return session
 
@@ -270,7 +292,7 @@ class Echo:
         if turn.directives.mode == "all":
             opening += self._coverage_head(session)
             turn.batches.extend(self._coverage_items(session))
-        if turn.directives.mode != "noop":
+        if turn.directives.mode != "noop" and turn.directives.tool is None:
             turn.queue_text(f"echo: {prompt}")
         turn.batches.appendleft(opening + (turn.batches.popleft() if turn.batches else []))
         session.turn = turn
@@ -278,6 +300,8 @@ class Echo:
 
     async def _run(self, session: Session, turn: Turn) -> None:
         with turn.scope:
+            if turn.directives.tool is not None:
+                await self._call_tool(session, turn, turn.directives.tool)
             first = True
             while True:
                 if not turn.batches and turn.directives.hold:
@@ -301,6 +325,45 @@ class Echo:
                     if turn.directives.mode == "all":
                         await self._rebuild(session)
                     return
+
+    async def _call_tool(self, session: Session, turn: Turn, name: str) -> None:
+        """`tool:<name>`: the opening batch with a `tool` item, the client's answer, the item's close."""
+        key = g.ItemKey(providerItemId=f"tool-{turn.number}")
+        declared = session.tools.get(name)
+        shown = TOOL_PRESENTATION
+        if declared is not None and declared.presentation is not UNSET:
+            shown = declared.presentation
+        args = turn.directives.args
+        opening = turn.batches.popleft()
+        await self.bridge.emit(
+            session.thread_id,
+            [*opening, g.ItemOpen(key=key, item=g.ToolShape(tool=name, server="bb", args=args), presentation=shown)],
+        )
+        call = {
+            "providerThreadId": session.provider_thread_id,
+            "threadId": session.thread_id,
+            "turnId": None,
+            "callId": f"call-{session.provider_thread_id}-{turn.number}",
+            "tool": name,
+            "arguments": args,
+        }
+        try:
+            answer = await self.bridge.request("item/tool/call", call)
+        except rpc.RpcError as exc:
+            answer = {"success": False, "contentItems": [{"type": "inputText", "text": exc.message}]}
+        ok = isinstance(answer, dict) and answer.get("success") is True
+        items = answer.get("contentItems") if isinstance(answer, dict) else None
+        text = "\n".join(c["text"] for c in items or [] if isinstance(c, dict) and isinstance(c.get("text"), str))
+        shape = (
+            g.ToolShape(tool=name, server="bb", args=args, result=text)
+            if ok
+            else g.ToolShape(tool=name, server="bb", args=args, error=text)
+        )
+        await self.bridge.emit(
+            session.thread_id,
+            [g.ItemClose(key=key, status="completed" if ok else "failed", item=shape, presentation=shown)],
+        )
+        turn.queue_text(f"echo: {name} → {text}")
 
     async def _rebuild(self, session: Session) -> None:
         """The last two kinds of `deltas:all`, after the turn settled: `session.ended` (nothing is open, so
