@@ -42,6 +42,7 @@ CHILD_GONE = "codex app-server exited; the session was restored from its rollout
 SETTINGS_CHANGED = "Execution settings changed; the codex session was rebuilt to apply them."
 NO_RESTORE_ID = "codex session has no provider thread id to restore from its rollout"
 ZERO_WORK_DELAY_S = 0.25
+INTERRUPT_SETTLE_S = 10.0  # how long `thread/stop` waits for codex's interrupted boundary
 THREAD_REF_METHODS = {
     "thread/name/set": "thread/name/set",
     "thread/archive": "thread/archive",
@@ -364,6 +365,9 @@ class CodexBridge:
             await session.child.request("turn/interrupt", interrupt)
         except ChildError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
+        # codex settles the turn right after answering; protocol.md §3.3.10 wants that settlement before our
+        # answer (the reference answered first, codex-bridge.md §2.8), so wait for it, boundedly
+        await session.settled(typed.activeTurnId, INTERRUPT_SETTLE_S)
         return {"ok": True}
 
     async def thread_ref(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:

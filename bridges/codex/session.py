@@ -113,6 +113,7 @@ class Session:
         self.path = DeltaPath(awaiting_replayed_usage=awaiting_replayed_usage)
         self.child: CodexChild | None = None
         self.closing = False
+        self._boundary = trio.Event()  # set (and renewed) whenever a batch settles a turn
 
     @property
     def current(self) -> bool:
@@ -124,6 +125,15 @@ class Session:
         batch = self.path.push(deltas)
         if batch:
             await self._write([self._batch_line(batch)])
+        if any(isinstance(delta, g.TurnBoundary) for delta in deltas):
+            self._boundary.set()
+            self._boundary = trio.Event()
+
+    async def settled(self, turn: str, limit: float) -> None:
+        """Wait (at most `limit` s) until codex's boundary for `turn` has been emitted, or the child is gone."""
+        with trio.move_on_after(limit):
+            while turn in self.path.open_turns and self.child is not None and self.current:
+                await self._boundary.wait()
 
     async def announce(self, codex_id: str) -> None:
         """`thread/identity`, then whatever waited for it as one batch; once per session."""

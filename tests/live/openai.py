@@ -12,7 +12,8 @@ codex asks for (`GET .../models`, ...) gets a small JSON answer, so nothing hang
         api.wait_for_posts(1)
 
 A `Reply` may stall after its first delta (`delay` seconds before each later event) to keep a turn running, e.g.
-to interrupt it; a stalled stream ends at once when the server stops.
+to interrupt it; a stalled stream ends at once when the server stops. `route`, when set, picks a reply from the
+request itself (for concurrent sessions); `custom_tool_call` answers with a freeform tool call (`apply_patch`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -136,6 +138,20 @@ def _function_call(index: int, name: str, arguments: str, call_id: str, chunk: i
     ]
 
 
+def _custom_tool_call(index: int, name: str, text: str, call_id: str, chunk: int) -> list[Json]:
+    """A freeform (`custom`) tool call, e.g. `apply_patch` with a lark grammar: `input` is the raw text."""
+    item_id = _id("ctc")
+    done_item = {"id": item_id, "type": "custom_tool_call", "status": "completed", "call_id": call_id, "name": name}
+    done_item["input"] = text
+    ref = {"item_id": item_id, "output_index": index}
+    return [
+        {"type": "response.output_item.added", "output_index": index, "item": {**done_item, "input": ""}},
+        *({"type": "response.custom_tool_call_input.delta", **ref, "delta": d} for d in _chunks(text, chunk)),
+        {"type": "response.custom_tool_call_input.done", **ref, "input": text},
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]
+
+
 def _response(item_events: list[list[Json]], model: str, reasoning_tokens: int, delay: float) -> Reply:
     """Wrap the items' events in `response.created` ... `response.completed`, numbering `sequence_number`."""
     response_id = _id("resp")
@@ -177,6 +193,15 @@ def function_call(
     return _response(items, "gpt-5.5", 0, delay)
 
 
+def custom_tool_call(
+    name: str, text: str, *, call_id: str = "call_1", preamble: str | None = None, delay: float = 0.0
+) -> Reply:
+    """A custom (freeform) tool call such as `apply_patch`, whose input is plain text, optionally after a message."""
+    items = [_message(0, preamble, 8)] if preamble else []
+    items.append(_custom_tool_call(len(items), name, text, call_id, 32))
+    return _response(items, "gpt-5.5", 0, delay)
+
+
 def http_error(
     status: int = 401,
     message: str = "Incorrect API key provided: sk-dummy. You can find your API key at the dashboard.",
@@ -209,6 +234,9 @@ class ScriptedResponses:
 
     def __init__(self, default: Reply | None = None) -> None:
         self.default = default if default is not None else text("ok")
+        # Consulted first for every `POST /responses`: a Reply chosen from the request (concurrent sessions whose
+        # order is not known, e.g. `bbridge conformance`), or None for the script.
+        self.route: Callable[[Request], Reply | None] | None = None
         self.requests: list[Request] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Condition()
@@ -251,6 +279,9 @@ class ScriptedResponses:
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self._record(request)
+            routed = self.route(request) if self.route is not None else None
+            if routed is not None:
+                return routed
             return self._script.popleft() if self._script else self.default
 
     def __enter__(self) -> ScriptedResponses:
