@@ -20,6 +20,7 @@ from bbridge.kit import Bridge
 from bbridge.wire import protocol, rpc
 from bridges.acp.agent import AgentProcess, Launch, agent_env, launch_from_options
 from bridges.acp.content import Policy
+from bridges.acp.mcp_host import declared_tools
 from bridges.acp.session import DEFAULT_MODEL_ID, Kind, Session, TurnInput
 from bridges.acp.wire import CLIENT_INFO, PROTOCOL_VERSION, JsonObject
 
@@ -90,6 +91,7 @@ class AcpBridge:
             policy=Policy(ask=not isinstance(options, protocol.FullOptions), write_roots=roots),
             instructions=instructions or None,
             gone=self._forget,
+            tools=declared_tools(params.dynamicTools if params.dynamicTools is not UNSET else []),
         )
         await session.open(kind, cwd, source=source, model=options.model if options.model is not UNSET else None)
         self.sessions[params.threadId] = session

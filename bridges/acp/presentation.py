@@ -108,6 +108,11 @@ _KINDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def bb_tool(tool: str) -> g.Presentation:
+    """A declared dynamic tool that carries no presentation of its own."""
+    return presentation(f"Running {tool}", f"Ran {tool}", "Toolbox")
+
+
 def tool_kind(kind: str | None, title: str | None) -> g.Presentation:
     """A call with no core shape (or one the agent left unfilled): the kind's label, the agent's title."""
     return presentation(*_KINDS[kind or "other"], None if title is None else headline(title))

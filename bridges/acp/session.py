@@ -7,6 +7,14 @@ the prompt carrying it is on the wire. ACP has no injection (`steerMode:
 answers `cancelled`, the queued input is prompted in the same bb turn. The
 turn ends with the stop reason of the last prompt.
 
+Tools. A thread whose construction declared `dynamicTools` gets its own
+`bb-bridge` MCP server (`mcp_host`), listed in the ACP session's `mcpServers`;
+the agent's `tools/call` becomes the runtime request `item/tool/call` (a fresh
+`callId`; `turnId` null, which the runtime resolves to the thread's active turn:
+ACP turns carry no provider turn id) and the translator is told, so the ACP
+`tool_call` shows as the declared tool. The server is closed whenever the
+session ends (its socket removed; the relays the agent launched exit).
+
 Stops. `interrupt` cancels the prompt (`session/cancel`) and waits, bounded,
 for the agent to settle it, so the settling deltas precede the stop's answer
 (settling for the agent when it does not); `release` detaches without
@@ -15,8 +23,9 @@ fabricating an interruption. Either way the agent process ends.
 
 from __future__ import annotations
 
+import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,6 +38,7 @@ from bbridge.wire import interactions, protocol, rpc
 from bridges.acp import content, permissions
 from bridges.acp.agent import AgentProcess
 from bridges.acp.content import Policy
+from bridges.acp.mcp_host import McpHost, Tool
 from bridges.acp.translate import Translator, TurnStatus, prompt_usage, turn_status
 from bridges.acp.wire import (
     CLIENT_CAPABILITIES,
@@ -90,6 +100,7 @@ class Session:
         policy: Policy,
         instructions: str | None,
         gone: Callable[[Session], None],
+        tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self.bridge = bridge
         self.thread_id = thread_id
@@ -97,7 +108,9 @@ class Session:
         self.policy = policy
         self.instructions = instructions
         self.gone = gone
-        self.translator = Translator(thread_id)
+        self.tools = dict(tools or {})
+        self.translator = Translator(thread_id, {name: tool.presentation for name, tool in self.tools.items()})
+        self.mcp: McpHost | None = None  # the thread's bb-bridge MCP server, when it declared tools
         self.provider_thread_id = ""
         self.active: Literal["turn", "compaction"] | None = None
         self.queued: deque[TurnInput] = deque()
@@ -135,9 +148,14 @@ class Session:
         if self.agent.error is not None:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, self.agent.error)
         try:
+            if self.tools:
+                self.mcp = McpHost(self.tools, self._tool_call, thread_id=self.thread_id)
+                await self.mcp.open()
+                self.bridge.spawn(self.mcp.serve)
             session_id = await self._construct(kind, cwd, source, model)
         except BaseException:
             self.stopping = True
+            self.close_tools()
             with trio.CancelScope(shield=True):
                 await self.agent.terminate()
             raise
@@ -171,6 +189,30 @@ class Session:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'ACP agent "{self.label}" failed {method}: {exc.message}') from None
         return result if isinstance(result, dict) else {}
 
+    @property
+    def mcp_servers(self) -> list[JsonObject]:
+        """The ACP session's `mcpServers`: the thread's `bb-bridge` server, when it declared tools."""
+        return [] if self.mcp is None else [self.mcp.server_spec()]
+
+    def close_tools(self) -> None:
+        if self.mcp is not None:
+            self.mcp.close()
+
+    async def _tool_call(self, tool: str, arguments: Any) -> Any:
+        """An MCP `tools/call` of a declared tool, relayed to the runtime as `item/tool/call` (§3.6.1)."""
+        if self.stopping or not self.provider_thread_id:
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, "The ACP session is not running; the tool was not called")
+        self.translator.mcp_called(tool, arguments)
+        call = interactions.ToolCallParams(
+            providerThreadId=self.provider_thread_id,
+            threadId=self.thread_id,
+            turnId=None,
+            callId=f"acp-mcp-{tool}-{secrets.token_hex(6)}",
+            tool=tool,
+            arguments=arguments,
+        )
+        return await self.bridge.request("item/tool/call", call)
+
     async def _construct(self, kind: Kind, cwd: str, source: str | None, model: str | None) -> str:
         init = await self._call(
             "initialize",
@@ -191,7 +233,7 @@ class Session:
         if kind == "fork" and not supports_fork:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'ACP agent "{self.label}" does not advertise session/fork support.')
         if kind == "fork":
-            result = await self._call("session/fork", {"sessionId": source, "cwd": cwd, "mcpServers": []})
+            result = await self._call("session/fork", {"sessionId": source, "cwd": cwd, "mcpServers": self.mcp_servers})
             session_id = result.get("sessionId")
             if session_id == source:
                 raise rpc.RpcError(
@@ -200,14 +242,16 @@ class Session:
         elif kind == "resume" and self.supports_load:
             self.loading = source
             try:
-                result = await self._call("session/load", {"sessionId": source, "cwd": cwd, "mcpServers": []})
+                result = await self._call(
+                    "session/load", {"sessionId": source, "cwd": cwd, "mcpServers": self.mcp_servers}
+                )
             except rpc.RpcError as exc:
                 raise rpc.RpcError(rpc.SESSION_NOT_RESTORABLE, exc.message) from None
             finally:
                 self.loading = None
             session_id = source
         else:  # a start, or a resume the agent cannot load (`open` reports the lost history)
-            result = await self._call("session/new", {"cwd": cwd, "mcpServers": []})
+            result = await self._call("session/new", {"cwd": cwd, "mcpServers": self.mcp_servers})
             session_id = result.get("sessionId")
         if not isinstance(session_id, str) or not session_id:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'ACP agent "{self.label}" returned no sessionId for {kind}')
@@ -289,6 +333,7 @@ class Session:
     async def _on_exit(self, agent: AgentProcess) -> None:
         """The agent ended: unless the bridge ended it, the thread learns why (settling a live turn first)."""
         self.cancel_permissions()
+        self.close_tools()
         if self.stopping or not self.ready:
             return
         self.stopping = True
@@ -497,6 +542,7 @@ class Session:
         self.stopping = True
         self.drop_queued(f"ACP session {how} before the steer was sent")
         self.cancel_permissions()
+        self.close_tools()
         return True
 
     async def interrupt(self) -> None:

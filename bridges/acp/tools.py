@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bridges.acp import presentation as p
@@ -148,6 +150,28 @@ def _reasoning(event: JsonObject) -> Classified:
     fields = optional_strings(event.get("rawInput"), "thought", "thinking", non_blank=True) or {}
     thought = output_text(event) or fields.get("thought") or fields.get("thinking")
     return Classified(g.ReasoningShape(summary=[], content=[] if thought is None else [thought]), p.REASONING)
+
+
+def bb_tool(
+    event: JsonObject,
+    tool: str,
+    args: Any,
+    declared: g.Presentation | None,
+    *,
+    status: g.ItemStatus | None = None,
+    output: str | None = None,
+) -> Classified:
+    """A call of a thread's declared dynamic tool (through the `bb-bridge` MCP server): a `tool` item with
+    `server: "bb"`, the arguments the MCP call carried (else the agent's `rawInput`), and the tool's declared
+    presentation (protocol.md `DynamicTool.presentation`). The reference drops that presentation
+    (claude-code-bridge.md §10.2) and no recording covers a dynamic tool call: we go past it on purpose. A settled
+    call carries its output as `result`, or as `error` when it failed."""
+    raw = event.get("rawInput")
+    arguments = args if args is not UNSET else raw if isinstance(raw, dict) and raw else UNSET
+    result = output if status == "completed" and output is not None else UNSET
+    error = output if status == "failed" and output is not None else UNSET
+    shape = g.ToolShape(tool=tool, server="bb", args=arguments, result=result, error=error)
+    return Classified(shape, declared if declared is not None else p.bb_tool(tool))
 
 
 def generic(kind: str | None, title: str | None) -> Classified:

@@ -14,18 +14,29 @@ assembler's; this module owns what only the dialect knows:
   anything else failed);
 * visibility — an update with no translation is never dropped: it becomes an
   `unhandled` delta, shown outside a turn only (`onlyIfNoTurn`) when its kind is
-  known noise or an in-progress tick, always when its kind is unknown.
+  known noise or an in-progress tick, always when its kind is unknown;
+* the thread's declared tools — a call the agent makes through the `bb-bridge`
+  MCP server is a `tool` item with `server: "bb"` and the tool's declared
+  presentation (`bb_tool`). ACP names no MCP server or tool on a `tool_call`, so
+  a call is recognised by its title or `_meta` naming `bb-bridge` and a declared
+  tool, else by the MCP `tools/call` the bridge relayed (`mcp_called`): the
+  same arguments, or the only open generic call whose title mentions MCP or the
+  tool. A call recognised only after it opened takes the declared shape from
+  its next update (its close at the latest).
 """
 
 from __future__ import annotations
 
+import re
+from collections import deque
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bridges.acp import presentation as p
-from bridges.acp.tools import classify
+from bridges.acp.tools import Classified, bb_tool, classify
 from bridges.acp.wire import (
     TOOL_CALL_FIELDS,
     JsonObject,
@@ -54,6 +65,12 @@ STEP_STATUS: dict[str, Literal["pending", "active", "completed"]] = {
     "completed": "completed",
 }
 TurnStatus = Literal["completed", "interrupted", "failed"]
+BB_SERVER = "bb-bridge"
+# How agents title a call of an MCP tool: `mcp__bb-bridge__lookup` (Claude Code), `bb-bridge/lookup`,
+# `Tool: bb-bridge/lookup` (Codex), `lookup (bb-bridge MCP Server)` (Gemini CLI).
+_SERVER_TOOL = re.compile(r"(?:mcp__)?bb[-_]bridge(?:__|[/.:]\s*|\s+[-–:]\s*)(?P<tool>[\w.-]+)")
+_TOOL_SERVER = re.compile(r"(?P<tool>[\w.-]+)\s+\(bb[-_]bridge MCP Server\)")
+RECENT_MCP_CALLS = 16
 
 
 def turn_status(stop_reason: str) -> TurnStatus:
@@ -71,13 +88,88 @@ def _terminal(status: Any) -> bool:
 class Translator:
     """One ACP session's translation state: the merge cache of unsettled tool calls."""
 
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, tools: Mapping[str, g.Presentation | None] | None = None) -> None:
         self.thread_id = thread_id
         self.calls: dict[str, JsonObject] = {}  # toolCallId → merged event, in announcement order
+        self.tools = dict(tools or {})  # declared dynamic tool → its presentation (None: the default one)
+        self.claimed: dict[str, tuple[str, Any]] = {}  # toolCallId → (declared tool, MCP arguments or UNSET)
+        self.relayed: deque[tuple[str, Any]] = deque(maxlen=RECENT_MCP_CALLS)  # MCP calls with no ACP call yet
 
     def call(self, tool_call_id: str) -> JsonObject | None:
         """The merged event of an unsettled call (the permission mapping reads the call a permission belongs to)."""
         return self.calls.get(tool_call_id)
+
+    # -- declared tools -----------------------------------------------------
+
+    def _named_tool(self, event: JsonObject) -> str | None:
+        """The declared tool a call's title or `_meta` names as a `bb-bridge` tool (or, for a generic call, whose
+        name is the whole title)."""
+        names = [event.get("title")]
+        meta = event.get("_meta")
+        if isinstance(meta, dict):
+            names += [v.get("toolName") for v in meta.values() if isinstance(v, dict)]
+        for name in names:
+            if not isinstance(name, str):
+                continue
+            for pattern in (_SERVER_TOOL, _TOOL_SERVER):
+                match = pattern.search(name)
+                if match is not None and match.group("tool") in self.tools:
+                    return match.group("tool")
+        title = event.get("title")
+        if event.get("kind") in (None, "other") and isinstance(title, str) and title.strip() in self.tools:
+            return title.strip()
+        return None
+
+    def _declared(self, event: JsonObject) -> tuple[str, Any] | None:
+        """The declared tool a call runs (claimed once, by name or by a relayed MCP call), else None."""
+        if not self.tools:
+            return None
+        call_id = event["toolCallId"]
+        if call_id in self.claimed:
+            return self.claimed[call_id]
+        name = self._named_tool(event)
+        if name is not None:
+            args = next((a for t, a in self.relayed if t == name), UNSET)
+            self._claim(call_id, name, args)
+            return self.claimed[call_id]
+        exact = [(tool, args) for tool, args in self.relayed if _mcp_match(event, tool, args, alone=False)]
+        loose = [(tool, args) for tool, args in self.relayed if _mcp_match(event, tool, args)]
+        chosen = exact[0] if exact else loose[0] if len(loose) == 1 else None
+        if chosen is None:
+            return None
+        self._claim(call_id, *chosen)
+        return self.claimed[call_id]
+
+    def _claim(self, call_id: str, tool: str, args: Any) -> None:
+        self.claimed[call_id] = (tool, args)
+        entry = next((e for e in self.relayed if e[0] == tool and (args is UNSET or e[1] == args)), None)
+        if entry is not None:
+            self.relayed.remove(entry)
+
+    def mcp_called(self, tool: str, arguments: Any) -> None:
+        """The bridge relayed a `tools/call` of a declared tool: claim the open ACP call it belongs to, else keep
+        it for the `tool_call` still to come."""
+        for call_id in self.calls:
+            if self.claimed.get(call_id, (None, None)) == (tool, UNSET):  # named at its open, arguments unknown
+                self.claimed[call_id] = (tool, arguments)
+                return
+        open_calls = [(cid, e) for cid, e in self.calls.items() if cid not in self.claimed]
+        for call_id, event in open_calls:
+            if self._named_tool(event) == tool or _mcp_match(event, tool, arguments, alone=False):
+                self.claimed[call_id] = (tool, arguments)
+                return
+        lone = [cid for cid, e in open_calls if self._named_tool(e) is None and _mcp_match(e, tool, arguments)]
+        if len(lone) == 1:
+            self.claimed[lone[0]] = (tool, arguments)
+            return
+        self.relayed.append((tool, arguments))
+
+    def _classify(self, event: JsonObject, status: g.ItemStatus | None = None, text: str | None = None) -> Classified:
+        declared = self._declared(event)
+        if declared is None:
+            return classify(event)
+        tool, args = declared
+        return bb_tool(event, tool, args, self.tools.get(tool), status=status, output=text)
 
     # -- diagnostics --------------------------------------------------------
 
@@ -138,7 +230,7 @@ class Translator:
         if _terminal(event.get("status")):  # announced already settled: a close without an open
             return [*flush, self._close(event, _item_status(event["status"]), self._fallback(event))]
         self.calls[call_id] = event
-        shaped = classify(event)
+        shaped = self._classify(event)
         item_open = g.ItemOpen(
             key=g.ItemKey(providerItemId=call_id),
             item=shaped.item,
@@ -157,7 +249,7 @@ class Translator:
         self.calls[call_id] = merged
         progress = output_text(update)
         # commands and file changes settle with their output at the close; other items stream progress
-        if progress and not isinstance(classify(merged).item, g.CommandShape | g.FileChangeShape):
+        if progress and not isinstance(self._classify(merged).item, g.CommandShape | g.FileChangeShape):
             key = g.ItemKey(providerItemId=call_id)
             return [g.ItemProgress(key=key, message=progress, noTurnFallback=self._fallback(update))]
         return self._suppressed(update)
@@ -165,7 +257,8 @@ class Translator:
     def _close(self, event: JsonObject, status: g.ItemStatus, fallback: g.NoTurnFallback | None = None) -> g.ItemClose:
         """The terminal close of a (merged) call: full terminal shape plus the generic close fields."""
         text = output_text(event)
-        shaped = classify(event)
+        shaped = self._classify(event, status, text)
+        self.claimed.pop(event["toolCallId"], None)
         return g.ItemClose(
             key=g.ItemKey(providerItemId=event["toolCallId"]),
             status=status,
@@ -203,10 +296,15 @@ class Translator:
     def _flush(self, status: g.ItemStatus) -> list[g.Delta]:
         """Turn end: streams settle first, then every unsettled call, oldest first."""
         calls, self.calls = list(self.calls.values()), {}
-        return [_close_thought(), _close_assistant(), *(self._close(event, status) for event in calls)]
+        closes = [self._close(event, status) for event in calls]
+        self.claimed.clear()
+        self.relayed.clear()
+        return [_close_thought(), _close_assistant(), *closes]
 
     def turn_started(self) -> list[g.Delta]:
         self.calls.clear()
+        self.claimed.clear()
+        self.relayed.clear()
         return [g.TurnOpen()]
 
     def turn_completed(self, stop_reason: str, usage: g.Usage | None = None) -> list[g.Delta]:
@@ -221,6 +319,7 @@ class Translator:
     def failed(self, message: str) -> list[g.Delta]:
         """A settling error: the failed turn abandons its unsettled calls."""
         self.calls.clear()
+        self.claimed.clear()
         return [g.ProviderError(message="Provider error", detail=message, settlesTurn=True)]
 
     def compaction_started(self) -> list[g.Delta]:
@@ -273,6 +372,28 @@ def prompt_usage(result: JsonObject) -> g.TokenBreakdown | None:
         outputTokens=made,
         reasoningOutputTokens=non_negative_int(usage.get("thoughtTokens")) or 0,
     )
+
+
+def _mcp_match(event: JsonObject, tool: str, args: Any, *, alone: bool = True) -> bool:
+    """Whether a generic call may be the relayed MCP call `tool(args)`: its `rawInput` equals non-empty arguments,
+    or (`alone`: the only open candidate) it has no arguments of its own and its title mentions MCP or the tool."""
+    title = event.get("title")
+    if event.get("kind") not in (None, "other") or _names_another(title, tool):
+        return False
+    raw = event.get("rawInput")
+    if isinstance(args, dict) and args and raw == args:
+        return True
+    if not alone or raw not in (None, {}, args):
+        return False
+    return isinstance(title, str) and ("mcp" in title.lower() or tool in title)
+
+
+def _names_another(title: Any, tool: str) -> bool:
+    """Whether a title names a `bb-bridge` tool other than `tool`."""
+    if not isinstance(title, str):
+        return False
+    match = _SERVER_TOOL.search(title) or _TOOL_SERVER.search(title)
+    return match is not None and match.group("tool") != tool
 
 
 def _changed_fields(update: JsonObject) -> JsonObject:
