@@ -24,9 +24,12 @@ from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
 from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, DeclarationError, Refusal, ToolTable
+from bbridge.daemon.tools import failed_result as failed_tool_result
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, protocol, rpc
+from bbridge.wire.interactions import ToolCallResult
 
 log = structlog.get_logger("bbridge.daemon.router")
 
@@ -79,6 +82,9 @@ class Counters:
     clients_disconnected_slow: int = 0
     rejected_bridge_requests: int = 0  # schema-invalid item/tool/call or interaction/request (protocol.md §1.5)
     failed_notifications: int = 0  # a handler error: that notification is lost, the rest of its batch is not
+    tool_calls_relayed: int = 0  # item/tool/call that passed its checks and went to the client
+    tool_calls_refused: int = 0  # answered failed at once: undeclared tool, arguments invalid, too large or unchecked
+    tool_calls_failed: int = 0  # relayed, then the client answered an error or an invalid tool result
 
 
 class _ThreadParams(msgspec.Struct):
@@ -111,6 +117,8 @@ class Daemon:
         request_timeout_s: float = DEFAULT_TIMEOUT_S,
         open_extensions: bool = False,
         config: ConfigReport | None = None,
+        tool_check_deadline_s: float = CHECK_DEADLINE_S,
+        max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES,
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -126,6 +134,8 @@ class Daemon:
         self.thread_provider: dict[str, str] = {}
         self.provider_threads: dict[str, str] = {}
         self.thread_owner: dict[str, ClientSink] = {}
+        self.tools = ToolTable()  # each thread's declared dynamicTools (the latest successful construction)
+        self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.clients: list[ClientSink] = []
         self.extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
@@ -148,6 +158,7 @@ class Daemon:
             task_status.started()
             await self.shutdown_requested.wait()
             await self._stop_bridges()
+            await self.checker.aclose()
             nursery.cancel_scope.cancel()
         self.journal.close()
         self.stopped.set()
@@ -424,16 +435,87 @@ class Daemon:
         thread_id = params.get("threadId")
         if params.get("providerNativeIds") is True and isinstance(thread_id, str):
             _translate_native_ids(bridge, thread_id, params)
+        if request.method == "item/tool/call":
+            return await self._tool_call(bridge, params)
+        client = self._answering_client(bridge, request.method, thread_id)
+        params["providerId"] = bridge.provider_id
+        return await client.relay(request.method, params)
+
+    def _answering_client(self, bridge: BridgeProcess, method: str, thread_id: Any) -> ClientSink:
         client = self.thread_owner.get(thread_id) if isinstance(thread_id, str) else None
         if client is None or client not in self.clients:
             client = self.clients[-1] if self.clients else None
         if client is None:
             raise rpc.RpcError(
-                errors.NO_CLIENT,
-                f"No client is connected to answer {request.method} from provider {bridge.provider_id!r}",
+                errors.NO_CLIENT, f"No client is connected to answer {method} from provider {bridge.provider_id!r}"
             )
+        return client
+
+    async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
+        """Check a call against its thread's declared tools (`daemon/tools.py`), then relay it and check the answer.
+
+        An undeclared tool or arguments that fail, exceed or outlast their checks are answered to the bridge at
+        once as a failed call naming the tool, the path and the reason, so the model can correct itself; the
+        client never sees them. A client answer that is no `ToolCallResult` reaches the bridge as a failed call.
+        """
+        thread_id = self._tool_thread(bridge, params)
+        name: str = params["tool"]
+        found = self.tools.lookup(thread_id, name)
+        refusal = found if isinstance(found, Refusal) else None
+        if not isinstance(found, Refusal):
+            params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
+            refusal = await self.checker.check(found, params.setdefault("arguments", {}))
+        if refusal is not None:
+            self.counters.tool_calls_refused += 1
+            log.info(
+                "refused a tool call",
+                providerId=bridge.provider_id,
+                threadId=thread_id,
+                tool=name,
+                reason=refusal.message,
+            )
+            return refusal.result()
+        client = self._answering_client(bridge, "item/tool/call", thread_id)
         params["providerId"] = bridge.provider_id
-        return await client.relay(request.method, params)
+        self.counters.tool_calls_relayed += 1
+        try:
+            answer = await client.relay("item/tool/call", params)
+        except rpc.RpcError:
+            self.counters.tool_calls_failed += 1
+            raise
+        try:
+            msgspec.json.decode(answer, type=ToolCallResult)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            self.counters.tool_calls_failed += 1
+            log.warning(
+                "a client answered a tool call with an invalid tool result",
+                providerId=bridge.provider_id,
+                threadId=thread_id,
+                tool=params["tool"],
+                client=client.name,
+                error=str(exc),
+            )
+            return failed_tool_result(
+                f'The client\'s answer to tool "{params["tool"]}" was not a valid tool result ({exc}); the call failed'
+            )
+        return answer
+
+    def _tool_thread(self, bridge: BridgeProcess, params: dict[str, Any]) -> str | None:
+        """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
+        thread_id = params.get("threadId")
+        if not isinstance(thread_id, str):
+            provider_thread = params.get("providerThreadId")
+            thread_id = next(
+                (
+                    tid
+                    for tid, ptid in self.provider_threads.items()
+                    if ptid == provider_thread and self.thread_provider.get(tid) == bridge.provider_id
+                ),
+                None,
+            )
+        if thread_id is None or self.thread_provider.get(thread_id) != bridge.provider_id:
+            return None  # another provider's thread never lends its tools
+        return thread_id
 
     # -- client → daemon requests --------------------------------------------
 
@@ -487,6 +569,12 @@ class Daemon:
 
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         thread_id = params.get("threadId")
+        declared = None
+        if method in _THREAD_CREATION:
+            try:
+                declared = await self.tools.declare(params.get("dynamicTools"))  # refused before the bridge is asked
+            except DeclarationError as exc:
+                raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
         provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
         if provider_id is None and isinstance(thread_id, str):
             provider_id = self.thread_provider.get(thread_id)
@@ -520,6 +608,8 @@ class Daemon:
                 bridge.watchdogs.dispatch_failed(thread_id)
             raise
         if isinstance(thread_id, str):
+            if declared is not None:
+                self.tools.set(thread_id, declared)  # the latest successful construction wins
             self._after_forward(bridge, method, thread_id, params, raw)
         return msgspec.Raw(raw)
 
@@ -539,6 +629,7 @@ class Daemon:
             bridge.guard.clear_thread(thread_id)
             bridge.watchdogs.forget(thread_id)
             bridge.threads.discard(thread_id)
+            self.tools.forget(thread_id)
 
     # -- status --------------------------------------------------------------
 

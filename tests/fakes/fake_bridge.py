@@ -25,6 +25,9 @@ Modes change one behaviour each; with none the bridge is well behaved:
   junk            writes seeded junk lines (random bytes, invalid UTF-8, deep nesting, invalid deltas, unknown
                   notifications, stray responses, malformed requests) before every message it sends
   pair            names this thread and "thr_other" in one write (one read chunk) when a turn starts
+  tool            when the turn's first input text is a JSON object {"tool", "arguments"[, "bare"]}, sends
+                  item/tool/call with that tool and arguments (without threadId when "bare" is true) and
+                  reports the answer it got (result or error) as the turn's text; other turns are plain
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
@@ -106,6 +109,16 @@ def read():
     if not line:
         sys.exit(0)
     return json.loads(line)
+
+
+def tool_spec(params):
+    inputs = params.get("input") or []
+    text = inputs[0].get("text") if inputs and isinstance(inputs[0], dict) else None
+    try:
+        spec = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) and "tool" in spec else None
 
 
 def handle(msg):
@@ -195,6 +208,25 @@ def handle(msg):
                     reply = read()
                 codes.append([reply.get("error", {}).get("code"), reply.get("error", {}).get("message")])
             text = json.dumps(codes)
+        spec = tool_spec(params) if "tool" in MODES else None
+        if spec is not None:
+            request_id += 1
+            call = {
+                "providerThreadId": f"prov-{thread}",
+                "threadId": thread,
+                "turnId": None,
+                "callId": f"call-{request_id}",
+                "tool": spec["tool"],
+                "arguments": spec.get("arguments"),
+            }
+            if spec.get("bare"):
+                del call["threadId"]
+            send({"jsonrpc": "2.0", "id": f"tool-{request_id}", "method": "item/tool/call", "params": call})
+            reply = read()
+            while reply.get("method") is not None:  # requests that arrive meanwhile wait their turn
+                handle(reply)
+                reply = read()
+            text = json.dumps(reply.get("result", reply.get("error")))
         if "ask" in MODES:
             request_id += 1
             send(
