@@ -11,12 +11,10 @@ which codex drives in code mode (a `custom_tool_call` `exec` wrapping its tools)
 the conformance run, which strips inherited `BB_*` variables, finds it on PATH. Every wait is bounded; each test
 checks that no process it started (bridge, codex, codex's shells) outlives its daemon.
 
-A known divergence where codex-bridge.md and protocol.md disagree (the bridge follows codex-bridge.md, i.e. the reference and
-the recorded `stop-interrupt` cell): a `thread/stop` interrupt is answered when codex answers `turn/interrupt`,
-before codex's `turn/completed interrupted` settles the turn, and the item codex leaves open stays open
-(codex-bridge.md §2.8, ordering rule 7) — protocol.md §3.3.10 and bbridge's own conformance rule
-`turn/interrupt-settles-before-response` (§7.6) want the settlement, with closes, before the answer. So the
-conformance run passes every rule but that one, which the test requires to fail exactly so.
+Where codex-bridge.md and protocol.md disagree on interrupts, the bridge follows protocol.md §3.3.10: a
+`thread/stop` interrupt is answered once codex's own `turn/completed interrupted` has settled the turn (the
+reference answered when codex answered `turn/interrupt`, codex-bridge.md §2.8). The item codex leaves open stays
+open, as in the recorded `stop-interrupt` cell (the boundary forgets it, assembler.md §7.6), so events keep parity.
 """
 
 from __future__ import annotations
