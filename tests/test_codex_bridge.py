@@ -19,14 +19,13 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-import trio.testing
 
 from bbridge.wire import rpc
 from bridges.codex import bridge as codex_bridge
 from bridges.codex import launch
 from bridges.codex.bridge import CodexBridge
 from bridges.codex.child import MISSING_CLI
-from tests.support import FULL, INIT, Runtime, capabilities
+from tests.support import FULL, INIT, Runtime, capabilities, in_process
 
 THREAD = "thr_codex"
 CODEX_THREAD = "019a0000-0000-7000-8000-000000000001"
@@ -149,17 +148,6 @@ for line in sys.stdin:
 """
 
 
-class _Runtime(Runtime):
-    """The test runtime, with the bridge's requests allowed by default."""
-
-    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
-        super().__init__(send, receive)
-        self.resolution = {"decision": "allow_once", "grantedPermissions": None}
-
-    def notes(self, method: str) -> list[Any]:
-        return [params for kind, name, params in self.log if kind == "note" and name == method]
-
-
 class Fake:
     """The fake app-server's environment and the log of what it received."""
 
@@ -190,18 +178,17 @@ def fake(tmp_path: Path) -> Fake:
 
 
 @asynccontextmanager
-async def running(env: dict[str, str]) -> AsyncIterator[_Runtime]:
-    bridge = CodexBridge(env).bridge
-    ours, theirs = trio.testing.memory_stream_pair()
-    runtime = _Runtime(ours.send_stream, ours.receive_stream)
+async def running(env: dict[str, str]) -> AsyncIterator[Runtime]:
+    """The bridge in-process, initialized, with the bridge's requests allowed by default; bounded."""
     with trio.fail_after(30):  # a stuck bridge fails the test instead of hanging it
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(bridge.serve, theirs.send_stream, theirs.receive_stream)
-            nursery.start_soon(runtime.conn.run)
+        async with in_process(CodexBridge(env).bridge) as runtime:
+            runtime.resolution = {"decision": "allow_once", "grantedPermissions": None}
             await runtime.call("initialize", INIT)
             yield runtime
-            runtime.check()
-            nursery.cancel_scope.cancel()
+
+
+def notes(runtime: Runtime, method: str) -> list[Any]:
+    return [params for kind, name, params in runtime.log if kind == "note" and name == method]
 
 
 def start(cwd: Path, options: dict[str, Any] = FULL, method_params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -218,7 +205,7 @@ def turn(text: str, creq: str = "creq_2222222222", options: dict[str, Any] = FUL
     }
 
 
-def settled(runtime: _Runtime, count: int = 1) -> bool:
+def settled(runtime: Runtime, count: int = 1) -> bool:
     return runtime.types(THREAD).count("turn/completed") >= count
 
 
@@ -274,15 +261,15 @@ async def test_a_child_exit_fails_the_turn_and_the_next_turn_rebuilds(fake: Fake
     async with running(fake.env) as runtime:
         await runtime.call("thread/start", start(tmp_path))
         await runtime.call("turn/start", turn("crash", creq="creq_7777777777"))
-        await runtime.wait_until(lambda: bool(runtime.notes("error")))
+        await runtime.wait_until(lambda: bool(notes(runtime, "error")))
         message = "codex app-server exited unexpectedly (code 3, signal null): boom"
-        assert runtime.notes("error") == [{"threadId": THREAD, "providerThreadId": CODEX_THREAD, "message": message}]
+        assert notes(runtime, "error") == [{"threadId": THREAD, "providerThreadId": CODEX_THREAD, "message": message}]
         failed = [e for e in runtime.events[THREAD] if e["type"] == "turn/completed"]
         assert failed[-1]["status"] == "failed"
         assert failed[-1]["error"]["message"] == message
         await runtime.call("turn/start", turn("hi", creq="creq_4444444444"))
         await runtime.wait_until(lambda: settled(runtime, 2))
-        assert runtime.notes("session/replaced") == [
+        assert notes(runtime, "session/replaced") == [
             {
                 "threadId": THREAD,
                 "providerThreadId": CODEX_THREAD,
@@ -305,10 +292,10 @@ async def test_changed_execution_settings_rebuild_the_session(fake: Fake, tmp_pa
         await runtime.wait_until(lambda: settled(runtime))
         await runtime.call("turn/start", turn("hi", creq="creq_5555555555", options=ASK))
         await runtime.wait_until(lambda: settled(runtime, 2))
-        assert [n["reason"] for n in runtime.notes("session/replaced")] == [codex_bridge.SETTINGS_CHANGED]
+        assert [n["reason"] for n in notes(runtime, "session/replaced")] == [codex_bridge.SETTINGS_CHANGED]
         await runtime.call("turn/start", turn("hi", creq="creq_6666666666", options={**ASK, "model": "gpt-5.5"}))
         await runtime.wait_until(lambda: settled(runtime, 3))
-        assert len(runtime.notes("session/replaced")) == 1  # the model is not part of the signature
+        assert len(notes(runtime, "session/replaced")) == 1  # the model is not part of the signature
     resumes = [line["params"] for _, line in fake.received() if line.get("method") == "thread/resume"]
     assert [(r["approvalPolicy"], r["sandbox"]) for r in resumes] == [("on-request", "workspace-write")]
 
@@ -445,7 +432,7 @@ async def test_a_missing_codex_is_explained(fake: Fake, tmp_path: Path) -> None:
         assert (error.code, error.message) == (-32000, MISSING_CLI)
         spawn = f"spawn {tmp_path / 'no-such-codex'} ENOENT"
         message = f"codex app-server exited unexpectedly (code null, signal null): {spawn}"
-        assert runtime.notes("error") == [{"threadId": THREAD, "message": message}]
+        assert notes(runtime, "error") == [{"threadId": THREAD, "message": message}]
         error = await runtime.error("model/list", {})
         assert (error.code, error.message) == (-32000, MISSING_CLI)
         ref = {"threadId": THREAD, "providerThreadId": CODEX_THREAD}

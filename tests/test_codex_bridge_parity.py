@@ -24,6 +24,7 @@ from bbridge.core import js
 from bbridge.replay import bridge_parity
 from bbridge.wire.recording import RUNTIME_TO_BRIDGE, bridge_lane, read_cell
 from tests.conftest import REPO, missing_reason, shared_path
+from tests.support import capabilities
 
 RECORDINGS = shared_path("recordings", "codex")
 CELLS = sorted(p for p in RECORDINGS.iterdir() if p.is_dir()) if RECORDINGS is not None else []
@@ -31,16 +32,10 @@ ALLOWLIST = REPO / "conformance" / "codex-parity-allowlist.json"
 HOST_DEPENDENT = frozenset(
     {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
 )
-CURRENT_CAPABILITIES = {
-    "sessionRestore": True,
-    "threadArchive": True,
-    "threadRename": True,
-    "threadGoalClear": True,
-    "fork": "checkpoint",
-    "approvalEnforcedBy": "runtime",
-    "grammarVersions": [3, 3],
-    "steerMode": "inject",
-}
+CURRENT_CAPABILITIES = capabilities(
+    sessionRestore=True, threadArchive=True, threadRename=True, threadGoalClear=True, fork="checkpoint",
+    approvalEnforcedBy="runtime", steerMode="inject",
+)  # fmt: skip
 pytestmark = pytest.mark.skipif(RECORDINGS is None, reason=missing_reason("recordings", "codex"))
 
 

@@ -20,7 +20,6 @@ open, as in the recorded `stop-interrupt` cell (the boundary forgets it, assembl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from bridges.codex import launch
 from tests.conftest import REPO
 from tests.live import openai
 from tests.live.codex import installed_cli, offline_env
+from tests.live.processes import leftovers, no_leftovers
 from tests.support import connect, running
 
 PROVIDER = "codex"
@@ -65,30 +65,6 @@ DYNAMIC_TOOL = {
 }
 
 ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
-
-
-def leftovers(roots: list[Path]) -> dict[int, list[str]]:
-    """Live processes (not this one) whose working directory is under one of `roots`: bridges, codex, its shells."""
-    found: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(cwd == str(r) or cwd.startswith(f"{r}/") for r in roots):
-            found[int(entry)] = argv
-    return found
-
-
-def no_leftovers(roots: list[Path], what: str) -> None:
-    deadline = time.monotonic() + 10  # bounded: the daemon's shutdown already waited for its bridges
-    while leftovers(roots) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert leftovers(roots) == {}, what
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from bbridge.daemon.config import ProviderConfig
 from bbridge.wire import rpc
 from bridges.codex import launch
 from tests.live import anthropic, openai
-from tests.live.claude import ensure_cli, offline_env as claude_env
-from tests.live.codex import installed_cli, offline_env as codex_env
+from tests.live.claude import ensure_cli
+from tests.live.claude import offline_env as claude_env
+from tests.live.codex import installed_cli
+from tests.live.codex import offline_env as codex_env
+from tests.live.processes import no_leftovers
 from tests.support import FULL, connect, running
 from tests.test_acp_tools import AGENT
 
@@ -51,8 +55,6 @@ def answer(request: rpc.Request) -> Any:
 
 
 def calls(client: Any) -> list[Any]:
-    import msgspec
-
     return [msgspec.json.decode(r.params) for r in client.requests if r.method == "item/tool/call"]
 
 
@@ -172,9 +174,7 @@ def openai_api() -> Iterator[openai.ScriptedResponses]:
 
 
 @pytest.fixture(params=["claude-code", "codex", "acp"])
-def agent(
-    request: pytest.FixtureRequest, tmp_path: Path, anthropic_api: Any, openai_api: Any
-) -> Agent:
+def agent(request: pytest.FixtureRequest, tmp_path: Path, anthropic_api: Any, openai_api: Any) -> Agent:
     if request.param == "claude-code":
         return Claude(tmp_path, anthropic_api)
     if request.param == "codex":
@@ -188,6 +188,7 @@ async def run_turn(agent: Agent, root: Path, arguments: dict[str, Any]) -> Any:
         ptid = (await client.request("thread/start", agent.start(root)))["providerThreadId"]
         await client.request("turn/start", agent.turn(ptid, agent.prompt(arguments)))
         await client.wait_for(lambda: settled(client), timeout=30)
+    no_leftovers([root], f"a process of the {agent.provider} run outlived its daemon")
     return client
 
 
