@@ -3,7 +3,7 @@
 * `Bridge`: JSON-RPC on the process's own stdin/stdout with stdout guarded
   (fd 1 is pointed at stderr, so a stray `print()`, a logger or an inherited
   child stdout cannot corrupt the protocol), method dispatch with typed params
-  (-32601 for unknown methods, -32602 with `[{path, message}]` issues), the
+  (-32601 for unknown methods, -32602 with `[{path, message}]` issues, worded per bridge by `Wording`), the
   `initialize` answer with grammar negotiation, and session openings that meet
   the §4.2 obligations.
 * `emit`: deltas are the `bbridge.core.grammar` Structs; every batch is validated by
@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 
 import msgspec
@@ -176,10 +177,29 @@ def record_child_io(
 # -- the bridge ----------------------------------------------------------------
 
 
-def invalid_params(method: str, exc: msgspec.ValidationError | msgspec.DecodeError) -> rpc.RpcError:
-    """The -32602 answer the echo bridges send: message `Invalid params for <method>`, data the issues."""
-    path, message = protocol.first_issue(exc)
-    return rpc.RpcError(rpc.INVALID_PARAMS, f"Invalid params for {method}", [{"path": path, "message": message}])
+@dataclass(frozen=True)
+class Wording:
+    """How a bridge words its -32601 / -32602 answers: each reference bridge has its own text, so it is one choice
+    per bridge. `{method}` and `{issues}` are filled in; the default is the echo bridges' wording.
+
+    `{issues}` is `path.joined.by.dots: message` (the bare message at the root), each path after
+    `issue_path_prefix`; `issues_as_data` also sends them as the error's `data` (`[{path, message}]`).
+    """
+
+    unknown_method: str = "Method not found: {method}"
+    invalid_params: str = "Invalid params for {method}"
+    issue_path_prefix: str = ""
+    issues_as_data: bool = True
+
+    def unknown(self, method: str) -> rpc.RpcError:
+        return rpc.RpcError(rpc.METHOD_NOT_FOUND, self.unknown_method.format(method=method))
+
+    def invalid(self, method: str, exc: msgspec.ValidationError | msgspec.DecodeError) -> rpc.RpcError:
+        path, message = protocol.first_issue(exc)
+        dotted = ".".join(map(str, path))
+        issues = f"{self.issue_path_prefix}{dotted}: {message}" if path else message
+        data = [{"path": path, "message": message}] if self.issues_as_data else None
+        return rpc.RpcError(rpc.INVALID_PARAMS, self.invalid_params.format(method=method, issues=issues), data)
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -214,8 +234,18 @@ class SessionHandlers(Protocol):
 class Bridge:
     """A provider bridge: register handlers with `method`, then `run()` (or `serve` over given streams)."""
 
-    def __init__(self, name: str, capabilities: protocol.Capabilities | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        capabilities: protocol.Capabilities | None = None,
+        *,
+        wording: Wording = Wording(),
+        log_prefix: str | None = None,
+    ) -> None:
+        """`log_prefix` makes every stderr diagnostic one plain `<prefix><message>` line (see `logs.configure`)."""
         self.name = name
+        self.wording = wording
+        self.log_prefix = log_prefix
         caps = capabilities if capabilities is not None else protocol.Capabilities()
         # the kit validates against the grammar it ships, so that is the range it can honour
         self.capabilities = msgspec.structs.replace(caps, grammarVersions=g.GRAMMAR_VERSIONS)
@@ -312,6 +342,7 @@ class Bridge:
             on_junk=self._on_junk,
             answer_junk=True,
             default_timeout=None,
+            encode_request=rpc.encode_bridge_request,
         )
         self._conn = conn
         try:
@@ -325,7 +356,7 @@ class Bridge:
 
     def run(self) -> None:
         """The process entry point: guarded stdio, logs on stderr, SIGTERM/SIGINT end the bridge cleanly."""
-        logs.configure()
+        logs.configure(prefix=self.log_prefix)
         protocol_in, protocol_out = claim_stdio()
         try:
             trio.run(self._main, protocol_in, protocol_out)
@@ -354,12 +385,16 @@ class Bridge:
     async def _dispatch(self, request: rpc.Request) -> Any:
         entry = self._methods.get(request.method)
         if entry is None:
-            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            error = self.wording.unknown(request.method)
+            log.warning(error.message)
+            raise error
         params_type, handler = entry
         try:
             params = msgspec.json.decode(request.params or b"{}", type=params_type)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise invalid_params(request.method, exc) from None
+            error = self.wording.invalid(request.method, exc)
+            log.warning(error.message)
+            raise error from None
         return await handler(params)
 
     def _on_junk(self, line: bytes, reason: str) -> None:

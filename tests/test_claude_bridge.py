@@ -25,7 +25,7 @@ from bbridge.core import grammar as g
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import cli, fork
 from bridges.claude_code.bridge import ClaudeCodeBridge, prompt_text
-from tests.support import FULL, INIT, Runtime, capabilities
+from tests.support import FULL, INIT, Runtime, capabilities, spawned
 
 THREAD = "thr_claude"
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -178,6 +178,22 @@ async def test_handshake_capabilities(fake_cli: Path) -> None:
         answer = next(result for what, name, result in runtime.log if name == "initialize")
         caps = capabilities(sessionRestore=True, fork="checkpoint", approvalEnforcedBy="provider", steerMode="inject")
         assert answer == {"protocolVersion": 2, "capabilities": caps}
+
+
+async def test_refusals_use_the_reference_wording_and_log_one_prefixed_line() -> None:
+    """§3.0/§1.1: `Unknown method: <m>` and `Invalid params for <m>: params.<path>: <message>` without `data`, each
+    also a `claude-code bridge: ` line on stderr (the kit's default wording would say `Method not found`)."""
+    async with spawned([sys.executable, "-m", "bridges.claude_code"]) as child:
+        err = await child.runtime.error("thread/name/set", {"threadId": THREAD, "name": "x"})
+        assert (err.code, err.message, err.data) == (rpc.METHOD_NOT_FOUND, "Unknown method: thread/name/set", None)
+        stop = {"threadId": THREAD, "providerThreadId": SESSION, "intent": "pause", "activeTurnId": None}
+        err = await child.runtime.error("thread/stop", stop)
+        invalid = "Invalid params for thread/stop: params.intent: Invalid enum value 'pause'"
+        assert (err.code, err.message, err.data) == (rpc.INVALID_PARAMS, invalid, None)
+        assert await child.finish() == 0
+    lines = child.stderr.decode().splitlines()
+    assert "claude-code bridge: Unknown method: thread/name/set" in lines
+    assert f"claude-code bridge: {invalid}" in lines
 
 
 async def test_a_turn_adopts_the_cli_session_and_settles(fake_cli: Path) -> None:

@@ -23,7 +23,9 @@ def test_every_claude_code_cell_matches_its_golden() -> None:
     golden = shared_path("golden")
     assert golden is not None
     bridge = [sys.executable, "-m", "bridges.claude_code"]
-    checks = list(bridge_parity.check_cells(bridge, CELLS, golden, allowlist=ALLOWLIST, drain=0.15, settle=0.3))
+    # the §6.3 default quiet windows, as `make claude-parity`: shorter ones lost late output when the whole suite
+    # loaded the machine (the driver also awaits each recorded event count, the final one included)
+    checks = list(bridge_parity.check_cells(bridge, CELLS, golden, allowlist=ALLOWLIST))
     failures = [check.line() for check in checks if not check.ok]
     assert not failures, "\n".join(failures)
     assert len(checks) == len(CELLS) >= 13

@@ -357,8 +357,10 @@ def msgspec_decode(raw: Any) -> Any:
 
 def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, claude: Path) -> None:
     """`bbridge conformance` over the bridge and the real CLI: every rule passes. The fixture is the default one
-    with skills declared (the bridge serves `skills/configure`) and a known cwd (for the leftover check); the
-    interrupt prompt gets a slow answer so the turn still runs when the stop is sent."""
+    with skills declared and a known cwd (for the leftover check). The declaration is the fixture's (protocol.md
+    §7.6), and the default one declares none, for bridges without skills: this bridge must serve
+    `skills/configure` (protocol.md §2.1 step 4, spec §3.12), so with the default it rightly fails that one rule.
+    The interrupt prompt gets a slow answer so the turn still runs when the stop is sent."""
     ROOTS.append(tmp_path)
     ws, home, bindir = tmp_path / "ws", tmp_path / "home", tmp_path / "bin"
     for folder in (ws, home, bindir):

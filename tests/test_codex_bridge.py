@@ -496,3 +496,9 @@ async def test_params_failing_their_schema_are_refused(fake: Fake, tmp_path: Pat
         assert error.message.startswith('Invalid params for "thread/start": ')
         error = await runtime.error("turn/start", turn("hi"))
         assert error.message == f'No active codex session for thread "{THREAD}"'
+
+
+async def test_unknown_methods_are_refused_in_the_references_words(fake: Fake) -> None:
+    async with running(fake.env) as runtime:
+        error = await runtime.error("thread/rewind", {})
+        assert (error.code, error.message, error.data) == (-32601, 'Unknown method "thread/rewind"', None)

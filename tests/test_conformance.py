@@ -64,11 +64,19 @@ async def test_well_behaved_stdlib_bridge_passes_every_rule() -> None:
     assert {r.status for r in results.values() if not r.rule.startswith("recorded/")} == {"PASS"}
 
 
+async def test_invalid_params_may_carry_the_issues_in_the_message() -> None:
+    """The Claude Code and Codex references send no `data`; their message names the issues (§1.8 holds)."""
+    result = (await check([*FAKE, "issues-in-message"]))["rpc/invalid-params"]
+    assert result.status == "PASS", result.reason
+    assert "params.threadId: Required" in result.reason
+
+
 @pytest.mark.parametrize(
     ("mode", "rule", "reason"),
     [
         ("drop-unknown", "rpc/unknown-method", "silently dropped"),
         ("invalid-as-error", "rpc/invalid-params", "instead of -32602"),
+        ("bare-invalid", "rpc/invalid-params", "without the validation issues"),
         ("die-on-junk", "rpc/non-json-ignored", "stopped serving"),
         ("answer-responses", "rpc/response-not-request", "not a request"),
         ("old-protocol", "handshake/initialize", "requires version 2"),

@@ -113,6 +113,54 @@ async def test_minimal_bridge_timeline() -> None:
         )
 
 
+async def test_error_wording_is_a_per_bridge_choice() -> None:
+    """Each reference bridge words -32601/-32602 its own way; one `Wording` line picks it (here Codex's)."""
+    codex = kit.Wording('Unknown method "{method}"', 'Invalid params for "{method}": {issues}', issues_as_data=False)
+    bridge = kit.Bridge("worded", wording=codex)
+    bridge.method("thread/stop", protocol.ThreadStopParams)(lambda params: trio.sleep(0))
+    async with in_process(bridge) as rt:
+        err = await rt.error("thread/name/set", {})
+        assert (err.code, err.message, err.data) == (rpc.METHOD_NOT_FOUND, 'Unknown method "thread/name/set"', None)
+        bad_intent = {"threadId": "t", "providerThreadId": "p", "intent": "pause", "activeTurnId": None}
+        err = await rt.error("thread/stop", bad_intent)
+        assert (err.code, err.message, err.data) == (
+            rpc.INVALID_PARAMS,
+            "Invalid params for \"thread/stop\": intent: Invalid enum value 'pause'",
+            None,
+        )
+        err = await rt.error("thread/stop", {})
+        assert err.message == 'Invalid params for "thread/stop": Object missing required field `threadId`'
+
+
+async def test_upward_requests_write_id_before_method() -> None:
+    """Bridges write requests as `{"jsonrpc","id","method","params"}` (the reference bridges' order, claude-code
+    and codex §8.2, the ACP recordings); the runtime's own requests keep `method` first and `id` last."""
+    bridge = kit.Bridge("asker")
+
+    @bridge.method("ask", dict)
+    async def ask(params: dict[str, Any]) -> Any:
+        return await bridge.request("interaction/request", {"threadId": "t"})
+
+    ours, theirs = trio.testing.memory_stream_pair()
+    lines = rpc.LineReader()
+
+    async def line() -> bytes:
+        while True:
+            for got in lines.feed(await ours.receive_stream.receive_some()):
+                assert isinstance(got, bytes)
+                return got
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.serve, theirs.send_stream, theirs.receive_stream)
+            await ours.send_stream.send_all(b'{"jsonrpc":"2.0","method":"ask","params":{},"id":"a"}\n')
+            assert await line() == b'{"jsonrpc":"2.0","id":1,"method":"interaction/request","params":{"threadId":"t"}}'
+            await ours.send_stream.send_all(b'{"jsonrpc":"2.0","id":1,"result":{"ok":true}}\n')
+            assert await line() == b'{"jsonrpc":"2.0","id":"a","result":{"ok":true}}'
+            nursery.cancel_scope.cancel()
+    assert rpc.encode_request("m", {}, 1) == b'{"jsonrpc":"2.0","method":"m","params":{},"id":1}'
+
+
 def test_minimal_bridge_reads_in_under_100_lines() -> None:
     assert len(inspect.getsource(minimal_bridge).splitlines()) < 100
 

@@ -365,3 +365,59 @@ async def test_the_bridge_process_gets_the_profile_env(cell: Path, tmp_path: Pat
     assert report["executable"] and config.name == "claude-config"
     sanitized = re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
     assert report["seeded"] == [f"projects/{sanitized}/76c6be36-671c-432c-b8da-a3861b489499.jsonl"]
+
+
+# -- pacing ------------------------------------------------------------------------------------
+
+LATE_DELTA = {
+    "jsonrpc": "2.0",
+    "method": "thread/delta",
+    "params": {
+        "threadId": "thr_1",
+        "deltas": [
+            {"kind": "input.accepted", "clientRequestId": "creq_2222222223"},
+            {"kind": "turn.open"},
+            {"kind": "turn.boundary", "status": "completed"},
+        ],
+    },
+}
+LATE_BRIDGE = r"""
+import json, select, sys
+
+def write(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    request = json.loads(line)
+    result = {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}} if request["method"] == "initialize" else {}
+    write({"jsonrpc": "2.0", "id": request["id"], "result": result})
+    if request["method"] != "initialize":
+        # a loaded machine: the turn's deltas come well after the answer, and stdin EOF ends the session first
+        if select.select([sys.stdin], [], [], 0.5)[0]:
+            sys.exit(0)
+        write(json.loads(sys.argv[1]))
+"""
+
+
+def _lane_entry(seq: int, direction: str, message: dict[str, Any]) -> str:
+    return json.dumps({"ts": 0, "run": 1, "seq": seq, "dir": direction, "line": json.dumps(message)}) + "\n"
+
+
+async def test_the_end_waits_for_the_recorded_events_before_settling(tmp_path: Path) -> None:
+    """Output the recording has after the last answer is awaited (bounded by `order`), not cut off by a settle
+    shorter than the bridge's pause: what keeps parity runs on a loaded machine whole."""
+    cell = tmp_path / "rec" / "stand-in" / "late"
+    cell.mkdir(parents=True)
+    request = {"jsonrpc": "2.0", "method": "x/go", "params": {}, "id": 1}
+    lane_path(cell, "runtime→bridge").write_text(_lane_entry(1, "runtime→bridge", request))
+    answer = _lane_entry(2, "bridge→runtime", {"jsonrpc": "2.0", "id": 1, "result": {}})
+    lane_path(cell, "bridge→runtime").write_text(answer + _lane_entry(3, "bridge→runtime", LATE_DELTA))
+    pacing = Pacing(wait=5.0, order=3.0, drain=0.05, settle=0.05)
+    with trio.fail_after(30):
+        replay = await driver.replay_cell(
+            [sys.executable, "-c", LATE_BRIDGE, json.dumps(LATE_DELTA)], cell, pacing=pacing
+        )
+    assert replay.stalls == []
+    events = [e.event["type"] for e in replay.log if e.kind == "event"]
+    assert len(events) == replay.plan.events and events[-1] == "turn/completed", events

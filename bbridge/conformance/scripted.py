@@ -200,8 +200,9 @@ def _invalid_params(run: Run, response: dict[str, Any] | None) -> Result:
         return failed(rule, f"thread/stop {{}} was dropped ({run.gone()}); the runtime would only see a 30 s timeout")
     if _error_code(response) != rpc.INVALID_PARAMS:
         return failed(rule, f"thread/stop {{}} answered {_describe(response)} instead of -32602")
-    issues = response["error"].get("data")
-    if not (
+    error = response["error"]
+    issues = error.get("data")
+    if (
         isinstance(issues, list)
         and issues
         and all(
@@ -209,9 +210,18 @@ def _invalid_params(run: Run, response: dict[str, Any] | None) -> Result:
             for i in issues
         )
     ):
-        return failed(rule, "answered -32602 without the validation issues (error.data must be [{path, message}, ...])")
-    first = issues[0]
-    return passed(rule, f"answered -32602 with {len(issues)} issue(s), first {first['path']}: {first['message']}")
+        first = issues[0]
+        return passed(rule, f"answered -32602 with {len(issues)} issue(s), first {first['path']}: {first['message']}")
+    # The Claude Code and Codex references carry the issues in the message only (no `data`): `{}` misses
+    # `threadId`, so a message that carries the issues names it.
+    message = error.get("message")
+    if issues is None and isinstance(message, str) and "threadId" in message:
+        return passed(rule, f"answered -32602 with the issues in its message: {message[:200]!r}")
+    return failed(
+        rule,
+        "answered -32602 without the validation issues (error.data must be [{path, message}, ...], "
+        "or the message must name them, e.g. the missing threadId)",
+    )
 
 
 async def _probe(run: Run, mark: int, rule: str, ok: str, *, strict: bool) -> Result:

@@ -10,7 +10,8 @@ The plan comes from the recording (current lane preferred): every recorded
 runtime→bridge message, gated on the grammar-clean turn counts and event count
 the recording had reached; the runtime's answers to bridge requests are served
 back by method. Each replayed request waits for earlier answers, for the gate,
-best-effort for the event count (or a quiet bridge), then for a short drain. The
+best-effort for the event count (or a quiet bridge), then for a short drain; the
+end waits the same way for the recording's final event count, then settles. The
 runtime's per-machine rewrites apply (workspace `cwd`, `PATH`), and so does what
 it would know live: the `providerThreadId` this bridge reported and its open
 turn (`activeTurnId`/`expectedTurnId`).
@@ -331,6 +332,9 @@ class Driver:
             await client.send_line(msgspec.json.encode(self._rewrite(client, message)))
             self.move_cursor(index + 1)
         if await self.wait(client, "the last responses", lambda: _answered(client, sent)):
+            # as before each request: the recording's final event count (or a quiet bridge), so a bridge slowed by
+            # a loaded machine is not cut off by the short settle
+            await client.quiet(pacing.order, pacing.wait, until=_at_least(client, self.plan.events))
             await client.quiet(pacing.settle, pacing.wait)
         await client.close_stdin()
         if not await client.wait_exit(pacing.wait):

@@ -246,6 +246,16 @@ def encode_request(method: str, params: Any, id: str | int | float) -> bytes:
     return head + body + b',"id":' + _encode(id) + b"}"
 
 
+def encode_bridge_request(method: str, params: Any, id: str | int | float) -> bytes:
+    """`{"jsonrpc","id","method","params"?}`: the order every reference bridge writes its upward requests in
+    (`item/tool/call`, `interaction/request`; the bridge specs' §8.2), unlike the runtime's own."""
+    body = b"" if params is None else b',"params":' + _encode(params)
+    return b'{"jsonrpc":"2.0","id":' + _encode(id) + b',"method":' + _encode(method) + body + b"}"
+
+
+RequestEncoder = Callable[[str, Any, str | int | float], bytes]
+
+
 def encode_notification(method: str, params: Any = None) -> bytes:
     head = b'{"jsonrpc":"2.0","method":' + _encode(method)
     return head + (b"}" if params is None else b',"params":' + _encode(params) + b"}")
@@ -326,9 +336,12 @@ class Connection:
         default_timeout: float | None = 30.0,
         max_line: int = MAX_LINE_BYTES,
         typed_params: Mapping[str, Any] | None = None,
+        encode_request: RequestEncoder = encode_request,
     ) -> None:
         """`typed_params` maps notification methods to params types decoded in the framing pass: such a line is
-        parsed once instead of twice (a line that does not decode so takes the generic path unchanged)."""
+        parsed once instead of twice (a line that does not decode so takes the generic path unchanged).
+        `encode_request` writes our requests: the runtime's member order by default, `encode_bridge_request` for
+        a bridge."""
         self.name = name
         self._send = send
         self._receive = receive
@@ -348,6 +361,7 @@ class Connection:
         self._pending: dict[str | int | float, _Pending] = {}
         self._nursery: trio.Nursery | None = None
         self._typed = _typed_decoder(typed_params) if typed_params else None
+        self._encode_request = encode_request
 
     @property
     def closed(self) -> bool:
@@ -389,7 +403,7 @@ class Connection:
         slot = self._pending[id] = _Pending()
         limit = self._default_timeout if timeout is DEFAULT else timeout
         try:
-            await self._write(encode_request(method, params, id))
+            await self._write(self._encode_request(method, params, id))
             with trio.move_on_after(math.inf if limit is None else limit):
                 await slot.done.wait()
         finally:

@@ -15,7 +15,7 @@ import msgspec
 import trio
 from msgspec import UNSET
 
-from bbridge.kit import Bridge
+from bbridge.kit import Bridge, Wording
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import cli, fork
 from bridges.claude_code import permissions as perm
@@ -31,6 +31,9 @@ STOPPED_WHILE_PENDING = "Thread stopped while awaiting permission approval"
 STREAM_REPLACED = "Thread session replaced after Claude SDK stream ended"
 CONFIG_CHANGED = "Claude session restarted: construction-scoped settings changed"
 NO_SESSION = "No active session"
+# §3.0, §1.1: the reference's error texts and the prefix of every stderr line
+WORDING = Wording("Unknown method: {method}", "Invalid params for {method}: {issues}", "params.", issues_as_data=False)
+LOG_PREFIX = "claude-code bridge: "
 _PROVIDER_OPTION_TYPES: dict[str, type] = {
     "workflowsEnabled": bool,
     "memoryEnabled": bool,
@@ -117,7 +120,7 @@ class ClaudeCodeBridge:
         self.counters = Counters()
         self.plugin_dirs: tuple[str, ...] = ()
         self.models = ModelList()
-        self.bridge = Bridge("claude-code", CAPABILITIES)
+        self.bridge = Bridge("claude-code", CAPABILITIES, wording=WORDING, log_prefix=LOG_PREFIX)
         self.bridge.handle_sessions(self)
         self.bridge.method("skills/configure", SkillsConfigureParams)(self.skills_configure)
         self.maintenance = Maintenance(self.base_env)
@@ -144,7 +147,7 @@ class ClaudeCodeBridge:
         roots = tuple(given.get("additionalWorkspaceWriteRoots", [])) if workspace else ()
         model = options.model if options.model is not UNSET else None
         tools = tuple(
-            cli.DynamicTool(t.name, t.description, t.inputSchema)
+            cli.DynamicTool(t.name, t.description, t.inputSchema, t.presentation or None)
             for t in (params.dynamicTools if params.dynamicTools is not UNSET else [])
         )
         env_vars = options.envVars if options.envVars is not UNSET else {}

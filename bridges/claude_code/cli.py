@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
+from bbridge.core import grammar as g
 from bbridge.core import js
 
 Json = Any
@@ -65,8 +64,8 @@ class LaunchError(RuntimeError):
 
 
 def encode(value: Json) -> bytes:
-    """One line for the child: compact JSON and its newline."""
-    return msgspec.json.encode(value) + b"\n"
+    """One line for the child as `JSON.stringify` writes it (§8.1; tool inputs go back verbatim), and its newline."""
+    return (js.stringify(value) + "\n").encode()
 
 
 def request_id() -> str:
@@ -128,6 +127,7 @@ class DynamicTool:
     name: str
     description: str
     input_schema: Json
+    presentation: g.Presentation | None = None  # the client's, shown on the tool's items (past the reference)
 
 
 def mcp_reply(message: Json, tools: Sequence[DynamicTool]) -> dict[str, Any] | None:

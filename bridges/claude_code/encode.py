@@ -1,8 +1,8 @@
 """Deltas on the wire, byte for byte as the reference writes them (spec §8.1, §8.2).
 
 The grammar Structs fix every member order the reference uses but one: a presentation's `suppress`, which
-the reference writes right after the icon and the Struct after `title`/`detail`. Batches are validated by the
-daemon's own decoder before they are written, as the kit does.
+the reference writes right after the icon and the Struct after `title`/`detail`. Batches are validated against
+the daemon's own grammar before they are written, as the kit does, and serialized as `JSON.stringify` would.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.kit import DeltaError
 
 PRESENTATION_ORDER = ("label", "icon", "suppress", "title", "detail", "tint")
@@ -27,13 +28,16 @@ def _delta(delta: g.Delta) -> dict[str, Any]:
 
 
 def delta_params(thread_id: str, deltas: Sequence[g.Delta]) -> bytes:
-    """`thread/delta` params; raises `DeltaError` (before anything is written) when the grammar rejects a delta."""
-    data = msgspec.json.encode({"threadId": thread_id, "deltas": [_delta(d) for d in deltas]})
+    """`thread/delta` params; raises `DeltaError` (before anything is written) when the grammar rejects a delta.
+
+    Written by `js.stringify`, so raw SDK messages keep the reference's number spellings and lone surrogates.
+    """
+    text = js.stringify({"threadId": thread_id, "deltas": [_delta(d) for d in deltas]})
     try:
-        g.decode_params(data)
+        g.convert_params(js.parse(text))  # the bytes as read back; lone surrogates are beyond msgspec's decoder
     except g.GrammarError as exc:
         raise DeltaError(f"invalid thread/delta for thread {thread_id!r}: {exc}") from None
-    return data
+    return text.encode()
 
 
 def delta_notification(thread_id: str, deltas: Sequence[g.Delta]) -> bytes:

@@ -101,7 +101,7 @@ class Session:
         self.settings = settings
         self.mode = settings.launch.permission_mode
         self.grants = list(grants)
-        self.translator = Translator(thread_id, settings.launch.model)
+        self.translator = Translator(thread_id, settings.launch.model, {t.name: t.presentation for t in settings.tools})
         self.closing = False
         self.stream_ended = False
         self.restart_reason: str | None = None
@@ -474,7 +474,7 @@ class Session:
         with pending.scope:
             try:
                 ident = f"interaction-{self.counters.interactions}"
-                resolution = await self.bridge.conn.request("interaction/request", params, timeout=None, id=ident)
+                resolution = await self._ask("interaction/request", params, ident)
             except rpc.RpcError as exc:
                 body: Any = perm.deny(tool_use_id, exc.message or perm.REQUEST_FAILED)
             else:
@@ -498,6 +498,13 @@ class Session:
             except rpc.RpcError as exc:
                 log.warning(f"Failed to leave Plan mode: {exc.message}", threadId=self.thread_id)
         return body
+
+    async def _ask(self, method: str, params: dict[str, Any], ident: str | int) -> Any:
+        """A request to the runtime, written and read with JavaScript's JSON (§8.1): SDK content rides in it."""
+        raw = await self.bridge.conn.request_raw(
+            method, msgspec.Raw(js.stringify(params).encode()), timeout=None, id=ident
+        )
+        return js.parse(bytes(raw))
 
     async def _mcp(self, request_id: str, request: dict[str, Any]) -> None:
         if request.get("server_name") != cli.MCP_SERVER or not self.settings.tools:
@@ -537,7 +544,7 @@ class Session:
             "arguments": params.get("arguments", {}),
         }
         try:
-            result = await self.bridge.conn.request("item/tool/call", call, timeout=None, id=n)
+            result = await self._ask("item/tool/call", call, n)
         except rpc.RpcError as exc:
             return cli.mcp_result(
                 message["id"], [{"type": "text", "text": exc.message or "Tool call failed"}], error=True

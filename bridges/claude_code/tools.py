@@ -7,6 +7,7 @@ classification (the started-tool cache), so the item's shape and row never chang
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -46,7 +47,9 @@ def generic(name: str, tool_input: Any) -> Classified:
     return Classified(g.ToolShape(tool=name, args=args), p.builtin(name, tool_input))
 
 
-def classify(name: str, call_id: str, tool_input: Any) -> Classified:
+def classify(
+    name: str, call_id: str, tool_input: Any, bb_tools: Mapping[str, g.Presentation | None] | None = None
+) -> Classified:
     """The item a `tool_use` block opens (§4.5.1)."""
     i = tool_input
     if name == "Bash" and _strings(i, "command", "cwd") and usable(i.get("command")):
@@ -90,7 +93,9 @@ def classify(name: str, call_id: str, tool_input: Any) -> Classified:
         server, tool = mcp.group(1), mcp.group(2)
         args = i if isinstance(i, dict) else UNSET
         if server == BB_SERVER:
-            return Classified(g.ToolShape(tool=tool, server="bb", args=args), p.bb_tool(tool))
+            # the client's declared presentation: the reference drops it (spec §10.2), we show it on purpose
+            declared = (bb_tools or {}).get(tool)
+            return Classified(g.ToolShape(tool=tool, server="bb", args=args), declared or p.bb_tool(tool))
         return Classified(g.ToolShape(tool=tool, server=server, args=args), p.mcp_tool(server, tool))
     return generic(name, i)
 

@@ -12,6 +12,7 @@ turn opened, and when a failed turn's late output must not open a new one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,8 +143,11 @@ class _Rejection:
 class Translator:
     """One CLI session's translation state: the turn mirror, its per-turn latches and the dialect's state."""
 
-    def __init__(self, thread_id: str, model: str | None = None) -> None:
+    def __init__(
+        self, thread_id: str, model: str | None = None, bb_tools: Mapping[str, g.Presentation | None] | None = None
+    ) -> None:
         self.thread_id = thread_id
+        self.bb_tools = dict(bb_tools or {})  # the client's tools and their declared presentations
         # the mirror of the assembler's current turn
         self.turn_open = False
         self.pending_inputs = 0
@@ -368,7 +372,7 @@ class Translator:
 
     def _tool_use(self, block: Message, parent: str | None) -> None:
         call_id, name, tool_input = block["id"], block["name"], block.get("input")
-        shaped = tools.classify(name, call_id, tool_input)
+        shaped = tools.classify(name, call_id, tool_input, self.bb_tools)
         self.started[call_id] = shaped
         key = _key(parent, provider_item_id=call_id)
         self._push(g.ItemOpen(key=key, item=shaped.item, presentation=shaped.presentation))

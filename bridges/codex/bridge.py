@@ -18,7 +18,7 @@ import trio
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bbridge.kit import Bridge
+from bbridge.kit import Bridge, Wording
 from bbridge.wire import maintenance, protocol, rpc
 
 from . import launch, models, params
@@ -36,6 +36,7 @@ CAPABILITIES = protocol.Capabilities(
     approvalEnforcedBy="runtime",
     steerMode="inject",
 )
+WORDING = Wording('Unknown method "{method}"', 'Invalid params for "{method}": {issues}', issues_as_data=False)
 SESSION_NOT_RESTORABLE = -32002
 ARCHIVED = re.compile(r"\b(?:session|thread)\s+\S+\s+is archived\b", re.IGNORECASE)
 CHILD_GONE = "codex app-server exited; the session was restored from its rollout."
@@ -77,7 +78,7 @@ class CodexBridge:
         self.zero_work = 0
         self._models: CodexChild | None = None
         self._models_lock = trio.Lock()
-        self.bridge = Bridge("codex", CAPABILITIES)
+        self.bridge = Bridge("codex", CAPABILITIES, wording=WORDING)
         handlers: dict[str, Callable[[str, msgspec.Raw], Awaitable[Any]]] = {
             "model/list": self.model_list,
             "thread/start": self.construct,
@@ -150,15 +151,12 @@ class CodexBridge:
 
     # -- decoding ----------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _decode(method: str, raw: msgspec.Raw, kind: type[T]) -> tuple[T, dict[str, Any]]:
+    def _decode(self, method: str, raw: msgspec.Raw, kind: type[T]) -> tuple[T, dict[str, Any]]:
         """The typed params (schema check, -32602) and the same params as JSON with JS semantics."""
         try:
             typed = msgspec.json.decode(raw, type=kind)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise rpc.RpcError(
-                rpc.INVALID_PARAMS, f'Invalid params for "{method}": {protocol.issue_text(exc)}'
-            ) from None
+            raise self.bridge.wording.invalid(method, exc) from None
         data = js.parse(bytes(raw).decode())
         return typed, data if isinstance(data, dict) else {}
 

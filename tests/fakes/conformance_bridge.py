@@ -156,6 +156,11 @@ def handle(msg):
         if "invalid-as-error" in MODES:
             return error(msg, -32000, f"bad params for {method}")
         issues = [{"path": [key], "message": "Required"} for key in missing]
+        if "issues-in-message" in MODES:  # the Claude Code / Codex shape: no data
+            text = "; ".join(f"params.{i['path'][0]}: {i['message']}" for i in issues)
+            return error(msg, -32602, f"Invalid params for {method}: {text}")
+        if "bare-invalid" in MODES:
+            return error(msg, -32602, f"Invalid params for {method}")
         return error(msg, -32602, f"Invalid params for {method}", issues)
     if method == "initialize":
         version = 1 if "old-protocol" in MODES else 2
