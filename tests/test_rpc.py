@@ -17,7 +17,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bbridge.wire import rpc
-from bbridge.wire.rpc import HEAD_BYTES, Connection, LineReader, Notification, Overflow, Request, RpcError, recover_id
+from bbridge.wire.rpc import (
+    HEAD_BYTES,
+    Connection,
+    LineReader,
+    Notification,
+    Overflow,
+    Request,
+    RpcError,
+    mend_surrogates,
+    recover_id,
+)
 
 # -- LineReader --------------------------------------------------------------
 
@@ -647,6 +657,23 @@ async def test_one_notification_call_per_chunk_and_wire_order() -> None:
         ["settle1", "settle2"],
         "stop answered",
     ]
+
+
+async def test_lone_surrogates_are_mended_not_lost() -> None:
+    """JavaScript writes a lone surrogate as an escape msgspec refuses: the line arrives, U+FFFD in its place."""
+    seen: list[Any] = []
+
+    async def on_notifications(batch: list[Notification]) -> None:
+        seen.extend((n.method, msgspec.json.decode(n.params) if n.params else None) for n in batch)
+
+    async with serving(on_notifications=on_notifications) as (_, peer):
+        await peer.send(
+            '{"method":"a"}', '{"method":"b","params":{"t":"x\\ud83dy","u":"\\ud83d\\ude00"}}', '{"method":"c"}'
+        )
+        await trio.testing.wait_all_tasks_blocked()
+    assert seen == [("a", None), ("b", {"t": "x\ufffdy", "u": "\U0001f600"}), ("c", None)]
+    assert mend_surrogates(b'{"a":"\\udc00"}') == '{"a":"\ufffd"}'.encode()
+    assert mend_surrogates(b'{"a":') is None and mend_surrogates(b'{"a":"\\u00e9"}') is None
 
 
 async def test_notification_handler_failure_does_not_kill_the_connection() -> None:

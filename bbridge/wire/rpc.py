@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import math
 import operator
 import re
@@ -216,6 +217,41 @@ def _typed_decoder(types: Mapping[str, Any]) -> tuple[Callable[[bytes], Any], di
 
 
 _KEY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,3})?)')
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(line: bytes) -> bytes | None:
+    """The line with each lone UTF-16 surrogate escape replaced by U+FFFD, or None when that is not its fault.
+
+    JavaScript's `JSON.stringify` writes a lone surrogate as `\\udXXX` (a reference bridge cutting a string
+    between the halves of a pair does); msgspec refuses such a line whole, which would lose everything in it.
+    Rare, so it pays for a second parse; the caller has already bounded the line's size and depth.
+    """
+    if b"\\u" not in line:
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+
+    found = 0
+
+    def mend(item: Any) -> Any:
+        nonlocal found
+        if isinstance(item, str):
+            text, count = _LONE_SURROGATE.subn("\ufffd", item)
+            found += count
+            return text
+        if isinstance(item, list):
+            return [mend(v) for v in item]
+        if isinstance(item, dict):
+            return {mend(k): mend(v) for k, v in item.items()}
+        return item
+
+    mended = msgspec.json.encode(mend(value))
+    return mended if found else None
 
 
 def recover_id(text: bytes) -> str | int | float | None:
@@ -518,7 +554,12 @@ class Connection:
                 self._junk(line, "not a JSON object")
                 continue
             except msgspec.DecodeError as exc:
-                if line.strip():
+                mended = mend_surrogates(line)
+                if mended is not None:
+                    self._log.warning("replaced lone UTF-16 surrogates with U+FFFD", bytes=len(line))
+                    batch = await self._flush(batch)  # keep arrival order
+                    await self._dispatch([mended])
+                elif line.strip():
                     await self._refuse(line, f"not JSON ({exc})", PARSE_ERROR, f"Parse error: {exc}")
                 continue
             method, id = env.method, env.id
