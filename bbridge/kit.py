@@ -231,6 +231,15 @@ class SessionHandlers(Protocol):
     async def thread_discard(self, params: protocol.ThreadRefParams) -> Any: ...
 
 
+class MaintenanceHandlers(Protocol):
+    """The host probes (§3.3.2–§3.3.4) a bridge for an installed CLI serves; `Bridge.handle_maintenance`."""
+
+    async def health(self, params: protocol.MaintenanceParams) -> Any: ...
+    async def usage(self, params: protocol.MaintenanceParams) -> Any: ...
+    async def installation_status(self, params: protocol.InstallationStatusParams) -> Any: ...
+    async def installation_run(self, params: protocol.InstallationRunParams) -> Any: ...
+
+
 class Bridge:
     """A provider bridge: register handlers with `method`, then `run()` (or `serve` over given streams)."""
 
@@ -275,6 +284,13 @@ class Bridge:
         self.method("turn/steer", protocol.TurnSteerParams)(handlers.turn_steer)
         self.method("thread/stop", protocol.ThreadStopParams)(handlers.thread_stop)
         self.method("thread/discard", protocol.ThreadRefParams)(handlers.thread_discard)
+
+    def handle_maintenance(self, handlers: MaintenanceHandlers) -> None:
+        """Register the four maintenance methods with their params types."""
+        self.method("provider/health", protocol.MaintenanceParams)(handlers.health)
+        self.method("provider/usage", protocol.MaintenanceParams)(handlers.usage)
+        self.method("provider/installation/status", protocol.InstallationStatusParams)(handlers.installation_status)
+        self.method("provider/installation/run", protocol.InstallationRunParams)(handlers.installation_run)
 
     # -- talking to the runtime ----------------------------------------------
 

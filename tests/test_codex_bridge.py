@@ -502,3 +502,12 @@ async def test_unknown_methods_are_refused_in_the_references_words(fake: Fake) -
     async with running(fake.env) as runtime:
         error = await runtime.error("thread/rewind", {})
         assert (error.code, error.message, error.data) == (-32601, 'Unknown method "thread/rewind"', None)
+
+
+async def test_maintenance_methods_are_served(fake: Fake, tmp_path: Path) -> None:
+    env = {**fake.env, "PATH": str(tmp_path), "CODEX_HOME": str(tmp_path)}  # no codex on PATH
+    async with running(env) as runtime:
+        health = await runtime.call("provider/health", {"providerId": "codex"})
+        assert health["supported"] is True and health["health"]["status"] == "not_installed"
+        status = await runtime.call("provider/installation/status", {"providerId": "codex"})
+        assert status["installed"] is False and status["installAction"]["kind"] == "install"

@@ -124,14 +124,7 @@ class ClaudeCodeBridge:
         self.bridge.handle_sessions(self)
         self.bridge.method("skills/configure", SkillsConfigureParams)(self.skills_configure)
         self.maintenance = Maintenance(self.base_env)
-        self.bridge.method("provider/health", protocol.MaintenanceParams)(self.maintenance.health)
-        self.bridge.method("provider/usage", protocol.MaintenanceParams)(self.maintenance.usage)
-        self.bridge.method("provider/installation/status", protocol.InstallationStatusParams)(
-            self.maintenance.installation_status
-        )
-        self.bridge.method("provider/installation/run", protocol.InstallationRunParams)(
-            self.maintenance.installation_run
-        )
+        self.bridge.handle_maintenance(self.maintenance)
 
     # -- constructions (§3.6) ---------------------------------------------------------
 

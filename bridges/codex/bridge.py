@@ -93,14 +93,7 @@ class CodexBridge:
         for method, handler in handlers.items():
             self.bridge.method(method, msgspec.Raw)(self._bound(method, handler))
         self.maintenance = Maintenance(self.environ)
-        self.bridge.method("provider/health", protocol.MaintenanceParams)(self.maintenance.health)
-        self.bridge.method("provider/usage", protocol.MaintenanceParams)(self.maintenance.usage)
-        self.bridge.method("provider/installation/status", protocol.InstallationStatusParams)(
-            self.maintenance.installation_status
-        )
-        self.bridge.method("provider/installation/run", protocol.InstallationRunParams)(
-            self.maintenance.installation_run
-        )
+        self.bridge.handle_maintenance(self.maintenance)
 
     @staticmethod
     def _bound(
