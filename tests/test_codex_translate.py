@@ -195,8 +195,8 @@ def test_a_bad_shape_is_an_unvouched_unhandled_and_unknown_methods_follow_covera
         run(t, "item/commandExecution/terminalInteraction", stdin="y")[0]["rawType"]
         == "item/commandExecution/terminalInteraction"
     )
-    (read_state,) = run(t, "thread/readState/changed", threadId=THREAD)
-    assert read_state["rawType"] == "thread/readState/changed"
+    (fs_changed,) = run(t, "fs/changed", threadId=THREAD)
+    assert fs_changed["rawType"] == "fs/changed"
     assert out(t.translate({"method": "model/rerouted"})) == [
         {
             "kind": "unhandled",
@@ -627,3 +627,11 @@ def test_replayed_usage_is_filtered_until_the_first_turn_opens() -> None:
         "outputTokens": 2,
         "reasoningOutputTokens": 2,
     }
+
+
+def test_codex_0171_read_state_markers_are_noise() -> None:
+    note = {
+        "method": "thread/readState/changed",
+        "params": {"threadId": "t", "readState": {"firstUnread": {"type": "turn", "turnId": "u"}, "revision": 3}},
+    }
+    assert Translator().translate(note) == []

@@ -46,6 +46,9 @@ NOISE = frozenset(
         "skills/changed",
         "thread/settings/updated",
         "thread/status/changed",
+        # codex 0.171 marks the thread read after every turn; the reference's table (0.149) predates it, and a
+        # `provider/unhandled` per turn would be noise in every client's timeline
+        "thread/readState/changed",
         "turn/moderationMetadata",
     }
 )
