@@ -6,10 +6,15 @@ SHARED ?= ../shared
 
 .PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity soak live-agents
 
-$(VENV)/.installed: pyproject.toml
+# The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
+# when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
+CORE_SOURCES := setup.py $(foreach m,assembler events guard ids items native sink state turns,bbridge/core/$(m).py)
+
+$(VENV)/.installed: pyproject.toml $(CORE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m bbridge --version
 	touch $@
 
 install: $(VENV)/.installed
@@ -91,4 +96,5 @@ parity: install
 	$(PY) -m bbridge parity cases $(SHARED)/golden/synthetic/cases.ndjson
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build
+	rm -f bbridge/core/*.so bbridge/core/compiled.sha256

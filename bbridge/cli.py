@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import msgspec
 import trio
 
 from bbridge.bench import report as bench_report
+from bbridge.core import native
 from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
 from bbridge.replay import parity
@@ -18,10 +20,20 @@ from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.recording import RecordingError
 
 
+def _version() -> str:
+    """`bbridge 0.1.0 (core: compiled (mypyc))`, or `... (core: pure (why))`: which core this process runs."""
+    try:
+        version = metadata.version("bbridge")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"bbridge {version} (core: {native.describe()})"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bbridge", description="The timeline daemon between an IDE and provider bridges."
     )
+    parser.add_argument("--version", action="version", version=_version(), help="the version and which core runs")
     commands = parser.add_subparsers(dest="command", required=True)
 
     replay = commands.add_parser("replay", help="replay a recorded cell and print its events as NDJSON")

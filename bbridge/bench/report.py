@@ -14,20 +14,33 @@ from typing import Any
 import msgspec
 
 from bbridge.bench.core import bench_core, events_per_1000_tokens
+from bbridge.core import native
 from bbridge.wire.recording import find_cells
 
 SHARED_CORPUS = Path("../shared/recordings")
 OWN_CORPUS = Path(__file__).resolve().parents[2] / "recordings"
 COALESCING_FLUSH_MS = 100  # the daemon's default text coalescing window
 
-# The reference assembler cannot run here (its TypeScript source is not on this machine): these are the
-# figures shared/golden/README.md gives for node v20 on the same machine kind, not a measurement of this run.
+# The reference assembler cannot run here: these are the figures shared/golden/README.md gives for it as it
+# ships (bundled, node v20, same machine kind, measured side by side with this bench's core runs), not a
+# measurement of this run. Its full pipeline ran at about 0.22 of the decode-only yardstick of those runs; the
+# targets are therefore shares of this run's own yardstick (`share_of_decode_only`), never absolutes.
 REFERENCE = {
-    "deltas_per_s_readme": 77_000,
-    "validate_assemble_per_s_readme": 100_000,
-    "assemble_only_per_s_readme": [150_000, 290_000],
     "measured_in_this_run": False,
-    "source": "shared/golden/README.md (node v20, 2 vCPU, medians of 20 in-process runs)",
+    "deltas_per_s_readme": [170_000, 210_000],
+    "validate_assemble_per_s_readme": [205_000, 255_000],
+    "assemble_only_per_s_readme": [900_000, 1_200_000],
+    "share_of_decode_only_readme": 0.22,
+    "source": "shared/golden/README.md (bundled, node v20, 2 vCPU, 38 cells, medians of 10 interleaved runs)",
+}
+
+# Issue 14: each figure as a share of the same run's `core.decode_only_per_s` (or an absolute bound).
+TARGETS = {
+    "core_share_of_decode_only": 0.5,
+    "core_assemble_share_of_decode_only": 1.3,
+    "daemon_share_of_decode_only": 0.28,
+    "first_delta_p99_ms": 1.0,
+    "idle_threads_10k_mb": 51.0,
 }
 
 
@@ -84,9 +97,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     corpus: Path = args.corpus if args.corpus is not None else default_corpus()
     _progress(f"core over {corpus}")
     core = bench_core(corpus, args.runs)
-    core["ratio_vs_reference"] = round(core["deltas_per_s"] / REFERENCE["deltas_per_s_readme"], 2)
+    yardstick = core["decode_only_per_s"]
+    core["share_of_decode_only"] = round(core["deltas_per_s"] / yardstick, 3)
+    core["assemble_share_of_decode_only"] = round(core["assemble_only_per_s"] / yardstick, 3)
     _progress("daemon end to end")
     daemon = bench_daemon(args.turns, args.blasts, args.paced_seconds)
+    daemon["share_of_decode_only"] = round(daemon["deltas_per_s"] / yardstick, 3)
     _progress("memory")
     memory = {
         "idle_threads": args.idle_threads,
@@ -100,15 +116,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "events_per_1000_tokens": events_per_1000_tokens(COALESCING_FLUSH_MS),
     }
     targets = {
-        "core_twice_reference": core["ratio_vs_reference"] >= 2,
-        "core_150k": core["deltas_per_s"] >= 150_000,
-        "daemon_200k": daemon["deltas_per_s"] >= 200_000,
-        "first_delta_p99_under_1ms": daemon["first_delta_p99_ms"] < 1,
-        "idle_10k_under_100mb": memory["idle_threads_10k_mb"] < 100,
+        "core_share_of_decode_only": core["share_of_decode_only"] >= TARGETS["core_share_of_decode_only"],
+        "core_assemble_share_of_decode_only": core["assemble_share_of_decode_only"]
+        >= TARGETS["core_assemble_share_of_decode_only"],
+        "daemon_share_of_decode_only": daemon["share_of_decode_only"] >= TARGETS["daemon_share_of_decode_only"],
+        "first_delta_p99_under_1ms": daemon["first_delta_p99_ms"] < TARGETS["first_delta_p99_ms"],
+        "idle_threads_10k_at_most_51mb": memory["idle_threads_10k_mb"] <= TARGETS["idle_threads_10k_mb"],
     }
     return {
         "machine": machine(),
+        "core_build": native.describe(),
         "reference": REFERENCE,
+        "target_values": TARGETS,
         "core": core,
         "daemon": daemon,
         "memory": memory,

@@ -9,3 +9,6 @@ logging: the same input always gives the same output, which is what makes byte
 parity and property tests possible. May import only the standard library and
 msgspec; everything else in bbridge may import it.
 """
+
+# Before any submodule: which core runs, compiled or pure (native.py; BBRIDGE_PURE=1 forces pure).
+from bbridge.core import native as native

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from msgspec import UNSET
 
@@ -42,6 +42,7 @@ _TEXT_DELTA_TYPE = {
 _OUTPUT_DELTA_TYPE = {"command": "item/commandExecution/outputDelta", "fileChange": "item/fileChange/outputDelta"}
 _FLUSH_BEFORE = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
 _SESSION_RESET = g.SessionReset
+_TEXT_DELTA = g.ItemTextDelta
 
 
 def _thread_attached(shape: g.Shape) -> bool:
@@ -69,14 +70,9 @@ class Assembler:
         self.provider_id = provider_id
         self._sink = sink = Sink(progress_throttle_ms, text_delta_flush_ms)
         self._ids = ids = Ids(entropy)
-        self._turns = turns = Turns(provider_id, sink, ids)
-        # The collaborators' methods the hot handlers call, bound once: one attribute lookup per call.
-        self._push = sink.push
-        self._mint_item = ids.item
-        self._parent = ids.parent
-        self._vouch = ids.vouch
-        self._fallback = turns.fallback
-        self._turn_for = turns.turn_for
+        # Handlers call the collaborators' methods directly (`self._sink.push(...)`): in the compiled core
+        # that is a native call, where a bound method stored on the instance is a generic Python call.
+        self._turns = Turns(provider_id, sink, ids)
         self._states: dict[str, ThreadState] = {}
         self._recent = ""  # the thread `_state` last moved to the end of `_states` (least recently used first)
 
@@ -111,7 +107,10 @@ class Assembler:
                 if held is not None and held.pending_text:
                     sink.flush_all_text(held)
             if s is not None:
-                handlers[kind](self, s, delta)
+                if kind is _TEXT_DELTA:  # the most frequent delta: a direct call (native in the compiled core)
+                    self._text_delta(s, cast(g.ItemTextDelta, delta))
+                else:
+                    handlers[kind](self, s, delta)
                 continue
             fresh = self._state(thread_id)
             if sink.state is fresh:  # kept for the batch, unless pruning evicted it at once (then: per delta)
@@ -200,13 +199,13 @@ class Assembler:
     def _item_open(self, s: ThreadState, d: g.ItemOpen) -> None:
         key = d.key
         if d.providerTurnId is not UNSET:
-            turn: str | None = self._vouch(s, d.providerTurnId)
+            turn: str | None = self._ids.vouch(s, d.providerTurnId)
         elif d.attach == "currentOrLast":
             turn = s.current_turn if s.current_turn is not None else s.last_turn
         else:
             turn = s.current_turn
         if turn is None:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         s.settled_keys.pop(k, None)
@@ -223,27 +222,27 @@ class Assembler:
             for ok in released:
                 del s.open_items[ok]
         bb = self._ids.known_or_mint(s, key.providerItemId)
-        item = it.open_item(bb, shape, self._parent(s, key.parentRef), d.presentation)
+        item = it.open_item(bb, shape, self._ids.parent(s, key.parentRef), d.presentation)
         s.open_items[k] = OpenItem(bb, key, item, _thread_attached(shape))
         s.progress_last_emit[k] = self._sink.now
         trim(s.progress_last_emit, MAX_MAP)
         event = new_event("item/started", turn)
         event["item"] = item
-        self._push(event)
+        self._sink.push(event)
 
     def _item_close(self, s: ThreadState, d: g.ItemClose) -> None:
         key, shape = d.key, d.item
         attached = _thread_attached(shape)
-        turn = None if attached else self._turn_for(s, d.providerTurnId)
+        turn = None if attached else self._turns.turn_for(s, d.providerTurnId)
         if turn is None and not attached:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         pid = key.providerItemId
         if pid is not UNSET and k in s.settled_keys:
             return
         rec = s.open_items.get(k)
-        parent = self._parent(s, key.parentRef)
+        parent = self._ids.parent(s, key.parentRef)
         opened = rec.item if rec is not None else None
         summary = opened.get("summary", UNSET) if opened is not None and opened["type"] == "delegation" else UNSET
         if opened is not None and turn is not None and not it.shape_matches(shape, opened):
@@ -252,7 +251,7 @@ class Assembler:
                 echoed["presentation"] = opened["presentation"]
             event = new_event("item/completed", turn)
             event["item"] = echoed
-            self._push(event)
+            self._sink.push(event)
         if rec is not None:
             bb = rec.bb_id
             if pid is not UNSET:
@@ -279,7 +278,7 @@ class Assembler:
         else:
             event = new_event("item/completed", turn)
         event["item"] = final
-        self._push(event)
+        self._sink.push(event)
 
     def _item_progress(self, s: ThreadState, d: g.ItemProgress) -> None:
         key = d.key
@@ -291,8 +290,8 @@ class Assembler:
         elif pid is not UNSET:
             bb = s.item_by_pid.get(pid, pid)
         else:
-            bb = self._mint_item()
-        parent = self._parent(s, key.parentRef)
+            bb = self._ids.item()
+        parent = self._ids.parent(s, key.parentRef)
         snap = d.snapshot
         if type(snap) is g.DelegationShape:
             opened = rec.item if rec is not None else None
@@ -308,9 +307,9 @@ class Assembler:
             event = new_event("item/backgroundTask/progress", None)
             event["item"] = it.task_item(bb, snap, parent)
         else:
-            turn = self._turn_for(s, d.providerTurnId)
+            turn = self._turns.turn_for(s, d.providerTurnId)
             if turn is None:
-                self._fallback(s, d.noTurnFallback, key.parentRef)
+                self._turns.fallback(s, d.noTurnFallback, key.parentRef)
                 return
             event = new_event("item/toolCall/progress", turn)
             event["itemId"] = bb
@@ -323,27 +322,27 @@ class Assembler:
     def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
         # the most frequent delta: `_turn_for` inlined, `_parent` only called for a parentRef
         key, ptid = d.key, d.providerTurnId
-        turn = s.current_turn if ptid is UNSET else self._vouch(s, ptid)
+        turn = s.current_turn if ptid is UNSET else self._ids.vouch(s, ptid)
         if turn is None:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         rec = s.open_items.get(k)
-        parent = None if key.parentRef is UNSET else self._parent(s, key.parentRef)
+        parent = None if key.parentRef is UNSET else self._ids.parent(s, key.parentRef)
         pid = key.providerItemId
         if rec is not None:
             bb: str | None = rec.bb_id
         else:
             bb = None if pid is UNSET else s.item_by_pid.get(pid)
             if bb is None:
-                bb = self._mint_item()
+                bb = self._ids.item()
                 if pid is not UNSET:
                     self._ids.register(s, pid, bb)
                 item = it.synthesized_text_item(bb, d.channel, parent)
                 rec = s.open_items[k] = OpenItem(bb, key, item, False)
                 started = new_event("item/started", turn)
                 started["item"] = item
-                self._push(started)
+                self._sink.push(started)
         if rec is not None:
             if d.channel == "reasoningSummary":
                 rec.summary_text += d.text
@@ -354,13 +353,13 @@ class Assembler:
         event["delta"] = d.text
         if parent:
             event["parentToolCallId"] = parent
-        self._push(event)
+        self._sink.push(event)
 
     def _text_close(self, s: ThreadState, d: g.ItemTextClose) -> None:
         key = d.key
-        turn = self._turn_for(s, d.providerTurnId)
+        turn = self._turns.turn_for(s, d.providerTurnId)
         if turn is None:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         pid = key.providerItemId
@@ -377,7 +376,7 @@ class Assembler:
             final = None
         if not final or (given is None and it.is_js_blank(final)):
             return
-        parent = self._parent(s, key.parentRef)
+        parent = self._ids.parent(s, key.parentRef)
         item = None
         if rec is not None:
             if summary_channel:
@@ -388,7 +387,7 @@ class Assembler:
             bb = rec.bb_id
         if item is None:
             if rec is None:
-                bb = self._mint_item() if pid is UNSET else s.item_by_pid.get(pid) or self._mint_item()
+                bb = self._ids.item() if pid is UNSET else s.item_by_pid.get(pid) or self._ids.item()
             elif parent is None:
                 parent = rec.item.get("parentToolCallId")
             item = it.bare_text_item(bb, d.channel, final, parent)
@@ -398,29 +397,29 @@ class Assembler:
             trim(s.settled_keys, MAX_SETTLED)
         event = new_event("item/completed", turn)
         event["item"] = item
-        self._push(event)
+        self._sink.push(event)
 
     def _output_delta(self, s: ThreadState, d: g.ItemOutputDelta) -> None:
         key = d.key
-        turn = self._turn_for(s, d.providerTurnId)
+        turn = self._turns.turn_for(s, d.providerTurnId)
         if turn is None:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         rec = s.open_items.get(item_key(key))
         bb = rec.bb_id if rec is not None else self._ids.known_or_mint(s, key.providerItemId)
-        parent = self._parent(s, key.parentRef)
+        parent = self._ids.parent(s, key.parentRef)
         event = new_event(_OUTPUT_DELTA_TYPE[d.channel], turn)
         event["itemId"] = bb
         event["delta"] = d.text
         if parent:
             event["parentToolCallId"] = parent
-        self._push(event)
+        self._sink.push(event)
 
     def _output_snapshot(self, s: ThreadState, d: g.CommandOutputSnapshot) -> None:
         key = d.key
         turn = s.current_turn
         if turn is None:
-            self._fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
             return
         k = item_key(key)
         rec = s.open_items.get(k)
@@ -430,7 +429,7 @@ class Assembler:
         if step is None:
             return
         delta, s.cmd_snapshots[k], reset = step
-        parent = self._parent(s, key.parentRef)
+        parent = self._ids.parent(s, key.parentRef)
         event = new_event("item/commandExecution/outputDelta", turn)
         event["itemId"] = rec.bb_id
         event["delta"] = delta
@@ -438,7 +437,7 @@ class Assembler:
             event["reset"] = True
         if parent:
             event["parentToolCallId"] = parent
-        self._push(event)
+        self._sink.push(event)
 
     # -- usage, context, metadata --------------------------------------------
 
@@ -448,7 +447,7 @@ class Assembler:
             return
         event = new_event("thread/tokenUsage/updated", turn)
         event["tokenUsage"] = {"total": d.total, "last": d.last, "modelContextWindow": d.modelContextWindow}
-        self._push(event)
+        self._sink.push(event)
 
     def _context_window(self, s: ThreadState, d: g.ContextWindow) -> None:
         if d.providerTurnId is not UNSET or d.attach != "open":
@@ -458,32 +457,32 @@ class Assembler:
         event = new_event("thread/contextWindowUsage/updated", turn)
         size = None if d.size is UNSET else d.size
         event["contextWindowUsage"] = {"usedTokens": d.used, "modelContextWindow": size, "estimated": d.estimated}
-        self._push(event)
+        self._sink.push(event)
 
     def _context_compacted(self, s: ThreadState, d: g.ContextCompacted) -> None:
         turn = self._turns.turn_or_last(s, d.providerTurnId)
         if turn is None:
-            self._fallback(s, d.noTurnFallback, UNSET)
+            self._turns.fallback(s, d.noTurnFallback, UNSET)
             return
-        self._push(new_event("thread/compacted", turn))
+        self._sink.push(new_event("thread/compacted", turn))
 
     def _context_cleared(self, s: ThreadState, d: g.ContextCleared) -> None:
         turn = self._turns.turn_or_last(s, UNSET)
         if turn is not None:
-            self._push(new_event("thread/context/cleared", turn))
+            self._sink.push(new_event("thread/context/cleared", turn))
 
     def _turn_diff(self, s: ThreadState, d: g.TurnDiff) -> None:
-        turn = self._turn_for(s, d.providerTurnId)
+        turn = self._turns.turn_for(s, d.providerTurnId)
         if turn is not None:
             event = new_event("turn/diff/updated", turn)
             event["diff"] = d.diff
-            self._push(event)
+            self._sink.push(event)
 
     def _thread_started(self, s: ThreadState, d: g.ThreadStarted) -> None:
-        self._push({"type": "thread/started", "threadId": "", "scope": {"kind": "thread"}})
+        self._sink.push({"type": "thread/started", "threadId": "", "scope": {"kind": "thread"}})
 
     def _thread_identity(self, s: ThreadState, d: g.ThreadIdentity) -> None:
-        self._push(
+        self._sink.push(
             {
                 "type": "thread/identity",
                 "threadId": "",
@@ -495,24 +494,24 @@ class Assembler:
     def _thread_name(self, s: ThreadState, d: g.ThreadName) -> None:
         event = new_event("thread/name/updated", None)
         event["threadName"] = d.name
-        self._push(event)
+        self._sink.push(event)
 
     def _extension_state(self, s: ThreadState, d: g.ExtensionState) -> None:
         event = new_event("thread/extensionState/updated", None)
         event["kind"] = d.extensionKind
         event["payload"] = d.payload
-        self._push(event)
+        self._sink.push(event)
 
     def _rate_limits(self, s: ThreadState, d: g.ProviderRateLimits) -> None:
         event = new_event("provider/rateLimits/updated", None)
         event["rateLimits"] = d.rateLimits
-        self._push(event)
+        self._sink.push(event)
 
     # -- errors, warnings, diagnostics ---------------------------------------
 
     def _provider_error(self, s: ThreadState, d: g.ProviderError) -> None:
         if d.providerTurnId is not UNSET:
-            turn: str | None = self._vouch(s, d.providerTurnId)
+            turn: str | None = self._ids.vouch(s, d.providerTurnId)
         elif d.threadScoped is True:
             turn = None
         else:
@@ -525,7 +524,7 @@ class Assembler:
             event["willRetry"] = d.willRetry
         if d.errorInfo is not UNSET:
             event["errorInfo"] = d.errorInfo
-        self._push(event)
+        self._sink.push(event)
         if d.settlesTurn is True and turn is not None:
             self._turns.settle_turn(s, turn, "failed")
             self._turns.finish_turn(s)
@@ -536,7 +535,7 @@ class Assembler:
         event["fallbackModel"] = d.fallbackModel
         event["reason"] = d.reason
         event["message"] = d.message
-        self._push(event)
+        self._sink.push(event)
 
     def _warning(self, s: ThreadState, d: g.ProviderWarning) -> None:
         event = new_event("provider/warning", s.current_turn if d.vouchedTurn is True else None)
@@ -545,16 +544,16 @@ class Assembler:
             event["summary"] = d.summary
         if d.details is not UNSET:
             event["details"] = d.details
-        self._push(event)
+        self._sink.push(event)
 
     def _unhandled(self, s: ThreadState, d: g.Unhandled) -> None:
         if d.onlyIfNoTurn is True and s.current_turn is not None:
             return
         if d.providerTurnId is not UNSET:
-            turn: str | None = self._vouch(s, d.providerTurnId)
+            turn: str | None = self._ids.vouch(s, d.providerTurnId)
         else:
             turn = s.current_turn if d.vouchedTurn is True else None
-        self._turns.push_unhandled(d.rawType, d.raw, turn, self._parent(s, d.parentRef))
+        self._turns.push_unhandled(d.rawType, d.raw, turn, self._ids.parent(s, d.parentRef))
 
     def _session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
         turn = self._turns.claiming_turn(s)
@@ -570,7 +569,7 @@ class Assembler:
                 item = it.echo_item(rec.item, "interrupted", None, None)
             event = new_event("item/completed", turn)
             event["item"] = item
-            self._push(event)
+            self._sink.push(event)
         self._turns.settle_turn(s, turn, "interrupted")
         self._turns.finish_turn(s)
 

@@ -8,7 +8,8 @@ outside bytes (client and bridge lines, journal files, recordings) asks
 `too_deep` first, so everything admitted nests at most `MAX_JSON_DEPTH` levels
 and decodes anywhere. Protocol messages nest a few dozen levels at most.
 
-The check costs two `bytes.count` calls on an ordinary line: only a line with
+The check costs nothing on a line of at most `MAX_JSON_DEPTH` bytes (each level takes
+at least one byte) and two `bytes.count` calls on a longer one: only a line with
 more than `MAX_JSON_DEPTH` brackets is measured exactly, with string literals
 (whose brackets do not nest) cut out by one regex pass.
 """
@@ -29,6 +30,8 @@ _STEP[ord("]")] = _STEP[ord("}")] = -1
 
 def too_deep(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """True when the JSON text nests arrays and objects more than `limit` levels deep."""
+    if len(data) <= limit:  # each level takes a byte: most protocol lines end here, without a scan
+        return False
     if data.count(b"[") + data.count(b"{") <= limit:
         return False
     return depth(data) > limit

@@ -24,7 +24,7 @@ class Sink:
     def __init__(self, progress_throttle_ms: float, text_delta_flush_ms: float) -> None:
         self.progress_throttle_ms = progress_throttle_ms
         self.text_delta_flush_ms = text_delta_flush_ms
-        self.now: float = 0
+        self.now: float = 0.0
         self.out: list[Event] = []
         self.state: ThreadState | None = None
 

@@ -21,19 +21,19 @@ class Turns:
 
     def __init__(self, provider_id: str, sink: Sink, ids: Ids) -> None:
         self.provider_id = provider_id  # stamped on every provider/unhandled
-        self._push = sink.push
+        self._sink = sink
         self._ids = ids
 
     def open_turn(self, s: ThreadState) -> str:
         if s.current_turn is not None:
             return s.current_turn
         turn = s.current_turn = self._ids.turn()
-        self._push(new_event("turn/started", turn))
+        self._sink.push(new_event("turn/started", turn))
         queued, s.pending_accepted = s.pending_accepted, []
         for request_id in queued:
             event = new_event("turn/input/accepted", turn)
             event["clientRequestId"] = request_id
-            self._push(event)
+            self._sink.push(event)
         return turn
 
     @staticmethod
@@ -55,7 +55,7 @@ class Turns:
                 event["error"] = boundary.error
             if boundary.providerCheckpointId is not UNSET:
                 event["providerCheckpointId"] = boundary.providerCheckpointId
-        self._push(event)
+        self._sink.push(event)
 
     def turn_for(self, s: ThreadState, ptid: str | UnsetType) -> str | None:
         """The common resolution: vouched provider turn, else the open unkeyed turn."""
@@ -85,7 +85,7 @@ class Turns:
         }  # fmt: skip
         if parent:
             event["parentToolCallId"] = parent
-        self._push(event)
+        self._sink.push(event)
 
     def input_accepted(self, s: ThreadState, d: g.InputAccepted) -> None:
         if d.providerTurnId is not UNSET:
@@ -97,7 +97,7 @@ class Turns:
                 return
         event = new_event("turn/input/accepted", turn)
         event["clientRequestId"] = d.clientRequestId
-        self._push(event)
+        self._sink.push(event)
 
     def turn_open(self, s: ThreadState, d: g.TurnOpen) -> None:
         if d.providerTurnId is UNSET:
@@ -107,7 +107,7 @@ class Turns:
         event = new_event("turn/started", self._ids.vouch(s, d.providerTurnId))
         if parent:
             event["parentToolCallId"] = parent
-        self._push(event)
+        self._sink.push(event)
 
     def turn_boundary(self, s: ThreadState, d: g.TurnBoundary) -> None:
         if d.providerTurnId is not UNSET:
