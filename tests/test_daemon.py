@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+from bbridge.core import native
 from bbridge.daemon.config import ExtensionKind
 from bbridge.daemon.journal import Journal
 from bbridge.wire import errors, rpc
@@ -374,6 +375,7 @@ async def test_a_deeply_nested_line_from_a_client_or_a_bridge_is_refused_and_the
             await client.wait_for(lambda: completed(client))
             status = await client.request("daemon/status")
             assert status["daemon"]["clients"] == 1
+            assert status["daemon"]["core"] == native.describe()  # which core runs, compiled or pure
 
 
 async def test_malformed_bridge_requests_are_refused_and_never_reach_the_client(tmp_path: Path) -> None:

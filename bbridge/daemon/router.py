@@ -18,7 +18,7 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.core import grammar
+from bbridge.core import grammar, native
 from bbridge.core.events import Event, stamp
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
@@ -652,6 +652,7 @@ class Daemon:
                 **DAEMON_INFO,
                 "uptimeS": round(time.time() - self._started_at, 3),
                 "clients": len(self.clients),
+                "core": native.describe(),  # compiled (mypyc) or pure, and why
             },
             "providers": providers,
             "threads": list(self._thread_status()),
