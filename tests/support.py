@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +306,50 @@ def make_or_skip(target: str, what: str) -> None:
         if ping.returncode != 0:
             pytest.skip(f"the npm registry is unreachable ({ping.stderr.strip()[-200:]}); {what} not installed")
         pytest.fail(f"make {target} failed:\n{made.stdout}\n{made.stderr}")
+
+
+# -- a scripted HTTP endpoint on loopback ------------------------------------------
+
+
+@dataclass
+class HttpEndpoint:
+    """A GET endpoint (e.g. a usage API): answers the queued replies in turn (the last one repeats), keeping each
+    request's headers (lower-cased, plus `path`)."""
+
+    url: str
+    replies: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
+    requests: list[dict[str, str]] = field(default_factory=list)
+
+    def reply(self, status: int, body: Any = None, **headers: str) -> None:
+        """Queue an answer; a header value with newlines is sent once per line, `_` in a name reads `-`."""
+        self.replies.append((status, headers, body if isinstance(body, bytes) else json.dumps(body).encode()))
+
+
+@contextmanager
+def http_endpoint(path: str) -> Iterator[HttpEndpoint]:
+    state = HttpEndpoint("")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state.requests.append({k.lower(): v for k, v in self.headers.items()} | {"path": self.path})
+            status, headers, body = state.replies[0] if len(state.replies) == 1 else state.replies.pop(0)
+            self.send_response(status)
+            for name, value in headers.items():
+                for one in value.split("\n"):
+                    self.send_header(name.replace("_", "-"), one)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()

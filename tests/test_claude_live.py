@@ -10,7 +10,6 @@ each test checks that no `claude` process it started outlives its daemon.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from bridges.claude_code.models import CATALOG, SELECTED_ONLY
 from tests.conftest import REPO
 from tests.live.anthropic import AnthropicServer, failure, reply, text, thinking, tool_use
 from tests.live.claude import ensure_cli, offline_env
+from tests.live.processes import leftovers, no_leftovers
 from tests.support import connect, running
 
 PROVIDER = "claude-code"
@@ -47,31 +47,15 @@ ASK = {
 ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
 
 
-def leftovers(roots: list[Path]) -> dict[int, list[str]]:
-    """Running `claude` CLIs and claude-code bridges whose working directory is under one of `roots`."""
-    found: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        ours = argv[0].endswith("/claude") or "bridges.claude_code" in argv
-        if ours and state != "Z" and any(cwd == str(r) or cwd.startswith(f"{r}/") for r in roots):
-            found[int(entry)] = argv
-    return found
+def ours(argv: list[str]) -> bool:
+    """A `claude` CLI or a claude-code bridge."""
+    return argv[0].endswith("/claude") or "bridges.claude_code" in argv
 
 
 @pytest.fixture(scope="module")
 def claude() -> Iterator[Path]:
     yield ensure_cli()
-    deadline = time.monotonic() + 10
-    while leftovers(ROOTS) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers(ROOTS) == {}, "a claude CLI or bridge outlived this module"
+    no_leftovers(ROOTS, "a claude CLI or bridge outlived this module", ours)
 
 
 @pytest.fixture
@@ -122,7 +106,7 @@ class Live:
 
     def processes(self) -> dict[int, list[str]]:
         """The running `claude` CLIs (not bridges) started in this test's folder."""
-        return {pid: argv for pid, argv in leftovers([self.root]).items() if argv[0].endswith("/claude")}
+        return {pid: argv for pid, argv in leftovers([self.root], ours).items() if argv[0].endswith("/claude")}
 
     async def gone(self, pid: int, timeout: float) -> None:
         """Wait (bounded) until the CLI process `pid` has exited."""
@@ -136,10 +120,7 @@ def live(tmp_path: Path, api: AnthropicServer, claude: Path) -> Iterator[Live]:
     ROOTS.append(tmp_path)
     world = Live(tmp_path, api, claude)
     yield world
-    deadline = time.monotonic() + 10  # bounded: the daemon's shutdown already waited for its bridges
-    while leftovers([tmp_path]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers([tmp_path]) == {}, "a claude CLI or bridge outlived the daemon that started it"
+    no_leftovers([tmp_path], "a claude CLI or bridge outlived the daemon that started it", ours)
 
 
 def of(client: Any, kind: str, thread: str = THREAD) -> list[dict[str, Any]]:
@@ -382,7 +363,4 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, cla
     assert result.stdout.splitlines()[-1] == "18 passed, 0 failed"
     assert "PASS turn/interrupt-settles-before-response" in result.stdout
     assert not [r.target for r in api.requests if r.is_proxy_attempt]
-    deadline = time.monotonic() + 10
-    while leftovers([tmp_path]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert leftovers([tmp_path]) == {}
+    no_leftovers([tmp_path], "a claude CLI or bridge outlived the conformance run", ours)

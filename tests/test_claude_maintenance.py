@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +23,7 @@ import pytest
 from bbridge.wire import protocol
 from bridges.claude_code import cli
 from bridges.claude_code import maintenance as mt
-from tests.support import INIT, spawned
+from tests.support import INIT, HttpEndpoint, http_endpoint, spawned
 
 FAKE_CLAUDE = r"""
 import os, sys, time
@@ -234,38 +232,10 @@ async def test_an_unexpected_failure_is_unknown_with_its_text(
 # -- provider/usage ------------------------------------------------------------------------
 
 
-@dataclass
-class UsageServer:
-    """The usage endpoint: answers `reply` to every GET and keeps each request's headers."""
-
-    url: str
-    reply: tuple[int, bytes] = (200, b"{}")
-    headers: list[dict[str, str]] = field(default_factory=list)
-
-
 @pytest.fixture
-def usage_server() -> Iterator[UsageServer]:
-    state = UsageServer("")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.headers.append({k.lower(): v for k, v in self.headers.items()} | {"path": self.path})
-            status, body = state.reply
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/api/oauth/usage"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+def usage_server() -> Iterator[HttpEndpoint]:
+    with http_endpoint("/api/oauth/usage") as server:
+        yield server
 
 
 async def usage(host: Host, url: str) -> dict[str, Any]:
@@ -285,17 +255,17 @@ ERROR_ACCOUNT = {"planLabel": "Max (5x)", "accountEmail": "ada@example.com"}
 
 
 async def test_usage_before_any_request_not_installed_unauthenticated_expired(
-    host: Host, usage_server: UsageServer
+    host: Host, usage_server: HttpEndpoint
 ) -> None:
     assert await usage(host, usage_server.url) == {"status": "not_installed"}
     host.claude()
     assert await usage(host, usage_server.url) == {"status": "unauthenticated"}
     host.login(oauth(expiresAt=PAST_MS))
     assert await usage(host, usage_server.url) == {"status": "expired"}
-    assert usage_server.headers == []
+    assert usage_server.requests == []
 
 
-async def test_usage_ok_reports_the_windows(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_ok_reports_the_windows(host: Host, usage_server: HttpEndpoint) -> None:
     logged_in(host)
     body = {
         "five_hour": {"utilization": 27.5, "resets_at": "2027-01-15T10:00:00Z"},
@@ -312,7 +282,7 @@ async def test_usage_ok_reports_the_windows(host: Host, usage_server: UsageServe
             "junk",
         ],
     }  # fmt: skip
-    usage_server.reply = (200, json.dumps(body).encode())
+    usage_server.reply(200, json.dumps(body).encode())
     assert await usage(host, usage_server.url) == {
         "status": "ok",
         "accountEmail": "ada@example.com",
@@ -324,22 +294,22 @@ async def test_usage_ok_reports_the_windows(host: Host, usage_server: UsageServe
             {"label": "Opus", "usedPercent": 0, "resetsAt": None},
         ],
     }
-    (sent,) = usage_server.headers
+    (sent,) = usage_server.requests
     assert sent["path"] == "/api/oauth/usage"
     assert sent["authorization"] == "Bearer tok-1"
     assert (sent["accept"], sent["content-type"]) == ("application/json", "application/json")
     assert (sent["anthropic-beta"], sent["user-agent"]) == ("oauth-2025-04-20", "claude-code/2.1.0")
 
 
-async def test_usage_ok_with_no_windows(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_ok_with_no_windows(host: Host, usage_server: HttpEndpoint) -> None:
     logged_in(host)
-    usage_server.reply = (200, b'{"five_hour": null}')
+    usage_server.reply(200, b'{"five_hour": null}')
     assert (await usage(host, usage_server.url))["windows"] == []
 
 
-async def test_usage_401_means_the_login_expired(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_401_means_the_login_expired(host: Host, usage_server: HttpEndpoint) -> None:
     logged_in(host)
-    usage_server.reply = (401, b'{"error": "token expired"}')
+    usage_server.reply(401, b'{"error": "token expired"}')
     assert await usage(host, usage_server.url) == {"status": "expired"}
 
 
@@ -352,17 +322,17 @@ async def test_usage_401_means_the_login_expired(host: Host, usage_server: Usage
     ],
 )
 async def test_usage_other_failures_are_errors_with_the_account(
-    host: Host, usage_server: UsageServer, status: int, message: str
+    host: Host, usage_server: HttpEndpoint, status: int, message: str
 ) -> None:
     logged_in(host)
-    usage_server.reply = (status, b"")
+    usage_server.reply(status, b"")
     assert await usage(host, usage_server.url) == {"status": "error", "message": message, **ERROR_ACCOUNT}
 
 
 @pytest.mark.parametrize("body", [b"<html>", b"[1, 2]", b'{"limits": {}}'])
-async def test_usage_malformed_body(host: Host, usage_server: UsageServer, body: bytes) -> None:
+async def test_usage_malformed_body(host: Host, usage_server: HttpEndpoint, body: bytes) -> None:
     logged_in(host)
-    usage_server.reply = (200, body)
+    usage_server.reply(200, body)
     expected = {"status": "error", "message": "Claude usage response was malformed.", **ERROR_ACCOUNT}
     assert await usage(host, usage_server.url) == expected
 

@@ -11,12 +11,10 @@ import base64
 import json
 import socket
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +25,7 @@ from bbridge.wire import protocol
 from bridges import probes
 from bridges.codex import maintenance as cm
 from tests.conftest import require_shared
+from tests.support import HttpEndpoint, http_endpoint
 
 FAKE_CODEX = r"""
 import os, sys, time
@@ -227,44 +226,10 @@ def test_credentials_account_email_and_fedramp_precedence() -> None:
 # -- provider/usage ------------------------------------------------------------------------
 
 
-@dataclass
-class UsageServer:
-    """The usage endpoint: answers the queued replies in turn (the last one repeats), keeping each request."""
-
-    url: str
-    replies: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)
-    requests: list[dict[str, str]] = field(default_factory=list)
-
-    def reply(self, status: int, body: Any = None, **headers: str) -> None:
-        self.replies.append((status, headers, body if isinstance(body, bytes) else json.dumps(body).encode()))
-
-
 @pytest.fixture
-def usage_server() -> Iterator[UsageServer]:
-    state = UsageServer("")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            state.requests.append({k.lower(): v for k, v in self.headers.items()} | {"path": self.path})
-            status, headers, body = state.replies[0] if len(state.replies) == 1 else state.replies.pop(0)
-            self.send_response(status)
-            for name, value in headers.items():
-                for one in value.split("\n"):
-                    self.send_header(name.replace("_", "-"), one)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/backend-api/wham/usage"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+def usage_server() -> Iterator[HttpEndpoint]:
+    with http_endpoint("/backend-api/wham/usage") as server:
+        yield server
 
 
 async def usage(maintenance: cm.Maintenance) -> dict[str, Any]:
@@ -274,7 +239,7 @@ async def usage(maintenance: cm.Maintenance) -> dict[str, Any]:
     return result
 
 
-def logged_in(host: Host, usage_server: UsageServer) -> cm.Maintenance:
+def logged_in(host: Host, usage_server: HttpEndpoint) -> cm.Maintenance:
     host.codex()
     host.login(LIVE)
     return host.maintenance(usage_url=usage_server.url)
@@ -284,7 +249,7 @@ def error(message: str) -> dict[str, Any]:
     return {"status": "error", "message": message, "planLabel": None, "accountEmail": None}
 
 
-async def test_usage_answers_without_a_request_when_it_cannot_ask(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_answers_without_a_request_when_it_cannot_ask(host: Host, usage_server: HttpEndpoint) -> None:
     ask = host.maintenance(usage_url=usage_server.url)
     assert await usage(ask) == {"status": "not_installed"}
     host.codex()
@@ -298,7 +263,7 @@ async def test_usage_answers_without_a_request_when_it_cannot_ask(host: Host, us
     assert usage_server.requests == []
 
 
-async def test_usage_ok_with_the_plan_and_both_windows(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_ok_with_the_plan_and_both_windows(host: Host, usage_server: HttpEndpoint) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(
         200,
@@ -336,7 +301,7 @@ async def test_usage_ok_with_the_plan_and_both_windows(host: Host, usage_server:
     ],
 )  # fmt: skip
 async def test_usage_windows_round_half_up_clamp_and_label_a_week_weekly(
-    host: Host, usage_server: UsageServer, windows: dict[str, Any], expected: list[tuple[str, int]]
+    host: Host, usage_server: HttpEndpoint, windows: dict[str, Any], expected: list[tuple[str, int]]
 ) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(200, {"rate_limit": windows})
@@ -355,7 +320,7 @@ def test_plan_label(plan: str | None, label: str | None) -> None:
     assert cm.plan_label(plan) == label
 
 
-async def test_usage_sends_the_fedramp_header_for_a_fedramp_account(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_sends_the_fedramp_header_for_a_fedramp_account(host: Host, usage_server: HttpEndpoint) -> None:
     host.codex()
     host.login(chatgpt({cm.AUTH_CLAIMS: {**ACCOUNT, "chatgpt_account_is_fedramp": True}}))
     usage_server.reply(200, {})
@@ -363,7 +328,7 @@ async def test_usage_sends_the_fedramp_header_for_a_fedramp_account(host: Host, 
     assert usage_server.requests[0]["x-openai-fedramp"] == "true"
 
 
-async def test_usage_401_means_the_login_expired(host: Host, usage_server: UsageServer) -> None:
+async def test_usage_401_means_the_login_expired(host: Host, usage_server: HttpEndpoint) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(401, {"error": "token expired"})
     assert await usage(ask) == {"status": "expired"}
@@ -371,7 +336,7 @@ async def test_usage_401_means_the_login_expired(host: Host, usage_server: Usage
 
 @pytest.mark.parametrize("status", [429, 500, 404, 403])
 async def test_usage_other_failures_name_the_status_and_are_not_retried(
-    host: Host, usage_server: UsageServer, status: int
+    host: Host, usage_server: HttpEndpoint, status: int
 ) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(status, b"")
@@ -384,7 +349,7 @@ async def test_usage_other_failures_name_the_status_and_are_not_retried(
     [b"<html>", b"[1]", b'{"plan_type": 3}', b'{"rate_limit": []}', b'{"rate_limit": {"primary_window": 5}}',
      b'{"rate_limit": {"secondary_window": {"used_percent": "50"}}}', b'{"rate_limit": {"primary_window": {"reset_at": true}}}'],
 )  # fmt: skip
-async def test_usage_malformed_body(host: Host, usage_server: UsageServer, body: bytes) -> None:
+async def test_usage_malformed_body(host: Host, usage_server: HttpEndpoint, body: bytes) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(200, body)
     assert await usage(ask) == error("Codex usage response was malformed.")
@@ -405,7 +370,7 @@ CHALLENGE_COOKIES = "__cf_bm=bm1; Path=/; HttpOnly\nsession=secret; Path=/\ncf_c
 
 
 async def test_a_cloudflare_challenge_is_retried_once_with_its_cookies_replayed_later(
-    host: Host, usage_server: UsageServer
+    host: Host, usage_server: HttpEndpoint
 ) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(403, b"<challenge>", cf_mitigated="challenge", set_cookie=CHALLENGE_COOKIES)
@@ -418,7 +383,7 @@ async def test_a_cloudflare_challenge_is_retried_once_with_its_cookies_replayed_
     assert usage_server.requests[2]["cookie"] == "__cf_bm=bm1; cf_chl_rc_m=1; cf_clearance=ok; _cfuvid=uv1"
 
 
-async def test_a_second_cloudflare_challenge_is_an_error(host: Host, usage_server: UsageServer) -> None:
+async def test_a_second_cloudflare_challenge_is_an_error(host: Host, usage_server: HttpEndpoint) -> None:
     ask = logged_in(host, usage_server)
     usage_server.reply(403, b"", cf_mitigated="challenge")
     assert await usage(ask) == error("Codex usage request failed (HTTP 403).")
