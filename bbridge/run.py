@@ -152,7 +152,11 @@ class Timeline:
     def __post_init__(self) -> None:
         self.view = Renderer(self.out)
 
-    def enqueue(self, line: bytes) -> None:
+    def enqueue(self, lines: list[bytes]) -> None:
+        for line in lines:
+            self.take(line)
+
+    def take(self, line: bytes) -> None:
         envelope = msgspec.json.decode(line, type=_Envelope)
         if envelope.method == "bridge/status":
             status = msgspec.json.decode(envelope.params)

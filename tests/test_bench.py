@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bbridge.bench import stream
-from bbridge.bench.core import events_per_1000_tokens
+from bbridge.bench.core import DECLARED_PARAMS, decode_declared, events_per_1000_tokens
 from bbridge.bench.daemon import percentile
+from bbridge.core import grammar
 
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20"]
@@ -78,3 +81,29 @@ def test_coalescing_merges_one_token_per_millisecond_into_about_one_event_per_wi
 def test_percentile_is_nearest_rank() -> None:
     values = list(range(1, 101))
     assert percentile(values, 0.5) == 50 and percentile(values, 0.99) == 99 and percentile([7], 0.99) == 7
+
+
+def test_the_yardstick_decodes_the_grammar_with_the_key_part_rule_as_a_msgspec_pattern() -> None:
+    """`decode_only` keeps the workload the targets were set against; it must decide exactly as the grammar does."""
+    checks = [
+        msgspec.json.decode(line, type=_Notification).params
+        for line in [*stream.interleaved_lines("y", 2, 2), stream.probe_line("p", 1)]
+    ]
+    bad = {"kind": "item.open", "key": {"providerItemId": "a\x1fb"}, "item": {"type": "plan", "text": ""}}
+    checks.append(msgspec.json.encode({"threadId": "t", "deltas": [bad]}))
+    for raw in checks:
+        try:
+            ours: Any = msgspec.to_builtins(grammar.decode_params(raw))
+        except grammar.GrammarError as exc:
+            ours = str(exc)
+        try:
+            declared: Any = msgspec.to_builtins(decode_declared(raw))
+        except msgspec.ValidationError as exc:
+            declared = str(exc)
+        assert ours == declared
+    assert "matching regex" in declared  # the last one, refused by msgspec's own pattern check
+    assert msgspec.structs.fields(DECLARED_PARAMS)[1].type != msgspec.structs.fields(grammar.ThreadDeltaParams)[1].type
+
+
+class _Notification(msgspec.Struct):
+    params: msgspec.Raw

@@ -174,8 +174,11 @@ async def test_garbage_oversize_lines_and_invalid_deltas_are_survived(tmp_path: 
         await client.request("thread/start", START)
         await client.request("turn/start", turn())
         await client.wait_for(lambda: completed(client), timeout=30)
-        assert daemon.counters.rejected_notifications == 1
+        # the v2 kind, and U+001F in a key part (such a line skips the typed pass for `grammar.decode_params`)
+        assert daemon.counters.rejected_notifications == 2
         assert "item/completed" in client.types(THREAD)
+        texts = [e["item"].get("text") for e in client.events(THREAD) if e["type"] == "item/completed"]
+        assert "hel\x1flo" in texts  # U+001F is only refused in key parts
 
 
 @pytest.mark.parametrize(

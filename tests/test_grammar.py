@@ -91,7 +91,7 @@ def test_empty_batch_and_extra_params_keys_are_fine() -> None:
 @pytest.mark.parametrize(
     ("obj", "path", "reason"),
     [
-        (params({"kind": "item.open", "key": {"providerItemId": ""}, "item": CMD}), "$.deltas[0].key.providerItemId", "regex"),
+        (params({"kind": "item.open", "key": {"providerItemId": ""}, "item": CMD}), "$.deltas[0].key.providerItemId", "length >= 1"),
         (params({"kind": "turn.open"}, thread=""), "$.threadId", "length >= 1"),
         (params(None), "$.deltas[0]", "got `null`"),
         (params({"kind": "turn.open"}, {"kind": "message.delta", "text": "x"}), "$.deltas[1].kind", "'message.delta'"),
@@ -177,7 +177,8 @@ def test_client_request_id_rejected(crid: str) -> None:
     ids=["providerItemId", "channel", "parentRef", "providerTurnId", "turn-parentRef", "input-ptid", "childRef", "unhandled"],
 )  # fmt: skip
 def test_key_part_with_unit_separator_rejected(delta: dict[str, Any]) -> None:
-    rejected(params(delta))
+    for message in rejected(params(delta)):  # checked outside msgspec, worded as its pattern check was
+        assert message.startswith("Expected `str` matching regex '^[^\\\\x1f]+\\\\Z' - at `$.deltas[0].")
 
 
 def test_key_parts_accept_other_control_characters_and_empty_key() -> None:

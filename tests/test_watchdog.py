@@ -58,7 +58,7 @@ def test_stall_warns_once_and_traffic_rearms() -> None:
     warned = dogs.sweep(600)
     assert [e["code"] for e in warned] == ["provider_turn_stalled"] and warned[0]["turnId"] == "a"
     assert dogs.sweep(900) == []
-    dogs.traffic("t", 900)
+    dogs.traffic(["t"], 900)
     assert dogs.sweep(1499) == [] and len(dogs.sweep(1500)) == 1
     dogs.observe("t", completed("t", "a"), 1600)
     assert dogs.sweep(10_000) == []

@@ -42,16 +42,17 @@ class Driver:
         self.started: list[str] = []
         self.changed = trio.Event()
 
-    def enqueue(self, line: bytes) -> None:
-        message = msgspec.json.decode(line)
-        if message.get("method") != "thread/events":
-            return
-        for entry in message["params"]["events"]:
-            event = entry["event"]
-            if event["type"] == "turn/completed":
-                self.settled += 1
-            elif event["type"] == "turn/started":
-                self.started.append(event["scope"]["turnId"])
+    def enqueue(self, lines: list[bytes]) -> None:
+        for line in lines:
+            message = msgspec.json.decode(line)
+            if message.get("method") != "thread/events":
+                continue
+            for entry in message["params"]["events"]:
+                event = entry["event"]
+                if event["type"] == "turn/completed":
+                    self.settled += 1
+                elif event["type"] == "turn/started":
+                    self.started.append(event["scope"]["turnId"])
         self.changed.set()
         self.changed = trio.Event()
 

@@ -192,6 +192,7 @@ class BridgeProcess:
             on_notifications=self._on_notifications,
             on_junk=self._on_junk,
             typed_params={"thread/delta": grammar.ThreadDeltaParams},  # the hot path: each line parsed once
+            typed_screen=grammar.ESCAPED_SEPARATOR.search,  # a line that may hold U+001F: `grammar.decode_params`
         )
         self.host.on_status(self)
         self._log.info("bridge spawned", command=self.config.command)

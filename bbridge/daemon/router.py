@@ -63,8 +63,8 @@ class ClientSink(Protocol):
 
     name: str
 
-    def enqueue(self, line: bytes) -> None:
-        """Queue one encoded notification; never blocks (a slow client is dropped instead)."""
+    def enqueue(self, lines: list[bytes]) -> None:
+        """Queue encoded notifications, in order; never blocks (a slow client is dropped instead)."""
 
     async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
         """Ask the client to answer a bridge's request."""
@@ -237,7 +237,7 @@ class Daemon:
                 params["signal"] = bridge.exit.signal
         if bridge.reason:
             params["reason"] = bridge.reason
-        self._broadcast(rpc.encode_notification("bridge/status", params))
+        self._broadcast([rpc.encode_notification("bridge/status", params)])
 
     async def on_exit(self, bridge: BridgeProcess, status: ExitStatus) -> None:
         if self.bridges.get(bridge.provider_id) is bridge:
@@ -268,18 +268,33 @@ class Daemon:
     # -- bridge → daemon traffic ---------------------------------------------
 
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
+        """One read's notifications, in order; the `thread/events` lines they make go to the clients together."""
         now = trio.current_time()
         self.counters.notifications_in += len(batch)
+        lines: list[bytes] = []
+        touched: set[str] = set()  # threads heard from, for the watchdogs
+        deltas = 0
         first = len(batch) > 1 and bool(self.clients)
         for note in batch:
             method = note.method
             try:
                 if method == "thread/delta":
-                    self._on_delta(bridge, note, now)
-                    if first:  # the chunk's first events reach the clients before the rest of it is assembled
+                    params: grammar.ThreadDeltaParams | None = note.decoded  # decoded in the framing pass
+                    if params is None:
+                        params = self._decode_delta(bridge, note.params)
+                    if params is not None:
+                        thread_id = params.threadId
+                        touched.add(thread_id)
+                        deltas += len(params.deltas)
+                        events = bridge.assembler.assemble(thread_id, params.deltas, now * 1000)
+                        self._deliver(bridge, thread_id, events, now, lines)
+                    if first and lines:  # the chunk's first events reach the clients before the rest is assembled
                         first = False
+                        lines = self._broadcast(lines)
                         await _let_writers_run()
-                elif method in _FORWARDED_NOTIFICATIONS:
+                    continue
+                lines = self._broadcast(lines)  # what came before goes out first
+                if method in _FORWARDED_NOTIFICATIONS:
                     self._on_forwarded(bridge, method, note.params)
                 elif method == "error":
                     self._on_bridge_error(bridge, note.params)
@@ -290,26 +305,25 @@ class Daemon:
                     providerId=bridge.provider_id,
                     method=method,
                 )
+        self._broadcast(lines)
+        self.counters.deltas_in += deltas
+        bridge.threads |= touched
+        bridge.watchdogs.traffic(touched, now)
 
-    def _on_delta(self, bridge: BridgeProcess, note: rpc.Notification, now: float) -> None:
-        params: grammar.ThreadDeltaParams | None = note.decoded  # valid params the framing pass decoded
-        if params is None:
-            try:
-                params = grammar.decode_params(note.params if note.params is not None else b"null")
-            except grammar.GrammarError as exc:
-                self.counters.rejected_notifications += 1
-                log.warning(
-                    "skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc)
-                )
-                return
-        self.counters.deltas_in += len(params.deltas)
-        thread_id = params.threadId
-        bridge.threads.add(thread_id)
-        bridge.watchdogs.traffic(thread_id, now)
-        events = bridge.assembler.assemble(thread_id, params.deltas, now * 1000)
-        self._deliver(bridge, thread_id, events, now)
+    def _decode_delta(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> grammar.ThreadDeltaParams | None:
+        """The params the framing pass left undecoded (screened or not typed): decoded here, or refused."""
+        try:
+            return grammar.decode_params(raw if raw is not None else b"null")
+        except grammar.GrammarError as exc:
+            self.counters.rejected_notifications += 1
+            log.warning("skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc))
+            return None
 
-    def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event], now: float) -> None:
+    def _deliver(
+        self, bridge: BridgeProcess, thread_id: str, events: list[Event], now: float, lines: list[bytes]
+    ) -> list[bytes]:
+        """Stamp, check extension payloads, guard, feed the lifecycle watchers and journal what passes; its
+        `thread/events` line joins `lines`, which is returned."""
         checker = self.extensions.get(bridge.provider_id)
         guard, tracker, watchdogs = bridge.guard, self.tracker, bridge.watchdogs
         provider_thread = self.provider_threads.get(thread_id)
@@ -340,9 +354,10 @@ class Daemon:
                 watchdogs.observe(thread_id, event, now)
             accepted.append(event)
         if accepted:
-            self._publish(thread_id, bridge.provider_id, accepted)
+            lines.append(self._record(thread_id, bridge.provider_id, accepted))
         if self.text_delta_flush_ms > 0 and bridge.assembler.has_pending_text(thread_id):
             self._schedule_flush(bridge, thread_id)
+        return lines
 
     def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
         """Coalesced text waits for traffic in the reference; here a timer drains it when due."""
@@ -356,11 +371,16 @@ class Daemon:
             self._flushing.discard(key)
             if bridge.state == "ready":
                 now = trio.current_time()
-                self._deliver(bridge, thread_id, bridge.assembler.assemble(thread_id, [], now * 1000), now)
+                events = bridge.assembler.assemble(thread_id, [], now * 1000)
+                self._broadcast(self._deliver(bridge, thread_id, events, now, []))
 
         self._nursery.start_soon(flush_later)
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
+        self._broadcast([self._record(thread_id, provider_id, events)])
+
+    def _record(self, thread_id: str, provider_id: str, events: list[Event]) -> bytes:
+        """Journal the events (each gets its seq and is encoded once); returns their `thread/events` line."""
         entries = self.journal.append(thread_id, events)
         self.counters.events_out += len(entries)
         cached = self._heads.get(thread_id)
@@ -370,11 +390,14 @@ class Daemon:
             params = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
             head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
             cached = self._heads[thread_id] = (provider_id, head)
-        self._broadcast(b"".join((cached[1], b",".join(entries), b"]}}")))
+        return b"".join((cached[1], b",".join(entries), b"]}}"))
 
-    def _broadcast(self, line: bytes) -> None:
-        for client in list(self.clients):
-            client.enqueue(line)
+    def _broadcast(self, lines: list[bytes]) -> list[bytes]:
+        """Hands the lines to every client, in order; returns a fresh list for the caller's next lines."""
+        if lines:
+            for client in list(self.clients):
+                client.enqueue(lines)
+        return []
 
     def _on_forwarded(self, bridge: BridgeProcess, method: str, raw: msgspec.Raw | None) -> None:
         try:
@@ -398,7 +421,7 @@ class Daemon:
                     replaced.reason,
                 )
         params["providerId"] = bridge.provider_id
-        self._broadcast(rpc.encode_notification(method, params))
+        self._broadcast([rpc.encode_notification(method, params)])
 
     def _on_bridge_error(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
         params = _decode(raw, _ThreadParams)
@@ -412,7 +435,7 @@ class Daemon:
         event["summary"] = summary
         if details is not None:
             event["details"] = details
-        self._deliver(bridge, thread_id, [event], trio.current_time())
+        self._broadcast(self._deliver(bridge, thread_id, [event], trio.current_time(), []))
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         """Relay `item/tool/call` / `interaction/request` to the thread's client."""

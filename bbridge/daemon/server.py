@@ -54,18 +54,18 @@ class Client:
     async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
         return await self.conn.request_raw(method, params, timeout=None)
 
-    def enqueue(self, line: bytes) -> None:
+    def enqueue(self, lines: list[bytes]) -> None:
         outbox = self._outbox
         if self._outbox_closed:
             return
-        if len(outbox) >= self._queue:
+        if len(outbox) + len(lines) > self._queue:
             self.daemon.counters.clients_disconnected_slow += 1
             self._log.warning("disconnecting a client that stopped reading", reason="outbound queue full")
             self._disconnect()
             return
-        outbox.append(line)
-        if len(outbox) == 1:
+        if not outbox:
             self._outbox_ready.set()
+        outbox.extend(lines)
 
     def _close_outbox(self) -> None:
         self._outbox_closed = True

@@ -8,6 +8,7 @@ are seconds on the daemon's clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -52,10 +53,11 @@ class Watchdogs:
         self._turns.pop(thread_id, None)
         self._heard.pop(thread_id, None)
 
-    def traffic(self, thread_id: str, now: float) -> None:
-        """Any bridge traffic for a thread re-arms its stall timers (per notification: one store, `sweep` applies it)."""
-        if thread_id in self._turns:
-            self._heard[thread_id] = now
+    def traffic(self, thread_ids: Iterable[str], now: float) -> None:
+        """Any bridge traffic for a thread re-arms its stall timers (per read: one store each, `sweep` applies it)."""
+        for thread_id in thread_ids:
+            if thread_id in self._turns:
+                self._heard[thread_id] = now
 
     def observe(self, thread_id: str, event: Event, now: float) -> None:
         kind = event["type"]

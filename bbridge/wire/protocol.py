@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from bbridge.core import grammar
 from bbridge.core.grammar import (
     GRAMMAR_VERSIONS,
     ClientRequestId,
@@ -539,9 +540,14 @@ METHODS: dict[str, Method] = RUNTIME_REQUESTS | BRIDGE_NOTIFICATIONS | BRIDGE_RE
 def decode_method_params(method: str, data: bytes | str) -> Any:
     """Validate a known method's params JSON into its type (KeyError for a method `METHODS` lacks)."""
     try:
-        return msgspec.json.decode(data, type=METHODS[method].params)
+        value = msgspec.json.decode(data, type=METHODS[method].params)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidParams(method, exc) from None
+    if isinstance(value, msgspec.Struct) and grammar.may_hold_separator(data):
+        fault = grammar.key_part_fault(value)
+        if fault is not None:
+            raise InvalidParams(method, msgspec.ValidationError(fault))
+    return value
 
 
 def decode_method_result(method: str, data: bytes | str) -> Any:

@@ -372,10 +372,12 @@ class Connection:
         default_timeout: float | None = 30.0,
         max_line: int = MAX_LINE_BYTES,
         typed_params: Mapping[str, Any] | None = None,
+        typed_screen: Callable[[bytes], object] | None = None,
         encode_request: RequestEncoder = encode_request,
     ) -> None:
         """`typed_params` maps notification methods to params types decoded in the framing pass: such a line is
-        parsed once instead of twice (a line that does not decode so takes the generic path unchanged).
+        parsed once instead of twice (a line that does not decode so takes the generic path unchanged). A line
+        for which `typed_screen` returns anything but None takes the generic path, for the handler's own decoder.
         `encode_request` writes our requests: the runtime's member order by default, `encode_bridge_request` for
         a bridge."""
         self.name = name
@@ -397,6 +399,7 @@ class Connection:
         self._pending: dict[str | int | float, _Pending] = {}
         self._nursery: trio.Nursery | None = None
         self._typed = _typed_decoder(typed_params) if typed_params else None
+        self._typed_screen = typed_screen
         self._encode_request = encode_request
 
     @property
@@ -530,6 +533,7 @@ class Connection:
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
         batch: list[Notification] = []
         typed, typed_methods = self._typed or (None, {})
+        screen = self._typed_screen
         for line in lines:
             if isinstance(line, Overflow):
                 reason = f"discarded an oversized JSON-RPC line ({line.size} bytes, limit {self._max_line})"
@@ -539,7 +543,7 @@ class Connection:
                 reason = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
                 await self._refuse(line, reason, INVALID_REQUEST, f"Invalid Request: {reason}")
                 continue
-            if typed is not None:
+            if typed is not None and (screen is None or screen(line) is None):
                 try:
                     message = typed(line)
                 except (msgspec.ValidationError, msgspec.DecodeError):

@@ -9,7 +9,8 @@ Modes change one behaviour each; with none the bridge is well behaved:
   crash-at-start  exits with code 4 before answering initialize (stderr says why)
   garbage         writes non-JSON text on stdout before every answer
   oversize        writes a 65 MiB line on stdout before answering turn/start
-  invalid-delta   sends an invalid thread/delta before the turn's real deltas
+  invalid-delta   sends two invalid thread/delta notifications (a v2 kind; U+001F in a key part) before the
+                  turn's real deltas, and streams U+001F in the turn's text (valid there)
   never-answer    never answers turn/start
   no-start        answers turn/start but never opens the turn
   silent-turn     opens the turn and then goes quiet (no boundary)
@@ -171,6 +172,7 @@ def handle(msg):
             return
         if "invalid-delta" in MODES:
             delta(thread, {"kind": "turn.open"}, {"kind": "message.delta", "text": "v2"})
+            delta(thread, {"kind": "turn.open", "providerTurnId": "pt\x1f1"})  # written as `\u001f`
         tf = turn_field()
         live[thread] = tf.get("providerTurnId", "current")
         accepted = {"kind": "input.accepted", "clientRequestId": params["clientRequestId"], **tf}
@@ -190,7 +192,7 @@ def handle(msg):
         if "crash-mid-turn" in MODES:
             print("fake bridge: crashing mid-turn", file=sys.stderr, flush=True)
             sys.exit(3)
-        text = "hello"
+        text = "hel\x1flo" if "invalid-delta" in MODES else "hello"
         if "bad-requests" in MODES:
             codes = []
             for bad_method, bad_params in (
