@@ -106,16 +106,15 @@ class Assembler:
                 held = s if s is not None else states.get(thread_id)
                 if held is not None and held.pending_text:
                     sink.flush_all_text(held)
-            if s is not None:
-                if kind is _TEXT_DELTA:  # the most frequent delta: a direct call (native in the compiled core)
-                    self._text_delta(s, cast(g.ItemTextDelta, delta))
-                else:
-                    handlers[kind](self, s, delta)
-                continue
-            fresh = self._state(thread_id)
-            if sink.state is fresh:  # kept for the batch, unless pruning evicted it at once (then: per delta)
-                s = fresh
-            handlers[kind](self, fresh, delta)
+            target = s
+            if target is None:
+                target = self._state(thread_id)
+                if sink.state is target:  # kept for the batch, unless pruning evicted it at once (then: per delta)
+                    s = target
+            if kind is _TEXT_DELTA:  # the most frequent delta: a direct call (native in the compiled core)
+                self._text_delta(target, cast(g.ItemTextDelta, delta))
+            else:
+                handlers[kind](self, target, delta)
         sink.out = []
         return out
 
@@ -320,16 +319,18 @@ class Assembler:
         self._sink.throttle(s, k, event, snap is UNSET, d.flush)
 
     def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
-        # the most frequent delta: `_turn_for` inlined, `_parent` only called for a parentRef
+        # the most frequent delta: `_turn_for` inlined, each field read once (a msgspec Struct's attribute is a
+        # generic lookup from compiled code), `_parent` only called for a parentRef
         key, ptid = d.key, d.providerTurnId
         turn = s.current_turn if ptid is UNSET else self._ids.vouch(s, ptid)
+        pid, parent_ref = key.providerItemId, key.parentRef
         if turn is None:
-            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
+            self._turns.fallback(s, d.noTurnFallback, parent_ref)
             return
         k = item_key(key)
         rec = s.open_items.get(k)
-        parent = None if key.parentRef is UNSET else self._ids.parent(s, key.parentRef)
-        pid = key.providerItemId
+        parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
+        channel, text = d.channel, d.text
         if rec is not None:
             bb: str | None = rec.bb_id
         else:
@@ -338,19 +339,24 @@ class Assembler:
                 bb = self._ids.item()
                 if pid is not UNSET:
                     self._ids.register(s, pid, bb)
-                item = it.synthesized_text_item(bb, d.channel, parent)
+                item = it.synthesized_text_item(bb, channel, parent)
                 rec = s.open_items[k] = OpenItem(bb, key, item, False)
                 started = new_event("item/started", turn)
                 started["item"] = item
                 self._sink.push(started)
         if rec is not None:
-            if d.channel == "reasoningSummary":
-                rec.summary_text += d.text
+            if channel == "reasoningSummary":
+                rec.summary_text += text
             else:
-                rec.text += d.text
-        event = new_event(_TEXT_DELTA_TYPE[d.channel], turn)
-        event["itemId"] = bb
-        event["delta"] = d.text
+                rec.text += text
+        event: Event = {
+            "type": _TEXT_DELTA_TYPE[channel],
+            "threadId": "",
+            "providerThreadId": "",
+            "scope": {"kind": "turn", "turnId": turn},
+            "itemId": bb,
+            "delta": text,
+        }  # `new_event` in one literal: sized once
         if parent:
             event["parentToolCallId"] = parent
         self._sink.push(event)

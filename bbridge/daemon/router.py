@@ -275,6 +275,7 @@ class Daemon:
         touched: set[str] = set()  # threads heard from, for the watchdogs
         deltas = 0
         first = len(batch) > 1 and bool(self.clients)
+        assemble, deliver, now_ms = bridge.assembler.assemble, self._deliver, now * 1000
         for note in batch:
             method = note.method
             try:
@@ -286,8 +287,7 @@ class Daemon:
                         thread_id = params.threadId
                         touched.add(thread_id)
                         deltas += len(params.deltas)
-                        events = bridge.assembler.assemble(thread_id, params.deltas, now * 1000)
-                        self._deliver(bridge, thread_id, events, now, lines)
+                        deliver(bridge, thread_id, assemble(thread_id, params.deltas, now_ms), now, lines)
                     if first and lines:  # the chunk's first events reach the clients before the rest is assembled
                         first = False
                         lines = self._broadcast(lines)
@@ -704,7 +704,8 @@ class Daemon:
 
 async def _let_writers_run() -> None:
     """Two checkpoints: trio runs each batch of ready tasks in random order, so after the second one every
-    client writer woken before the first has had its turn."""
+    client writer woken before the first has had its turn, and a writer sends in its first turn (`rpc`'s write
+    lock is taken without a checkpoint when free)."""
     await trio.lowlevel.checkpoint()
     await trio.lowlevel.checkpoint()
 

@@ -460,7 +460,7 @@ class Connection:
     async def send_lines(self, lines: list[bytes]) -> None:
         """Write pre-encoded messages (no terminators) in one `send_all`, so they stay contiguous."""
         if lines:
-            await self._write(b"\n".join(lines))
+            await self._write(*lines)
 
     def fail_pending(self, error: RpcError) -> None:
         """Fail every outstanding request with `error`, e.g. naming the exit status once it is known."""
@@ -468,14 +468,19 @@ class Connection:
             slot.settle(_NULL, error)
         self._pending.clear()
 
-    async def _write(self, message: bytes) -> None:
+    async def _write(self, *messages: bytes) -> None:
         """Single writer: whole lines in call order; a broken peer is swallowed and marks us closed for writing."""
         if self._write_closed or self._send is None:
             return
-        async with self._write_lock:
+        lock = self._write_lock
+        try:
+            lock.acquire_nowait()  # uncontended, the send comes without a scheduler pass first (`send_all` checkpoints)
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
             if self._write_closed:
                 return
-            data = (b"\n" if self._torn else b"") + message + b"\n"
+            data = b"\n".join([b"", *messages, b""] if self._torn else [*messages, b""])  # one copy, terminated
             self._torn = False
             try:
                 await self._send.send_all(data)
@@ -485,6 +490,8 @@ class Connection:
             except trio.Cancelled:
                 self._torn = True
                 raise
+        finally:
+            lock.release()
 
     async def aclose(self) -> None:
         """Close both streams, fail outstanding requests and stop the reader and handlers."""
@@ -539,7 +546,7 @@ class Connection:
                 reason = f"discarded an oversized JSON-RPC line ({line.size} bytes, limit {self._max_line})"
                 await self._refuse(line.head, reason, INVALID_REQUEST, f"Invalid Request: {reason}")
                 continue
-            if too_deep(line):
+            if len(line) > MAX_JSON_DEPTH and too_deep(line):  # a shorter line cannot be (each level takes a byte)
                 reason = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
                 await self._refuse(line, reason, INVALID_REQUEST, f"Invalid Request: {reason}")
                 continue
