@@ -40,7 +40,15 @@ from tests.conftest import REPO
 
 # -- wire literals -----------------------------------------------------------------
 
+
+def creq(n: int) -> str:
+    """The n-th client request id (the alphabet of `creq_` ids has no 0, 1, l or o)."""
+    return f"creq_abcdefghj{'23456789ab'[n % 10]}"
+
+
+# The permission option shapes of the recorded cells: full access, and accept-edits asking the user.
 FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
+ASK = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user", "permissionEscalation": "ask"}  # fmt: skip
 INIT = {"protocolVersion": 2, "client": {"name": "bb-test", "version": "0"}, "grammarVersions": [3, 3]}
 PRES = {"label": {"pending": "P", "completed": "C"}, "icon": {"glyph": "G"}}
 TASK = {
@@ -257,6 +265,18 @@ class TestClient:
 
     def types(self, thread_id: str) -> list[str]:
         return [event["type"] for event in self.events(thread_id)]
+
+    def of(self, thread_id: str, kind: str) -> list[dict[str, Any]]:
+        """The thread's events of one type."""
+        return [event for event in self.events(thread_id) if event["type"] == kind]
+
+    def settled(self, thread_id: str, count: int = 1) -> bool:
+        """At least `count` of the thread's turns have completed."""
+        return len(self.of(thread_id, "turn/completed")) >= count
+
+    def text(self, thread_id: str) -> str:
+        """The thread's streamed agent-message text, all of it."""
+        return "".join(event["delta"] for event in self.of(thread_id, "item/agentMessage/delta"))
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 15) -> None:
         with trio.fail_after(timeout):

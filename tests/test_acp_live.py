@@ -28,13 +28,12 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event
 from bbridge.wire import rpc
 from tests.conftest import REPO
-from tests.support import FULL, make_or_skip
+from tests.support import ASK, FULL, make_or_skip
 
 CACHE = REPO / ".cache" / "acp"
 EXAMPLES_JS = CACHE / "npm" / "node_modules" / "@agentclientprotocol" / "sdk" / "dist" / "examples"
 EXAMPLES_PY = CACHE / "sdist" / "agent_client_protocol-0.12.1" / "examples"
 AGENT_PY = CACHE / "venv" / "bin" / "python"
-ASK = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user", "permissionEscalation": "ask"}  # fmt: skip
 
 
 @pytest.fixture(scope="session")

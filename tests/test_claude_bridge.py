@@ -25,16 +25,10 @@ from bbridge.core import grammar as g
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import cli, fork
 from bridges.claude_code.bridge import ClaudeCodeBridge, prompt_text
-from tests.support import FULL, INIT, Runtime, capabilities, spawned
+from tests.support import ASK, FULL, INIT, Runtime, capabilities, spawned
 
 THREAD = "thr_claude"
 SESSION = "11111111-2222-3333-4444-555555555555"
-ACCEPT_EDITS = {
-    "permissionMode": "accept-edits",
-    "permissionScope": "workspace",
-    "approvalReviewer": "user",
-    "permissionEscalation": "ask",
-}
 FAKE_CLI = r"""
 import json, sys, time
 
@@ -216,8 +210,8 @@ async def test_a_turn_adopts_the_cli_session_and_settles(fake_cli: Path) -> None
 
 async def test_an_approval_is_asked_and_its_denial_answers_the_cli(fake_cli: Path) -> None:
     async with running(env_for(fake_cli)) as runtime:
-        await runtime.call("thread/start", start(fake_cli.parent, ACCEPT_EDITS))
-        await runtime.call("turn/start", turn("touch", options=ACCEPT_EDITS))
+        await runtime.call("thread/start", start(fake_cli.parent, ASK))
+        await runtime.call("turn/start", turn("touch", options=ASK))
         await runtime.wait_until(lambda: "turn/completed" in runtime.types(THREAD))
         ((method, params),) = runtime.requests
         assert method == "interaction/request"
@@ -349,7 +343,7 @@ async def test_disabled_subagents_are_denied_by_the_hook(fake_cli: Path) -> None
 
 async def test_a_cancelled_permission_request_is_denied(fake_cli: Path) -> None:
     async with running(env_for(fake_cli)) as runtime:
-        await runtime.call("thread/start", start(fake_cli.parent, ACCEPT_EDITS))
+        await runtime.call("thread/start", start(fake_cli.parent, ASK))
         runtime.delay = 2.0  # the user never answers in time
         reply = await run_turn(runtime, "cancel")
         assert reply == {"behavior": "deny", "message": "Interactive request cancelled", "toolUseID": "toolu_c"}

@@ -27,21 +27,15 @@ from tests.conftest import REPO
 from tests.live.anthropic import AnthropicServer, failure, reply, text, thinking, tool_use
 from tests.live.claude import ensure_cli, offline_env
 from tests.live.processes import leftovers, no_leftovers
-from tests.support import connect, running
+from tests.live.scenarios import steer_while_a_command_runs
+from tests.support import ASK, FULL, connect, creq, running
 
 PROVIDER = "claude-code"
 THREAD = "thr_claude_live"
 MODEL = "claude-opus-5[1m]"
 INSTRUCTIONS = "You are working inside bb, an agentic IDE."
-# The option shapes of the recorded cells (steer/stop-interrupt: full access; approval-*: accept-edits, asking).
+# The recorded cells' option shapes: steer/stop-interrupt use FULL, approval-* ASK.
 PROVIDER_OPTIONS = {"workflowsEnabled": True, "memoryEnabled": True, "providerSubagentsEnabled": True}
-FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
-ASK = {
-    "permissionMode": "accept-edits",
-    "permissionScope": "workspace",
-    "approvalReviewer": "user",
-    "permissionEscalation": "ask",
-}
 
 
 ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
@@ -100,7 +94,7 @@ class Live:
             "threadId": thread,
             "providerThreadId": ptid,
             "input": [{"type": "text", "text": words, "mentions": []}],
-            "clientRequestId": steer_id(n),
+            "clientRequestId": creq(n),
             "options": options(policy),
         }
 
@@ -123,18 +117,6 @@ def live(tmp_path: Path, api: AnthropicServer, claude: Path) -> Iterator[Live]:
     no_leftovers([tmp_path], "a claude CLI or bridge outlived the daemon that started it", ours)
 
 
-def of(client: Any, kind: str, thread: str = THREAD) -> list[dict[str, Any]]:
-    return [e for e in client.events(thread) if e["type"] == kind]
-
-
-def settled(client: Any, count: int = 1, thread: str = THREAD) -> bool:
-    return len(of(client, "turn/completed", thread)) >= count
-
-
-def message_text(client: Any, thread: str = THREAD) -> str:
-    return "".join(e["delta"] for e in of(client, "item/agentMessage/delta", thread))
-
-
 async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
     live.api.script(reply(thinking("Let me ", "think."), text("Hel", "lo ", "there")))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
@@ -142,16 +124,16 @@ async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
         ptid = started["providerThreadId"]
         assert started["sessionRestorable"] is True
         assert await client.request("turn/start", live.turn(ptid, "Say hello.")) == {"threadId": THREAD}
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
         (claude,) = live.processes().values()
         assert "--session-id" in claude and ptid in claude
     types = client.types(THREAD)
     assert types[:3] == ["turn/started", "turn/input/accepted", "item/started"]
-    assert [e["delta"] for e in of(client, "item/reasoning/textDelta")] == ["Let me ", "think."]
-    assert [e["delta"] for e in of(client, "item/agentMessage/delta")] == ["Hel", "lo ", "there"]
-    done = {e["item"]["type"]: e["item"] for e in of(client, "item/completed")}
+    assert [e["delta"] for e in client.of(THREAD, "item/reasoning/textDelta")] == ["Let me ", "think."]
+    assert [e["delta"] for e in client.of(THREAD, "item/agentMessage/delta")] == ["Hel", "lo ", "there"]
+    done = {e["item"]["type"]: e["item"] for e in client.of(THREAD, "item/completed")}
     assert done["reasoning"]["content"] == ["Let me think."] and done["agentMessage"]["text"] == "Hello there"
-    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
     (request,) = live.api.messages()
     assert request.body["stream"] is True and request.model == "claude-opus-5"
     assert INSTRUCTIONS in request.system_text
@@ -178,7 +160,7 @@ async def test_a_write_outside_the_workspace_is_asked_of_the_client(live: Live, 
     ):
         ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Write the note.", ASK))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
     (asked,) = client.requests
     assert asked.method == "interaction/request"
     params = msgspec_decode(asked.params)
@@ -191,8 +173,8 @@ async def test_a_write_outside_the_workspace_is_asked_of_the_client(live: Live, 
     assert result.get("is_error", False) is (decision == "deny")
     if decision == "deny":
         assert "Permission request denied" in str(result["content"])  # the bridge's denial reached the model
-    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
-    assert message_text(client) == "Writing it.finished"
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
+    assert client.text(THREAD) == "Writing it.finished"
 
 
 async def test_a_mutating_bash_command_is_asked_and_runs(live: Live) -> None:
@@ -205,16 +187,16 @@ async def test_a_mutating_bash_command_is_asked_and_runs(live: Live) -> None:
     ):
         ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Run it.", ASK))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
     (asked,) = client.requests  # plain `echo hi` is read-only and never asks; the pipe into tee does
     subject = msgspec_decode(asked.params)["payload"]["subject"]
     assert subject["kind"] == "command" and subject["command"] == "echo hi | tee hi.txt"
     assert (live.ws / "hi.txt").read_text() == "hi\n"
-    (command,) = [e["item"] for e in of(client, "item/completed") if e["item"]["type"] == "commandExecution"]
+    (command,) = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "commandExecution"]
     assert command["status"] == "completed" and command["exitCode"] == 0 and command["aggregatedOutput"] == "hi"
     (result,) = live.api.messages()[1].blocks("tool_result", last_only=False)
     assert not result.get("is_error", False)
-    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
 
 
 async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> None:
@@ -223,24 +205,26 @@ async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> 
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Write an essay."))
-        await client.wait_for(lambda: bool(of(client, "item/agentMessage/delta")), timeout=30)
-        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
+        await client.wait_for(lambda: bool(client.of(THREAD, "item/agentMessage/delta")), timeout=30)
+        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
         stop = {"providerId": PROVIDER, "threadId": THREAD, "providerThreadId": ptid}
         stop |= {"intent": "interrupt", "activeTurnId": turn_id}
         (child,) = live.processes()
         asked = time.monotonic()
         assert await client.request("thread/stop", stop) == {"ok": True}
         answered = time.monotonic() - asked
-        assert [e["status"] for e in of(client, "turn/completed")] == ["interrupted"]  # settled before the answer
+        assert [e["status"] for e in client.of(THREAD, "turn/completed")] == [
+            "interrupted"
+        ]  # settled before the answer
         assert answered < 5  # the graceful close waits ≤ 4 s (§1.9); the SIGTERM fallback runs afterwards
         await live.gone(child, timeout=5)  # stdin closed at 4 s, SIGTERM 2 s later (§1.9)
         # the stop-interrupt cell: resume, then a turn on the same session
         resume = {**live.start(), "providerThreadId": ptid}
         await client.request("thread/resume", resume)
         await client.request("turn/start", live.turn(ptid, "What is 2 + 2?", n=2))
-        await client.wait_for(lambda: settled(client, 2), timeout=30)
-    assert [e["status"] for e in of(client, "turn/completed")] == ["interrupted", "completed"]
-    assert len(message_text(client)) < len("".join(words))
+        await client.wait_for(lambda: client.settled(THREAD, 2), timeout=30)
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["interrupted", "completed"]
+    assert len(client.text(THREAD)) < len("".join(words))
     history = str(live.api.messages()[-1].messages)
     assert "Write an essay." in history and "What is 2 + 2?" in history
 
@@ -250,18 +234,18 @@ async def test_an_auth_failure_fails_the_turn_legibly(live: Live) -> None:
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
         await client.request("turn/start", live.turn(ptid, "Reply with ready.", n=2))  # on a restarted CLI
-        await client.wait_for(lambda: settled(client, 2), timeout=30)
-    (failed, ok) = of(client, "turn/completed")
+        await client.wait_for(lambda: client.settled(THREAD, 2), timeout=30)
+    (failed, ok) = client.of(THREAD, "turn/completed")
     assert failed["status"] == "failed" and ok["status"] == "completed"
-    (error,) = of(client, "provider/error")
+    (error,) = client.of(THREAD, "provider/error")
     assert error["scope"] == failed["scope"]
     assert error["detail"] == "Invalid API key · Fix external API key"
     assert error["errorInfo"] == {"category": "unauthorized", "providerCode": None, "httpStatusCode": 401}
     replaced = [params for method, params in client.notes if method == "session/replaced"]
     assert [r["reason"] for r in replaced] == ["Claude session restarted after authentication failed"]
-    assert message_text(client) == "ready"
+    assert client.text(THREAD) == "ready"
 
 
 async def test_resume_in_a_new_bridge_process(live: Live) -> None:
@@ -269,18 +253,18 @@ async def test_resume_in_a_new_bridge_process(live: Live) -> None:
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
         (first,) = live.processes()
     assert live.processes() == {}
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         resumed = await client.request("thread/resume", {**live.start(), "providerThreadId": ptid})
         assert resumed == {"providerThreadId": ptid, "sessionRestorable": True}
         await client.request("turn/start", live.turn(ptid, "What did you reply?", n=2))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
         ((pid, argv),) = live.processes().items()
         assert pid != first and argv[argv.index("--resume") + 1] == ptid and "--session-id" not in argv
-    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
-    assert message_text(client) == "ready, again"
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
+    assert client.text(THREAD) == "ready, again"
     history = live.api.messages()[1].messages  # the transcript the resumed CLI reloaded
     assert "ready" in str(history[:-1]) and "Reply with ready." in str(history)
 
@@ -292,23 +276,10 @@ async def test_a_steer_joins_the_running_turn(live: Live) -> None:
         text("main"),
     )
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Count slowly."))
-        await client.wait_for(
-            lambda: any(e["item"]["type"] == "commandExecution" for e in of(client, "item/started")), timeout=30
-        )
-        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
-        steer = {**live.turn(ptid, "Stop counting; tell me the branch.", n=2), "expectedTurnId": turn_id}
-        assert await client.request("turn/steer", steer) == {"threadId": THREAD}
-        await client.wait_for(lambda: settled(client), timeout=30)
-        await trio.sleep(0.5)  # nothing further arrives: the steer did not open a turn of its own
-    assert [e["status"] for e in of(client, "turn/completed")] == ["completed"]
-    accepted = of(client, "turn/input/accepted")
-    assert [e["clientRequestId"] for e in accepted] == [steer_id(1), steer_id(2)]
-    assert {e["scope"]["turnId"] for e in accepted} == {turn_id}
+        await steer_while_a_command_runs(client, live, THREAD, timeout=30, quiet=0.5)
     first, second = live.api.messages()
     assert "Stop counting" not in str(first.messages) and "Stop counting; tell me the branch." in str(second.messages)
-    assert message_text(client) == "Counting: 1main"
+    assert client.text(THREAD) == "Counting: 1main"
 
 
 async def test_model_list_comes_from_the_cli(live: Live) -> None:
@@ -325,11 +296,6 @@ async def test_model_list_comes_from_the_cli(live: Live) -> None:
     selected = [m["id"] for m in models["selectedOnlyModels"]]
     assert selected and set(selected) <= {row[0] for row in SELECTED_ONLY}
     assert live.api.requests == []  # the probe child answers `initialize` and is closed before any model call
-
-
-def steer_id(n: int) -> str:
-    """The n-th client request id (the alphabet of `creq_` ids has no 0, 1, l or o)."""
-    return f"creq_abcdefghj{'23456789ab'[n % 10]}"
 
 
 def msgspec_decode(raw: Any) -> Any:

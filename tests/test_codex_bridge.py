@@ -25,16 +25,10 @@ from bridges.codex import bridge as codex_bridge
 from bridges.codex import launch
 from bridges.codex.bridge import CodexBridge
 from bridges.codex.child import MISSING_CLI
-from tests.support import FULL, INIT, Runtime, capabilities, in_process
+from tests.support import ASK, FULL, INIT, Runtime, capabilities, in_process
 
 THREAD = "thr_codex"
 CODEX_THREAD = "019a0000-0000-7000-8000-000000000001"
-ASK = {
-    "permissionMode": "accept-edits",
-    "permissionScope": "workspace",
-    "approvalReviewer": "user",
-    "permissionEscalation": "ask",
-}
 FAKE = r"""
 import json, os, sys
 

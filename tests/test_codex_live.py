@@ -37,20 +37,14 @@ from tests.conftest import REPO
 from tests.live import openai
 from tests.live.codex import installed_cli, offline_env
 from tests.live.processes import leftovers, no_leftovers
-from tests.support import connect, running
+from tests.live.scenarios import STEER_WORDS, steer_while_a_command_runs
+from tests.support import ASK, FULL, connect, creq, running
 
 PROVIDER = "codex"
 THREAD = "thr_codex_live"
 MODEL = "gpt-5.5"
 INSTRUCTIONS = "You are working inside bb, an agentic IDE."
-# The option shapes of the recorded cells (turn-tools/steer/stop-interrupt/resume: full; approval-*: asking).
-FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
-ASK = {
-    "permissionMode": "accept-edits",
-    "permissionScope": "workspace",
-    "approvalReviewer": "user",
-    "permissionEscalation": "ask",
-}
+# The recorded cells' option shapes: turn-tools/steer/stop-interrupt/resume use FULL, approval-* ASK.
 
 # The recorded constructions' dynamic tool (served by the runtime, offered to the model by codex).
 DYNAMIC_TOOL = {
@@ -146,29 +140,12 @@ def live(tmp_path: Path, api: openai.ScriptedResponses, codex: Path) -> Iterator
     no_leftovers([tmp_path], "a codex app-server or bridge outlived the daemon that started it")
 
 
-def creq(n: int) -> str:
-    """The n-th client request id (the alphabet of `creq_` ids has no 0, 1, l or o)."""
-    return f"creq_abcdefghj{'23456789ab'[n % 10]}"
-
-
-def of(client: Any, kind: str) -> list[dict[str, Any]]:
-    return [e for e in client.events(THREAD) if e["type"] == kind]
-
-
-def settled(client: Any, count: int = 1) -> bool:
-    return len(of(client, "turn/completed")) >= count
-
-
 def statuses(client: Any) -> list[str]:
-    return [e["status"] for e in of(client, "turn/completed")]
-
-
-def message_text(client: Any) -> str:
-    return "".join(e["delta"] for e in of(client, "item/agentMessage/delta"))
+    return [e["status"] for e in client.of(THREAD, "turn/completed")]
 
 
 def completed(client: Any, item_type: str) -> list[dict[str, Any]]:
-    return [e["item"] for e in of(client, "item/completed") if e["item"]["type"] == item_type]
+    return [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == item_type]
 
 
 def approve(decision: str) -> Any:
@@ -184,13 +161,13 @@ async def test_streamed_reasoning_and_text_reach_the_client(live: Live) -> None:
         ptid = started["providerThreadId"]
         assert started["sessionRestorable"] is True
         assert await client.request("turn/start", live.turn(ptid, "Say hello.")) == {"threadId": THREAD}
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
         assert len(live.codex_processes()) == 1
     assert statuses(client) == ["completed"]
-    reasoning = "".join(e["delta"] for e in of(client, "item/reasoning/summaryTextDelta"))
+    reasoning = "".join(e["delta"] for e in client.of(THREAD, "item/reasoning/summaryTextDelta"))
     assert reasoning == "Weighing a greeting"
-    assert message_text(client) == "Hello from the scripted model!"
-    assert len(of(client, "item/agentMessage/delta")) > 1  # streamed, not one final blob
+    assert client.text(THREAD) == "Hello from the scripted model!"
+    assert len(client.of(THREAD, "item/agentMessage/delta")) > 1  # streamed, not one final blob
     (message,) = completed(client, "agentMessage")
     assert message["text"] == "Hello from the scripted model!"
     (post,) = live.api.posts()
@@ -212,7 +189,7 @@ async def test_an_escalated_command_is_asked_of_the_client(live: Live, decision:
     ):
         ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Touch the file.", ASK))
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
     (asked,) = client.requests
     assert asked.method == "interaction/request" and asked.params is not None
     params = msgspec.json.decode(asked.params)
@@ -233,7 +210,7 @@ async def test_an_escalated_command_is_asked_of_the_client(live: Live, decision:
         assert command["status"] == "interrupted" and command["approvalStatus"] == "denied"
         assert "rejected by user" in output["output"] and "rejected by user" in command["aggregatedOutput"]
     assert statuses(client) == ["completed"]
-    assert message_text(client) == "Touching it.Done."
+    assert client.text(THREAD) == "Touching it.Done."
 
 
 async def test_a_file_change_is_written_and_reported(live: Live) -> None:
@@ -243,7 +220,7 @@ async def test_a_file_change_is_written_and_reported(live: Live) -> None:
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Create notes.txt."))
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
     assert (live.ws / "notes.txt").read_text() == "hello from apply_patch\n"
     (change,) = completed(client, "fileChange")
     assert change["status"] == "completed"
@@ -254,7 +231,7 @@ async def test_a_file_change_is_written_and_reported(live: Live) -> None:
     (output,) = [item for item in second.body["input"] if item["type"] == "custom_tool_call_output"]
     assert output["call_id"] == "call_patch"
     assert statuses(client) == ["completed"]
-    assert message_text(client) == "Writing notes.Written."
+    assert client.text(THREAD) == "Writing notes.Written."
 
 
 async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> None:
@@ -263,8 +240,8 @@ async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> No
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Write an essay."))
-        await client.wait_for(lambda: bool(of(client, "item/agentMessage/delta")), timeout=20)
-        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
+        await client.wait_for(lambda: bool(client.of(THREAD, "item/agentMessage/delta")), timeout=20)
+        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
         stop = {"providerId": PROVIDER, "threadId": THREAD, "providerThreadId": ptid}
         stop |= {"intent": "interrupt", "activeTurnId": turn_id}
         asked = time.monotonic()
@@ -275,17 +252,17 @@ async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> No
         # `turn/completed interrupted`, which the reference let follow its answer, codex-bridge.md §2.8; the bridge
         # level order is asserted in test_codex_bridge). The daemon queues events and answers on separate paths, so
         # here the events may trail the answer by a moment.
-        await client.wait_for(lambda: settled(client), timeout=5)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=5)
         assert statuses(client) == ["interrupted"]
         assert len(live.codex_processes()) == 1  # the session's codex survives an interrupt
         # the stop-interrupt cell: the next turn on the same thread works
         await client.request("turn/start", live.turn(ptid, "What is 2 + 2?", n=2))
-        await client.wait_for(lambda: settled(client, 2), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD, 2), timeout=20)
     assert statuses(client) == ["interrupted", "completed"]
-    assert len(message_text(client)) < len(words)
-    first_turn = of(client, "turn/started")[0]["scope"]["turnId"]
-    opened = {e["item"]["id"] for e in of(client, "item/started") if e["scope"]["turnId"] == first_turn}
-    closed = {e["item"]["id"] for e in of(client, "item/completed") if e["scope"]["turnId"] == first_turn}
+    assert len(client.text(THREAD)) < len(words)
+    first_turn = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
+    opened = {e["item"]["id"] for e in client.of(THREAD, "item/started") if e["scope"]["turnId"] == first_turn}
+    closed = {e["item"]["id"] for e in client.of(THREAD, "item/completed") if e["scope"]["turnId"] == first_turn}
     # The streaming agentMessage gets no `item/completed` from codex, and codex-bridge.md §2.8 closes nothing codex
     # leaves open (the recorded `stop-interrupt` cell); the boundary forgets open items (assembler.md §7.6). This
     # differs from protocol.md §3.3.10 ("explicit closes of open provider items"): pinned, see the module docstring.
@@ -299,12 +276,12 @@ async def test_a_401_fails_the_turn_legibly(live: Live) -> None:
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
         await client.request("turn/start", live.turn(ptid, "Reply with ready.", n=2))
-        await client.wait_for(lambda: settled(client, 2), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD, 2), timeout=20)
     assert statuses(client) == ["failed", "completed"]
-    failed = of(client, "turn/completed")[0]
-    (error,) = of(client, "provider/error")
+    failed = client.of(THREAD, "turn/completed")[0]
+    (error,) = client.of(THREAD, "provider/error")
     assert error["scope"] == failed["scope"] and error["willRetry"] is False
     detail = (
         f"unexpected status 401 Unauthorized: Incorrect API key provided: sk-dummy., url: {live.api.base_url}/responses"
@@ -316,7 +293,7 @@ async def test_a_401_fails_the_turn_legibly(live: Live) -> None:
         "providerCode": "httpConnectionFailed",
         "httpStatusCode": 401,
     }
-    assert message_text(client) == "ready"
+    assert client.text(THREAD) == "ready"
 
 
 async def test_resume_in_a_new_bridge_process(live: Live) -> None:
@@ -324,18 +301,18 @@ async def test_resume_in_a_new_bridge_process(live: Live) -> None:
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
         (first,) = live.codex_processes()
     no_leftovers([live.root], "the first daemon's bridge or codex is still running")
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
         resumed = await client.request("thread/resume", {**live.start(), "providerThreadId": ptid})
         assert resumed == {"providerThreadId": ptid, "sessionRestorable": True}
         await client.request("turn/start", live.turn(ptid, "What did you reply?", n=2))
-        await client.wait_for(lambda: settled(client), timeout=20)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
         (second,) = live.codex_processes()
         assert second != first
     assert statuses(client) == ["completed"]
-    assert message_text(client) == "ready, again"
+    assert client.text(THREAD) == "ready, again"
     _, post = live.api.posts()
     history = live.inputs(post)  # the conversation codex reloaded from its rollout
     assert "Reply with ready." in history and '"ready"' in history and "What did you reply?" in history
@@ -348,24 +325,11 @@ async def test_a_steer_joins_the_running_turn(live: Live) -> None:
     live.api.push(openai.function_call("exec_command", call, call_id="call_sleep", preamble="Counting: 1"))
     live.api.push(openai.text("main"))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Count slowly."))
-        await client.wait_for(
-            lambda: any(e["item"]["type"] == "commandExecution" for e in of(client, "item/started")), timeout=20
-        )
-        turn_id = of(client, "turn/started")[0]["scope"]["turnId"]
-        steer = {**live.turn(ptid, "Stop counting; tell me the branch.", n=2), "expectedTurnId": turn_id}
-        assert await client.request("turn/steer", steer) == {"threadId": THREAD}
-        await client.wait_for(lambda: settled(client), timeout=20)
-        await trio.sleep(0.3)  # nothing further arrives: the steer did not open a turn of its own
-    assert statuses(client) == ["completed"]
-    accepted = of(client, "turn/input/accepted")
-    assert [e["clientRequestId"] for e in accepted] == [creq(1), creq(2)]
-    assert {e["scope"]["turnId"] for e in accepted} == {turn_id}
+        await steer_while_a_command_runs(client, live, THREAD, timeout=20, quiet=0.3)
     first, second = live.api.posts()
     assert "Stop counting" not in live.inputs(first)
-    assert "Stop counting; tell me the branch." in live.inputs(second)
-    assert message_text(client) == "Counting: 1main"
+    assert STEER_WORDS in live.inputs(second)
+    assert client.text(THREAD) == "Counting: 1main"
 
 
 async def test_model_list_comes_from_codex(live: Live) -> None:

@@ -64,10 +64,6 @@ def tool_items(client: Any) -> list[dict[str, Any]]:
     ]
 
 
-def settled(client: Any) -> bool:
-    return any(e["type"] == "turn/completed" for e in client.events(THREAD))
-
-
 class Agent:
     """One provider's world: its daemon entry, how to start a thread and a turn, and what the model saw."""
 
@@ -187,7 +183,7 @@ async def run_turn(agent: Agent, root: Path, arguments: dict[str, Any]) -> Any:
     async with running(root, {agent.provider: agent.config}) as (_, path), connect(path, answer=answer) as client:
         ptid = (await client.request("thread/start", agent.start(root)))["providerThreadId"]
         await client.request("turn/start", agent.turn(ptid, agent.prompt(arguments)))
-        await client.wait_for(lambda: settled(client), timeout=30)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
     no_leftovers([root], f"a process of the {agent.provider} run outlived its daemon")
     return client
 
