@@ -421,3 +421,32 @@ async def test_the_end_waits_for_the_recorded_events_before_settling(tmp_path: P
     assert replay.stalls == []
     events = [e.event["type"] for e in replay.log if e.kind == "event"]
     assert len(events) == replay.plan.events and events[-1] == "turn/completed", events
+
+
+def test_a_stop_holds_the_provider_until_the_recorded_settlement(tmp_path: Path) -> None:
+    """The plan notes what the bridge produced after each message before the provider's next line (`reaction`)."""
+    thread = "thr_r"
+    delta = {"jsonrpc": "2.0", "method": "thread/delta"}
+    lanes: dict[str, list[tuple[int, dict[str, Any]]]] = {
+        "runtime→bridge": [
+            (1, {"jsonrpc": "2.0", "id": 1, "method": "turn/start", "params": {"threadId": thread}}),
+            (4, {"jsonrpc": "2.0", "id": 2, "method": "thread/stop", "params": {"threadId": thread}}),
+        ],
+        "bridge→runtime": [
+            (2, {**delta, "params": {"threadId": thread, "deltas": [{"kind": "turn.open"}]}}),
+            (
+                5,
+                {
+                    **delta,
+                    "params": {"threadId": thread, "deltas": [{"kind": "turn.boundary", "status": "interrupted"}]},
+                },
+            ),
+        ],
+        "provider→bridge": [(3, {"type": "stream_event"}), (6, {"type": "stream_event"})],
+    }
+    for direction, entries in lanes.items():
+        rows = [{"ts": seq, "run": 1, "seq": seq, "dir": direction, "line": json.dumps(line)} for seq, line in entries]
+        (tmp_path / f"{direction}.ndjson").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    start, stop = driver.plan_cell(tmp_path, "fake").steps
+    assert (start.events, start.reaction) == (0, 1)  # turn/started came before the provider wrote
+    assert (stop.events, stop.reaction) == (1, 2)  # and the stop's settlement before its next line

@@ -11,7 +11,12 @@ runtime→bridge message, gated on the grammar-clean turn counts and event count
 the recording had reached; the runtime's answers to bridge requests are served
 back by method. Each replayed request waits for earlier answers, for the gate,
 best-effort for the event count (or a quiet bridge), then for a short drain; the
-end waits the same way for the recording's final event count, then settles. The
+end waits the same way for the recording's final event count, then settles.
+After a `thread/stop` goes out, the fake provider is held (at most
+`Pacing.react`) until the bridge has produced what the recording shows it
+produced before the provider's next line: from its stop on, a bridge translates
+nothing more the agent writes, so the recording pins which agent lines came
+before the stop took hold, and a loaded machine must not move that line. The
 runtime's per-machine rewrites apply (workspace `cwd`, `PATH`), and so does what
 it would know live: the `providerThreadId` this bridge reported and its open
 turn (`activeTurnId`/`expectedTurnId`).
@@ -53,7 +58,7 @@ from bbridge.core.guard import Guard
 from bbridge.daemon.bridge import STDERR_TAIL_BYTES
 from bbridge.replay.client import LIVE_LANE, Client, Entry, Lane, with_client
 from bbridge.wire import rpc
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.wire.recording import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
 
 CELL_ENV = "BBRIDGE_CONFORMANCE_CELL"
 PROVIDER_ENV = "BBRIDGE_CONFORMANCE_PROVIDER"
@@ -73,6 +78,7 @@ class Pacing:
     order: float = 5.0  # quiet that ends the best-effort wait for the recorded event count
     drain: float = 0.3  # quiet before each request
     settle: float = 0.75  # quiet after the last answer
+    react: float = 1.0  # the longest the provider is held after a `thread/stop` for the bridge's recorded reaction
 
 
 # -- plan ---------------------------------------------------------------------------
@@ -88,6 +94,7 @@ class Step:
     started: int
     completed: int
     events: int
+    reaction: int = 0  # the recording's event count when the provider next wrote (or the next message went out)
 
     @property
     def is_request(self) -> bool:
@@ -109,7 +116,12 @@ def plan_cell(cell: Path, provider: str, lane: Lane = LIVE_LANE) -> Plan:
     guard = Guard()
     plan = Plan()
     bridge_requests: dict[tuple[float, str], str] = {}  # (run, id) -> method of a bridge→runtime request
+    reacting: list[Step] = []  # steps whose reaction count is still open
     for entry in read_cell(cell):
+        if entry.dir == PROVIDER_TO_BRIDGE or (entry.dir == RUNTIME_TO_BRIDGE and reacting):
+            for step in reacting:
+                step.reaction = plan.events
+            reacting.clear()
         try:
             message = json.loads(entry.line)
         except json.JSONDecodeError:
@@ -127,8 +139,11 @@ def plan_cell(cell: Path, provider: str, lane: Lane = LIVE_LANE) -> Plan:
                 if _released(message) is not None:
                     guard.clear()
                 plan.steps.append(Step(message, entry.run, entry.seq, plan.started, plan.completed, plan.events))
+                reacting.append(plan.steps[-1])
             elif key in bridge_requests:
                 plan.answers[bridge_requests[key]].append(message)
+    for step in reacting:
+        step.reaction = plan.events
     return plan
 
 
@@ -297,7 +312,7 @@ class Driver:
             await client.answer(request["id"], result=recorded.get("result"))
 
     async def wait(self, client: Client, label: str, predicate: Callable[[], bool]) -> bool:
-        if await client.wait_for(lambda: True if predicate() else None, self.pacing.wait):
+        if await client.wait_for(_when(predicate), self.pacing.wait):
             return True
         why = "bridge exited while waiting for" if client.exited else "timed out waiting for"
         self.stalls.append(f"{why} {label}")
@@ -330,6 +345,8 @@ class Driver:
                 sent.append(message["id"])
                 client.sent_ids.add(message["id"])
             await client.send_line(msgspec.json.encode(self._rewrite(client, message)))
+            if message["method"] == "thread/stop" and step.reaction > step.events:
+                await client.wait_for(_when(_at_least(client, step.reaction)), pacing.react)
             self.move_cursor(index + 1)
         if await self.wait(client, "the last responses", lambda: _answered(client, sent)):
             # as before each request: the recording's final event count (or a quiet bridge), so a bridge slowed by
@@ -381,6 +398,11 @@ def _reached(client: Client, step: Step) -> Callable[[], bool]:
         return clean.count("turn/started") >= step.started and clean.count("turn/completed") >= step.completed
 
     return reached
+
+
+def _when(predicate: Callable[[], bool]) -> Callable[[], bool | None]:
+    """`predicate` as `Client.wait_for` takes it: True, or None to keep waiting."""
+    return lambda: True if predicate() else None
 
 
 def _at_least(client: Client, events: int) -> Callable[[], bool]:
