@@ -8,7 +8,7 @@ SHARED ?= ../shared
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
-CORE_SOURCES := setup.py $(foreach m,assembler events guard ids items native sink state turns,bbridge/core/$(m).py)
+CORE_SOURCES := setup.py $(wildcard bbridge/core/*.py)
 
 $(VENV)/.installed: pyproject.toml $(CORE_SOURCES)
 	$(PYTHON) -m venv $(VENV)

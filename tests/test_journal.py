@@ -18,9 +18,9 @@ def events(n: int) -> list[dict[str, object]]:
 
 def test_seqs_are_contiguous_per_thread_and_entries_pre_encoded() -> None:
     journal = Journal()
-    first = journal.append("a", events(2))
-    journal.append("b", events(1))
-    second = journal.append("a", events(1))
+    first = journal.log.append("a", events(2))
+    journal.log.append("b", events(1))
+    second = journal.log.append("a", events(1))
     assert [json.loads(e)["seq"] for e in first + second] == [1, 2, 3]
     assert json.loads(second[0])["event"] == {"type": "turn/started", "n": 0}
     assert journal.last_seq("a") == 3 and journal.last_seq("b") == 1 and journal.last_seq("c") == 0
@@ -30,7 +30,7 @@ def test_seqs_are_contiguous_per_thread_and_entries_pre_encoded() -> None:
 
 def test_the_bound_drops_the_oldest_and_says_what_is_missing() -> None:
     journal = Journal(bound=2)
-    journal.append("a", events(5))
+    journal.log.append("a", events(5))
     replay = journal.after("a", 0)
     assert [seq for seq, _ in replay.entries] == [4, 5] and replay.missing_before == 3
     assert journal.after("a", 3).missing_before == 0
@@ -38,13 +38,13 @@ def test_the_bound_drops_the_oldest_and_says_what_is_missing() -> None:
 
 def test_a_durable_journal_reloads_and_serves_beyond_the_memory_bound(tmp_path: Path) -> None:
     journal = Journal(bound=2, directory=tmp_path)
-    journal.append("thr/1", events(4))
+    journal.log.append("thr/1", events(4))
     journal.close()
     again = Journal(bound=2, directory=tmp_path)
     assert again.last_seq("thr/1") == 4
     replay = again.after("thr/1", 0)
     assert [seq for seq, _ in replay.entries] == [1, 2, 3, 4] and replay.missing_before == 0
-    assert [json.loads(e)["seq"] for e in again.append("thr/1", events(1))] == [5]
+    assert [json.loads(e)["seq"] for e in again.log.append("thr/1", events(1))] == [5]
     assert (tmp_path / file_name("thr/1")).exists() and file_name("thr/1").startswith("~")
 
 
@@ -55,7 +55,7 @@ def seqs(journal: Journal, thread_id: str) -> list[int]:
 @pytest.mark.parametrize("tail", [b'{"seq":4,"event":{"type":"tu', b'{"seq":4,"ev\xff', b"\x00\x00\x00", b"[" * 5000])
 def test_a_torn_tail_is_cut_back_and_the_seq_continues(tmp_path: Path, tail: bytes) -> None:
     journal = Journal(directory=tmp_path)
-    journal.append("t", events(3))
+    journal.log.append("t", events(3))
     journal.close()
     path = tmp_path / file_name("t")
     good = path.read_bytes()
@@ -63,7 +63,7 @@ def test_a_torn_tail_is_cut_back_and_the_seq_continues(tmp_path: Path, tail: byt
     again = Journal(directory=tmp_path)
     assert again.last_seq("t") == 3
     assert path.read_bytes() == good  # the tail is gone from disk too
-    assert [json.loads(e)["seq"] for e in again.append("t", events(1))] == [4]
+    assert [json.loads(e)["seq"] for e in again.log.append("t", events(1))] == [4]
     again.close()
     assert seqs(Journal(directory=tmp_path), "t") == [1, 2, 3, 4]
     assert again.health()["truncatedTails"] == 1
@@ -71,12 +71,12 @@ def test_a_torn_tail_is_cut_back_and_the_seq_continues(tmp_path: Path, tail: byt
 
 def test_a_tail_torn_right_after_an_entry_gets_its_newline_back(tmp_path: Path) -> None:
     journal = Journal(directory=tmp_path)
-    journal.append("t", events(2))
+    journal.log.append("t", events(2))
     journal.close()
     path = tmp_path / file_name("t")
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
     again = Journal(directory=tmp_path)
-    again.append("t", events(1))
+    again.log.append("t", events(1))
     again.close()
     assert seqs(Journal(directory=tmp_path), "t") == [1, 2, 3]
     assert again.health()["truncatedTails"] == 0
@@ -84,7 +84,7 @@ def test_a_tail_torn_right_after_an_entry_gets_its_newline_back(tmp_path: Path) 
 
 def test_a_corrupt_entry_inside_the_file_is_skipped_and_never_lowers_the_seq(tmp_path: Path) -> None:
     journal = Journal(directory=tmp_path)
-    journal.append("t", events(4))
+    journal.log.append("t", events(4))
     journal.close()
     path = tmp_path / file_name("t")
     lines = path.read_bytes().split(b"\n")
@@ -92,15 +92,15 @@ def test_a_corrupt_entry_inside_the_file_is_skipped_and_never_lowers_the_seq(tmp
     path.write_bytes(b"\n".join(lines))
     again = Journal(directory=tmp_path)
     assert again.last_seq("t") == 4
-    assert [json.loads(e)["seq"] for e in again.append("t", events(1))] == [5]
+    assert [json.loads(e)["seq"] for e in again.log.append("t", events(1))] == [5]
     assert again.health()["corruptEntries"] == 1 and again.health()["truncatedTails"] == 0
 
 
 @pytest.mark.parametrize("thread_id", ["x" * 304, "é" * 200, "thr/../../etc", ".hidden", "a\x00b", "\ud800"])
 def test_any_thread_id_gets_a_safe_short_file(tmp_path: Path, thread_id: str) -> None:
     journal = Journal(directory=tmp_path)
-    journal.append(thread_id, events(2))
-    journal.append("plain_id-1.x", events(1))
+    journal.log.append(thread_id, events(2))
+    journal.log.append("plain_id-1.x", events(1))
     journal.close()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) == 2 and all(len(name.encode()) < 100 for name in names)
@@ -127,15 +127,15 @@ class _FullDisk:
 
 def test_a_write_error_is_counted_and_never_stops_delivery(tmp_path: Path) -> None:
     journal = Journal(directory=tmp_path)
-    journal.append("t", events(2))
-    log = journal._threads["t"]
-    disk = log.file = _FullDisk(log.file)  # type: ignore[assignment]
-    delivered = journal.append("t", events(2))
+    journal.log.append("t", events(2))
+    file = journal._files["t"]
+    disk = file.handle = _FullDisk(file.handle)  # type: ignore[assignment]
+    delivered = journal.log.append("t", events(2))
     assert [json.loads(e)["seq"] for e in delivered] == [3, 4]  # still encoded and returned for delivery
     health = journal.health()
     assert health["writeErrors"] == 1 and not health["healthy"] and "No space left" in health["lastError"]
     disk.fail = False  # space again: the next write starts on a fresh line
-    journal.append("t", events(1))
+    journal.log.append("t", events(1))
     journal.close()
     again = Journal(directory=tmp_path)
     assert again.last_seq("t") == 5  # the lost entries leave a gap, never a reused seq
@@ -146,5 +146,5 @@ def test_a_write_error_is_counted_and_never_stops_delivery(tmp_path: Path) -> No
 def test_an_unreadable_directory_keeps_the_journal_in_memory(tmp_path: Path) -> None:
     journal = Journal(directory=tmp_path)
     (tmp_path / file_name("t")).mkdir()  # opening the thread's file fails
-    assert [json.loads(e)["seq"] for e in journal.append("t", events(2))] == [1, 2]
+    assert [json.loads(e)["seq"] for e in journal.log.append("t", events(2))] == [1, 2]
     assert journal.health()["writeErrors"] == 1

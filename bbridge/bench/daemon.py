@@ -74,9 +74,9 @@ async def _measure(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
         socket = Path(tmp) / "bench.sock"
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_socket, daemon, socket, CLIENT_QUEUE)
-            events_before = daemon.counters.events_out
+            events_before = daemon.journal.log.recorded
             blast = await _client_phases(socket, [f"blast {turns} {THREADS}"] * blasts)
-            events_per_run = (daemon.counters.events_out - events_before) // blasts
+            events_per_run = (daemon.journal.log.recorded - events_before) // blasts
             rate = statistics.median(_rate(phase) for phase in blast)
             prompts = []
             for share in LOAD_SHARES:

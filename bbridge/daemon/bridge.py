@@ -22,6 +22,7 @@ import trio
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
+from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, protocol, rpc
@@ -81,6 +82,8 @@ class BridgeHost(Protocol):
     async def on_watchdog(self, bridge: BridgeProcess, events: list[dict[str, Any]]) -> None: ...
 
     def on_status(self, bridge: BridgeProcess) -> None: ...
+
+    def open_delivery(self, bridge: BridgeProcess) -> Delivery: ...
 
 
 class _RecordingSend(trio.abc.SendStream):
@@ -144,6 +147,7 @@ class BridgeProcess:
         self.capabilities = protocol.Capabilities()
         self.assembler = Assembler(provider_id, entropy_prefix, text_delta_flush_ms=text_delta_flush_ms)
         self.guard = Guard()
+        self.delivery = host.open_delivery(self)
         self.watchdogs = Watchdogs(config.turn_start_timeout_s, config.turn_stall_timeout_s)
         self.threads: set[str] = set()
         self.started_at = trio.current_time()

@@ -23,11 +23,11 @@ reports all of it for `daemon/status`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any
@@ -37,12 +37,12 @@ import structlog
 
 from bbridge.core.events import Event
 from bbridge.core.nesting import too_deep
+from bbridge.core.outbox import EventLog, ThreadLog
 
 _logger = structlog.get_logger("bbridge.daemon.journal")
 
 DEFAULT_BOUND = 10_000
 
-_encoder = msgspec.json.Encoder()
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
 
@@ -54,22 +54,18 @@ def file_name(thread_id: str) -> str:
 
 
 class _Entry(msgspec.Struct, gc=False):
-    """`{"seq":n,"event":…}`: one encoder call per entry, no intermediate dict."""
+    """`{"seq":n,"event":…}`, as a journal file's line is read back."""
 
     seq: int
     event: Event
 
 
 @dataclass
-class _ThreadLog:
-    last_seq: int = 0
-    entries: deque[bytes] = field(default_factory=deque)  # the newest entries, seqs up to `last_seq` (contiguous)
-    file: IO[bytes] | None = None
-    torn: bool = False  # a failed write may have left a partial line: the next one starts with a newline
+class _File:
+    """A thread's journal file; `torn`: a failed write may have left a partial line, the next starts anew."""
 
-    def first_held(self) -> int:
-        """The seq of the oldest entry held in memory (`last_seq + 1` when none is)."""
-        return self.last_seq - len(self.entries) + 1
+    handle: IO[bytes]
+    torn: bool = False
 
 
 @dataclass
@@ -132,12 +128,14 @@ class Replay:
 
 
 class Journal:
+    """The daemon's journal: the core's in-memory `EventLog` (`log`, which the hot path records into
+    directly), plus, with a directory, one durable file per thread."""
+
     def __init__(self, bound: int = DEFAULT_BOUND, directory: Path | None = None) -> None:
-        if bound < 1:
-            raise ValueError("journal bound must be at least 1")
+        self.log = EventLog(bound, self._open if directory is not None else None)
         self.bound = bound
         self.directory = directory
-        self._threads: dict[str, _ThreadLog] = {}
+        self._files: dict[str, _File] = {}
         self.health_counts = JournalHealth()
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -146,24 +144,16 @@ class Journal:
         assert self.directory is not None
         return self.directory / file_name(thread_id)
 
-    def _log(self, thread_id: str) -> _ThreadLog:
-        log = self._threads.get(thread_id)
-        if log is None:
-            log = self._threads[thread_id] = _ThreadLog(entries=deque(maxlen=self.bound))
-            if self.directory is not None:
-                self._load(thread_id, log)
-        return log
-
-    def _load(self, thread_id: str, log: _ThreadLog) -> None:
+    def _open(self, thread_id: str, log: ThreadLog) -> None:
+        """A thread's log is new: load its file's good entries into it and append to that file from now on."""
         path = self._path(thread_id)
         scan = None
         try:
             scan = _scan(path.read_bytes()) if path.exists() else None
             if scan is not None and scan.torn_tail:
                 os.truncate(path, scan.good_end)
-            log.file = path.open("ab")
-            if scan is not None and not scan.newline:
-                log.torn = True
+            file = self._files[thread_id] = _File(path.open("ab"), torn=scan is not None and not scan.newline)
+            log.write = functools.partial(self._write, thread_id, file)
         except OSError as exc:
             self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
         if scan is None:
@@ -181,33 +171,15 @@ class Journal:
             health.corrupt_entries += scan.corrupt
             _logger.warning("skipped corrupt journal entries", threadId=thread_id, count=scan.corrupt)
 
-    def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
-        """Assign seqs to one batch; returns the encoded `{seq, event}` entries."""
-        log = self._threads.get(thread_id)
-        if log is None:
-            log = self._log(thread_id)
-        encode = _encoder.encode
-        seq = log.last_seq
-        encoded: list[bytes] = []
-        for event in events:
-            seq += 1
-            encoded.append(encode(_Entry(seq, event)))
-        log.entries.extend(encoded)
-        log.last_seq = seq
-        if log.file is not None and encoded:
-            self._write(thread_id, log, b"\n".join(encoded) + b"\n")
-        return encoded
-
-    def _write(self, thread_id: str, log: _ThreadLog, data: bytes) -> None:
-        assert log.file is not None
+    def _write(self, thread_id: str, file: _File, entries: list[bytes]) -> None:
         try:
-            if log.torn:
-                log.file.write(b"\n")
-                log.torn = False
-            log.file.write(data)
-            log.file.flush()
+            if file.torn:
+                file.handle.write(b"\n")
+                file.torn = False
+            file.handle.write(b"\n".join(entries) + b"\n")
+            file.handle.flush()
         except OSError as exc:
-            log.torn = True
+            file.torn = True
             self._failed(thread_id, "journal write failed; the events were still delivered", exc)
 
     def _failed(self, thread_id: str, what: str, exc: OSError) -> None:
@@ -216,17 +188,20 @@ class Journal:
         health.last_error = f"{thread_id}: {exc.strerror or exc}"
         _logger.error(what, threadId=thread_id, error=str(exc))
 
-    def last_seq(self, thread_id: str) -> int:
-        log = self._threads.get(thread_id)
+    def _known(self, thread_id: str) -> ThreadLog | None:
+        """The thread's log, loaded from its file when it has one and nothing was recorded yet."""
+        log = self.log.threads.get(thread_id)
         if log is None and self.directory is not None and self._path(thread_id).exists():
-            log = self._log(thread_id)
+            log = self.log.thread(thread_id)
+        return log
+
+    def last_seq(self, thread_id: str) -> int:
+        log = self._known(thread_id)
         return 0 if log is None else log.last_seq
 
     def after(self, thread_id: str, after_seq: int) -> Replay:
         """Everything with seq > after_seq that is still held, in order."""
-        log = self._threads.get(thread_id)
-        if log is None and self.directory is not None and self._path(thread_id).exists():
-            log = self._log(thread_id)
+        log = self._known(thread_id)
         if log is None:
             return Replay([], 0)
         first_held = log.first_held()
@@ -259,27 +234,28 @@ class Journal:
         }
 
     def threads(self) -> dict[str, int]:
-        return {tid: log.last_seq for tid, log in self._threads.items()}
+        return {tid: log.last_seq for tid, log in self.log.threads.items()}
 
     def sync(self) -> None:
         """Flush and fsync every durable file (shutdown)."""
-        for thread_id, log in self._threads.items():
-            if log.file is not None:
-                try:
-                    log.file.flush()
-                    os.fsync(log.file.fileno())
-                except OSError as exc:
-                    self._failed(thread_id, "journal sync failed", exc)
+        for thread_id, file in self._files.items():
+            try:
+                file.handle.flush()
+                os.fsync(file.handle.fileno())
+            except OSError as exc:
+                self._failed(thread_id, "journal sync failed", exc)
 
     def close(self) -> None:
         self.sync()
-        for thread_id, log in self._threads.items():
-            if log.file is not None:
-                try:
-                    log.file.close()
-                except OSError as exc:
-                    self._failed(thread_id, "journal close failed", exc)
-                log.file = None
+        for thread_id, file in self._files.items():
+            try:
+                file.handle.close()
+            except OSError as exc:
+                self._failed(thread_id, "journal close failed", exc)
+            log = self.log.threads.get(thread_id)
+            if log is not None:
+                log.write = None
+        self._files.clear()
 
 
 def entries_json(entries: list[tuple[int, bytes]]) -> msgspec.Raw:

@@ -2,8 +2,10 @@
 
 Bridge `thread/delta` notifications flow decode → assemble → stamp → check
 (extension payloads, grammar guard) → journal → every client, one
-`thread/events` message per notification. Requests flow the other way with
-the daemon's translations (bb↔provider turn ids) and capability gating.
+`thread/events` message per notification; all but the decode is one compiled
+call per notification (`bbridge.core.outbox.Delivery`). Requests flow the
+other way with the daemon's translations (bb↔provider turn ids) and
+capability gating.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import structlog
 import trio
 
 from bbridge.core import grammar, native
-from bbridge.core.events import Event, stamp
+from bbridge.core.events import Event
+from bbridge.core.outbox import Delivery
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
@@ -55,7 +58,6 @@ _KEEP_PROVIDER_ID = frozenset(
 )
 _FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
 _LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
-MAX_CACHED_HEADS = 1024
 
 
 class ClientSink(Protocol):
@@ -75,7 +77,7 @@ class ClientSink(Protocol):
 class Counters:
     deltas_in: int = 0
     notifications_in: int = 0
-    events_out: int = 0
+    events_out: int = 0  # the journal's count, copied in when the status is read
     rejected_notifications: int = 0
     grammar_drops: int = 0
     unhandled_extensions: int = 0
@@ -145,7 +147,6 @@ class Daemon:
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
         self._flushing: set[tuple[int, str]] = set()
-        self._heads: dict[str, tuple[str, bytes]] = {}  # thread id -> (provider id, `thread/events` line head)
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
 
@@ -275,7 +276,7 @@ class Daemon:
         touched: set[str] = set()  # threads heard from, for the watchdogs
         deltas = 0
         first = len(batch) > 1 and bool(self.clients)
-        assemble, deliver, now_ms = bridge.assembler.assemble, self._deliver, now * 1000
+        take, now_ms, coalescing = bridge.delivery.take, now * 1000, self.text_delta_flush_ms > 0
         for note in batch:
             method = note.method
             try:
@@ -287,10 +288,15 @@ class Daemon:
                         thread_id = params.threadId
                         touched.add(thread_id)
                         deltas += len(params.deltas)
-                        deliver(bridge, thread_id, assemble(thread_id, params.deltas, now_ms), now, lines)
+                        line = take(thread_id, params.deltas, now_ms)
+                        if line is not None:
+                            lines.append(line)
+                        if coalescing and bridge.assembler.has_pending_text(thread_id):
+                            self._schedule_flush(bridge, thread_id)
                     if first and lines:  # the chunk's first events reach the clients before the rest is assembled
                         first = False
                         lines = self._broadcast(lines)
+                        self._take_notices(bridge, now)  # nothing else runs before the watchers have seen them
                         await _let_writers_run()
                     continue
                 lines = self._broadcast(lines)  # what came before goes out first
@@ -306,6 +312,7 @@ class Daemon:
                     method=method,
                 )
         self._broadcast(lines)
+        self._take_notices(bridge, now)
         self.counters.deltas_in += deltas
         bridge.threads |= touched
         bridge.watchdogs.traffic(touched, now)
@@ -319,28 +326,35 @@ class Daemon:
             log.warning("skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc))
             return None
 
-    def _deliver(
-        self, bridge: BridgeProcess, thread_id: str, events: list[Event], now: float, lines: list[bytes]
-    ) -> list[bytes]:
-        """Stamp, check extension payloads, guard, feed the lifecycle watchers and journal what passes; its
-        `thread/events` line joins `lines`, which is returned."""
+    def open_delivery(self, bridge: BridgeProcess) -> Delivery:
+        """The bridge's compiled path from deltas to `thread/events` lines: its assembler and guard, this
+        daemon's journal, thread identities and extension checks, and the event types the watchers need."""
         checker = self.extensions.get(bridge.provider_id)
-        guard, tracker, watchdogs = bridge.guard, self.tracker, bridge.watchdogs
-        provider_thread = self.provider_threads.get(thread_id)
-        accepted: list[Event] = []
-        for event in events:
-            kind = event["type"]
-            if kind == "thread/identity":
-                provider_thread = self.provider_threads[thread_id] = event["providerThreadId"]
-            stamp(event, thread_id, provider_thread)
-            if checker is not None and kind in CHECKED_TYPES:
-                checked = checker.check(event)
-                if checked is not event:
-                    self.counters.unhandled_extensions += 1
-                    event, kind = checked, checked["type"]
-            violation = guard.observe(event)
-            if violation is not None:
-                self.counters.grammar_drops += 1
+        return Delivery(
+            bridge.provider_id,
+            bridge.assembler,
+            bridge.guard,
+            self.journal.log,
+            self.provider_threads,
+            _LIFECYCLE,
+            None if checker is None else checker.check,
+            CHECKED_TYPES,
+        )
+
+    def _take_notices(self, bridge: BridgeProcess, now: float) -> None:
+        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs, the guard's
+        drops (counted and logged) and the extension check's replacements (counted)."""
+        delivery = bridge.delivery
+        if delivery.noticed:
+            noticed, delivery.noticed = delivery.noticed, []
+            tracker, watchdogs = self.tracker, bridge.watchdogs
+            for thread_id, event in noticed:
+                tracker.observe(thread_id, event)
+                watchdogs.observe(thread_id, event, now)
+        if delivery.dropped:
+            dropped, delivery.dropped = delivery.dropped, []
+            self.counters.grammar_drops += len(dropped)
+            for thread_id, event, violation in dropped:
                 log.warning(
                     f"Dropping {event['type']} from provider {bridge.provider_id!r} in thread {thread_id!r} "
                     f"({violation.rule}): {violation.reason}.",
@@ -348,16 +362,19 @@ class Daemon:
                     providerId=bridge.provider_id,
                     rule=violation.rule,
                 )
-                continue
-            if kind in _LIFECYCLE:
-                tracker.observe(thread_id, event)
-                watchdogs.observe(thread_id, event, now)
-            accepted.append(event)
-        if accepted:
-            lines.append(self._record(thread_id, bridge.provider_id, accepted))
+        if delivery.replaced:
+            self.counters.unhandled_extensions += delivery.replaced
+            delivery.replaced = 0
+
+    def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event]) -> None:
+        """Events made outside a notification (a due text flush, a daemon warning), through the bridge's
+        delivery and out at once."""
+        line = bridge.delivery.deliver(thread_id, events)
+        self._take_notices(bridge, trio.current_time())
+        if line is not None:
+            self._broadcast([line])
         if self.text_delta_flush_ms > 0 and bridge.assembler.has_pending_text(thread_id):
             self._schedule_flush(bridge, thread_id)
-        return lines
 
     def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
         """Coalesced text waits for traffic in the reference; here a timer drains it when due."""
@@ -370,27 +387,13 @@ class Daemon:
             await trio.sleep(self.text_delta_flush_ms / 1000)
             self._flushing.discard(key)
             if bridge.state == "ready":
-                now = trio.current_time()
-                events = bridge.assembler.assemble(thread_id, [], now * 1000)
-                self._broadcast(self._deliver(bridge, thread_id, events, now, []))
+                self._deliver(bridge, thread_id, bridge.assembler.assemble(thread_id, [], trio.current_time() * 1000))
 
         self._nursery.start_soon(flush_later)
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
-        self._broadcast([self._record(thread_id, provider_id, events)])
-
-    def _record(self, thread_id: str, provider_id: str, events: list[Event]) -> bytes:
-        """Journal the events (each gets its seq and is encoded once); returns their `thread/events` line."""
-        entries = self.journal.append(thread_id, events)
-        self.counters.events_out += len(entries)
-        cached = self._heads.get(thread_id)
-        if cached is None or cached[0] != provider_id:
-            if len(self._heads) >= MAX_CACHED_HEADS:
-                self._heads.clear()
-            params = msgspec.json.encode({"threadId": thread_id, "providerId": provider_id})
-            head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
-            cached = self._heads[thread_id] = (provider_id, head)
-        return b"".join((cached[1], b",".join(entries), b"]}}"))
+        """Daemon-made events past the bridge's guard (the bridge is gone, or a watchdog speaks): journaled, out."""
+        self._broadcast([self.journal.log.record(thread_id, provider_id, events)])
 
     def _broadcast(self, lines: list[bytes]) -> list[bytes]:
         """Hands the lines to every client, in order; returns a fresh list for the caller's next lines."""
@@ -435,7 +438,7 @@ class Daemon:
         event["summary"] = summary
         if details is not None:
             event["details"] = details
-        self._broadcast(self._deliver(bridge, thread_id, [event], trio.current_time(), []))
+        self._deliver(bridge, thread_id, [event])
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         """Relay `item/tool/call` / `interaction/request` to the thread's client."""
@@ -656,6 +659,10 @@ class Daemon:
 
     # -- status --------------------------------------------------------------
 
+    def _counted(self) -> Counters:
+        self.counters.events_out = self.journal.log.recorded
+        return self.counters
+
     def status(self) -> dict[str, Any]:
         now = trio.current_time()
         providers = []
@@ -679,7 +686,7 @@ class Daemon:
             },
             "providers": providers,
             "threads": list(self._thread_status()),
-            "counters": msgspec.to_builtins(self.counters),
+            "counters": msgspec.to_builtins(self._counted()),
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
         }

@@ -1,0 +1,162 @@
+"""From assembled events to the clients' `thread/events` line, in one compiled call per batch (daemon.md §4).
+
+`Delivery` stamps a bridge's events with their thread (assembler.md §12), lets the extension check
+replace a refused payload, drops what the grammar guard refuses (§13), and hands the rest to the
+`EventLog`, which gives each event its thread's next `seq`, encodes it once as a journal entry
+(`{"seq":n,"event":…}`), keeps the newest `bound` entries and frames the batch as one notification
+line. Everything the daemon must still act on — lifecycle events for its watchers, dropped events for
+its log — is collected on the `Delivery` for it to take after the batch. Keeping this loop in the
+core puts the per-event work of the daemon's hot path into the compiled build.
+
+Files are the journal's business (`bbridge.daemon.journal`): it opens each new thread's log through
+`opener`, may load older entries into it, and sets `write` to receive every batch of new entries.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from bbridge.core import grammar as g
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import Event, stamp
+from bbridge.core.guard import Guard, Violation
+
+_encoder = msgspec.json.Encoder()
+_TAIL = b"]}}"
+MAX_CACHED_HEADS = 1024
+
+
+class ThreadLog:
+    """One thread's seq counter and its newest encoded entries (seqs up to `last_seq`, contiguous)."""
+
+    def __init__(self, bound: int) -> None:
+        self.last_seq = 0
+        self.entries: deque[bytes] = deque(maxlen=bound)
+        self.write: Callable[[list[bytes]], None] | None = None  # the journal file's taker of new entries
+
+    def first_held(self) -> int:
+        """The seq of the oldest entry held in memory (`last_seq + 1` when none is)."""
+        return self.last_seq - len(self.entries) + 1
+
+
+class EventLog:
+    """Every thread's `ThreadLog`; `opener` (the journal's loader) sees each one as it is created."""
+
+    def __init__(self, bound: int, opener: Callable[[str, ThreadLog], None] | None = None) -> None:
+        if bound < 1:
+            raise ValueError("journal bound must be at least 1")
+        self.bound = bound
+        self.opener = opener
+        self.threads: dict[str, ThreadLog] = {}
+        self.recorded = 0  # entries appended since start
+        # thread id -> (provider id, `{"jsonrpc":"2.0","method":"thread/events","params":{…,"events":[`), for the
+        # busiest threads: cleared when full, so idle threads cost no memory for it
+        self._heads: dict[str, tuple[str, bytes]] = {}
+
+    def thread(self, thread_id: str) -> ThreadLog:
+        log = self.threads.get(thread_id)
+        if log is None:
+            log = self.threads[thread_id] = ThreadLog(self.bound)
+            if self.opener is not None:
+                self.opener(thread_id, log)
+        return log
+
+    def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
+        """Number and encode one batch; returns its entries."""
+        log = self.threads.get(thread_id)
+        if log is None:
+            log = self.thread(thread_id)
+        seq = log.last_seq
+        encoded: list[bytes] = []
+        for event in events:
+            seq += 1
+            encoded.append(_encoder.encode({"seq": seq, "event": event}))
+        log.entries.extend(encoded)
+        log.last_seq = seq
+        self.recorded += len(encoded)
+        if log.write is not None and encoded:
+            log.write(encoded)
+        return encoded
+
+    def record(self, thread_id: str, provider_id: str, events: list[Event]) -> bytes:
+        """`append`, framed: the batch's `thread/events` notification line (no terminator)."""
+        entries = self.append(thread_id, events)
+        cached = self._heads.get(thread_id)
+        if cached is None or cached[0] != provider_id:
+            if len(self._heads) >= MAX_CACHED_HEADS:
+                self._heads.clear()
+            params = _encoder.encode({"threadId": thread_id, "providerId": provider_id})
+            cached = self._heads[thread_id] = (
+                provider_id,
+                b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":[',
+            )
+        head = cached[1]
+        if len(entries) == 1:
+            return head + entries[0] + _TAIL
+        return b"".join((head, b",".join(entries), _TAIL))
+
+
+class Delivery:
+    """One bridge's path from deltas to a framed line: assemble, stamp, check, guard, record.
+
+    `check` sees the events whose type is in `checked` and returns the event or its replacement;
+    `replaced` counts the replacements. `noticed` collects the accepted events whose type is in
+    `watched` and `dropped` the refused ones, each with its thread, in order, for the daemon to take.
+    """
+
+    def __init__(
+        self,
+        provider_id: str,
+        assembler: Assembler,
+        guard: Guard,
+        log: EventLog,
+        provider_threads: dict[str, str],
+        watched: frozenset[str],
+        check: Callable[[Event], Event] | None,
+        checked: frozenset[str],
+    ) -> None:
+        self.provider_id = provider_id
+        self.assembler = assembler
+        self.guard = guard
+        self.log = log
+        self.provider_threads = provider_threads  # shared with the daemon; `thread/identity` updates it
+        self.watched = watched
+        self.check = check
+        self.checked = checked
+        self.noticed: list[tuple[str, Event]] = []
+        self.dropped: list[tuple[str, Event, Violation]] = []
+        self.replaced = 0
+
+    def take(self, thread_id: str, deltas: Sequence[g.Delta], now_ms: float) -> bytes | None:
+        """One notification's deltas, assembled and delivered; None when no event passed."""
+        return self.deliver(thread_id, self.assembler.assemble(thread_id, deltas, now_ms))
+
+    def deliver(self, thread_id: str, events: list[Event]) -> bytes | None:
+        """The events' `thread/events` line, or None when none passed the guard."""
+        provider_threads = self.provider_threads
+        provider_thread = provider_threads.get(thread_id)
+        guard, watched, check, checked = self.guard, self.watched, self.check, self.checked
+        accepted: list[Event] = []
+        for event in events:
+            kind: str = event["type"]
+            if kind == "thread/identity":
+                provider_thread = provider_threads[thread_id] = event["providerThreadId"]
+            stamp(event, thread_id, provider_thread)
+            if check is not None and kind in checked:
+                replacement = check(event)
+                if replacement is not event:
+                    self.replaced += 1
+                    event, kind = replacement, replacement["type"]
+            violation = guard.observe(event)
+            if violation is not None:
+                self.dropped.append((thread_id, event, violation))
+                continue
+            if kind in watched:
+                self.noticed.append((thread_id, event))
+            accepted.append(event)
+        if not accepted:
+            return None
+        return self.log.record(thread_id, self.provider_id, accepted)
