@@ -7,12 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
 
+from bbridge.bench import stream
 from bbridge.core import native
-from bbridge.daemon.config import ExtensionKind
+from bbridge.daemon import router
+from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.config import ExtensionKind, ProviderConfig
 from bbridge.daemon.journal import Journal
 from bbridge.wire import errors, rpc
 from tests.support import connect, fake_provider, running
@@ -446,3 +450,32 @@ async def test_maintenance_requests_keep_their_provider_id(tmp_path: Path, metho
         result = await client.request(method, {"providerId": "fake"})
         assert result == {"echo": {"providerId": "fake"}}
         assert await client.request("model/list", {"providerId": "fake"}) == {"echo": {}}  # others lose it
+
+
+async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_rest_is_assembled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps: list[Any] = []
+
+    class Sink:
+        name = "probe"
+
+        def enqueue(self, lines: list[bytes]) -> None:
+            steps.append([json.loads(line)["params"]["events"][0]["event"]["type"] for line in lines])
+
+        async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+            raise AssertionError("nothing is relayed here")
+
+    monkeypatch.setattr(os, "sched_yield", lambda: steps.append("yield"))
+    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    daemon.add_client(Sink())
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+    deltas = stream.short_turn("x")  # open, three text deltas, text close, usage, boundary: one notification each
+    batch = [
+        rpc.Notification("thread/delta", msgspec.Raw(json.dumps({"threadId": THREAD, "deltas": [delta]}).encode()))
+        for delta in deltas
+    ]
+    await daemon.on_notifications(bridge, batch)
+    assert steps[:2] == [["turn/started"], "yield"]  # the first notification's line, then the CPU offered once
+    rest = [kind for step in steps[2:] for kind in step]  # every other line after that, no second offer
+    assert len(rest) == len(deltas) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"
