@@ -96,3 +96,37 @@ def test_compiled_and_pure_cores_pass_every_parity_corpus_byte_for_byte() -> Non
         outputs[key] = out
     for corpus in ("recordings", "cases"):
         assert outputs["compiled", corpus] == outputs["pure", corpus]
+
+
+# The daemon's delivery path (core/outbox.py) over the bench stream, plus an event the guard drops: a digest of
+# every line it frames and of what it collects for the daemon.
+DELIVERY_DIGEST = """
+import hashlib
+import msgspec
+from bbridge.bench import stream
+from bbridge.core import grammar
+from bbridge.core.assembler import Assembler
+from bbridge.core.guard import Guard
+from bbridge.core.outbox import Delivery, EventLog
+delivery = Delivery(
+    "bench", Assembler("bench", "parity"), Guard(), EventLog(100), {}, frozenset({"turn/started"}), None, frozenset()
+)
+digest = hashlib.sha256()
+for n, line in enumerate(stream.interleaved_lines("d", 4, 40)):
+    params = grammar.decode_params(msgspec.json.encode(msgspec.json.decode(line)["params"]))
+    digest.update(delivery.take(params.threadId, params.deltas, n * 7.0) or b"-")
+orphan = {"type": "item/agentMessage/delta", "threadId": "", "providerThreadId": "", "scope": {"kind": "thread"}}
+digest.update(delivery.deliver("bench-0", [{**orphan, "itemId": "item_x", "delta": "x"}]) or b"-")
+print(digest.hexdigest(), len(delivery.noticed), [(t, v.rule) for t, _, v in delivery.dropped])
+"""
+
+
+def test_compiled_and_pure_delivery_frame_the_same_lines() -> None:
+    compiled_version = version("compiled")
+    if "core: compiled" not in compiled_version:
+        pytest.skip(f"the compiled core is not built here ({compiled_version}); `make install` builds it")
+    outputs = {core: python(core, "-c", DELIVERY_DIGEST) for core in ("compiled", "pure")}
+    for done in outputs.values():
+        assert done.returncode == 0, done.stderr
+    assert outputs["compiled"].stdout == outputs["pure"].stdout
+    assert outputs["pure"].stdout.split()[1:3] == ["40", "[('bench-0',"]  # 40 turns noticed, the orphan dropped
