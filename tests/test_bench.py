@@ -59,6 +59,8 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> N
     for key in ("deltas_per_s", "first_delta_p50_ms", "first_delta_p99_ms", "latency_load_deltas_per_s"):
         number(daemon, key)
     assert [load["load_share"] for load in daemon["latency_by_load"]] == [0.1, 0.25, 0.5]
+    late = [load["bridge_late_wakes"] for load in daemon["latency_by_load"]]
+    assert all(type(n) is int and n >= 0 for n in late) and daemon["latency_bridge_late_wakes"] == late[2]
     assert daemon["grammar_drops"] == 0 and daemon["rejected_notifications"] == 0
     assert daemon["events_per_run"] >= daemon["stream_deltas"] > 16 * stream.DELTAS_PER_TURN
     number(memory, "idle_threads_10k_mb")

@@ -67,8 +67,14 @@ class Client:
             end = lines.index(_MARK, start + 1)
             token = lines[start + 1 : end]
             if token.startswith(_DONE):
-                phase, deltas, started = token[len(_DONE) :].decode().split(":")
-                self.done = {"phase": phase, "deltas": int(deltas), "started_ns": int(started), "done_ns": now}
+                phase, deltas, started, late = token[len(_DONE) :].decode().split(":")
+                self.done = {
+                    "phase": phase,
+                    "deltas": int(deltas),
+                    "started_ns": int(started),
+                    "done_ns": now,
+                    "bridge_late_wakes": int(late),
+                }
             else:
                 self.latencies_ns.append(now - int(token))
             start = lines.find(_MARK, end + 1)

@@ -102,12 +102,13 @@ def probe_line(phase: str, sent_ns: int) -> bytes:
     return notification(PROBE_THREAD, _text(f"probe-{phase}", "agentMessage", f"{MARK}{sent_ns}{MARK}"))
 
 
-def probe_done(phase: str, deltas: int, started_ns: int) -> bytes:
-    """Settles the probe turn and names the phase's delta count and start time for the client."""
+def probe_done(phase: str, deltas: int, started_ns: int, late_wakes: int) -> bytes:
+    """Settles the probe turn and names the phase's delta count, start time and the bridge's late wakes
+    (see `bbridge.bench.fake_bridge`) for the client."""
     return notification(
         PROBE_THREAD,
         # an empty final text settles nothing: no `item/completed` repeats the stamps
         {"kind": "item.textClose", "key": {"providerItemId": f"probe-{phase}"}, "channel": "agentMessage", "text": ""},
         {"kind": "turn.boundary", "status": "completed"},
-        {"kind": "thread.name", "name": f"{MARK}{DONE}:{phase}:{deltas}:{started_ns}{MARK}"},
+        {"kind": "thread.name", "name": f"{MARK}{DONE}:{phase}:{deltas}:{started_ns}:{late_wakes}{MARK}"},
     )
