@@ -23,6 +23,7 @@ from bbridge.core import grammar as g
 from bbridge.core.assembler import MAX_THREADS, Assembler
 from bbridge.core.events import EVENT_TYPES, TEXT_EVENT_TYPES, encode_event
 from bbridge.core.guard import Guard
+from bbridge.core.state import STREAMED_CHUNK, StreamedText
 from tests.support import PRES, TASK
 
 Event = dict[str, Any]
@@ -738,3 +739,29 @@ def test_a_state_evicted_at_birth_starts_over_at_every_delta() -> None:
     events = assembler.assemble("late", _batch({"kind": "turn.open"}, text, text, thread="x"), 0)
     assert [event["type"] for event in events] == ["turn/started"]  # the text deltas found no turn
     assert assembler.thread_count() == 256 and assembler.get_open_turn_id("late") is None
+
+
+# -- streamed text: pieces in, the same text out, at any length -------------------------------------------
+
+
+@given(st.lists(st.lists(st.text(max_size=3), max_size=700), min_size=1, max_size=4))
+def test_streamed_text_reads_back_exactly_what_was_added_across_chunks(rounds: list[list[str]]) -> None:
+    streamed, added = StreamedText(), ""
+    for pieces in rounds:  # reads between rounds: a read joins the text, later pieces go on after it
+        for piece in pieces:
+            streamed.add(piece)
+        added += "".join(pieces)
+        assert streamed.value() == added and streamed.value() == added
+
+
+def test_a_long_streamed_answer_completes_with_its_whole_text() -> None:
+    pieces = [f" w{n}" for n in range(3 * STREAMED_CHUNK + 7)]  # several chunks and a tail
+    deltas: list[dict[str, Any]] = [{"kind": "turn.open"}]
+    deltas += [
+        {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": p} for p in pieces
+    ]
+    deltas.append({"kind": "item.textClose", "key": {"providerItemId": "m"}, "channel": "agentMessage"})
+    params = g.decode_params(json.dumps({"threadId": "t", "deltas": deltas}).encode())
+    events = Assembler("p", "test", text_delta_flush_ms=0).assemble("t", params.deltas, 0.0)
+    completed = [e for e in events if e["type"] == "item/completed"]
+    assert [e["item"]["text"] for e in completed] == ["".join(pieces)]

@@ -346,9 +346,9 @@ class Assembler:
                 self._sink.push(started)
         if rec is not None:
             if channel == "reasoningSummary":
-                rec.summary_text += text
+                rec.streamed_summary.add(text)
             else:
-                rec.text += text
+                rec.streamed.add(text)
         event: Event = {
             "type": _TEXT_DELTA_TYPE[channel],
             "threadId": "",
