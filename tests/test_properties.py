@@ -765,3 +765,16 @@ def test_a_long_streamed_answer_completes_with_its_whole_text() -> None:
     events = Assembler("p", "test", text_delta_flush_ms=0).assemble("t", params.deltas, 0.0)
     completed = [e for e in events if e["type"] == "item/completed"]
     assert [e["item"]["text"] for e in completed] == ["".join(pieces)]
+
+
+def test_a_burst_within_one_coalescing_window_merges_into_its_whole_text() -> None:
+    pieces = [f" w{n}" for n in range(2 * STREAMED_CHUNK + 9)]
+    text = [
+        {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": p} for p in pieces
+    ]
+    assembler = Assembler("p", "test", text_delta_flush_ms=100)
+    opened = assembler.assemble("t", g.decode_params(b'{"threadId":"t","deltas":[{"kind":"turn.open"}]}').deltas, 0.0)
+    burst = assembler.assemble("t", g.decode_params(json.dumps({"threadId": "t", "deltas": text}).encode()).deltas, 1.0)
+    flushed = assembler.assemble("t", [], 200.0)  # the window has passed: the pending text comes out
+    deltas = [e["delta"] for e in opened + burst + flushed if e["type"] == "item/agentMessage/delta"]
+    assert len(deltas) == 2 and "".join(deltas) == "".join(pieces)  # the first piece at once, the rest merged

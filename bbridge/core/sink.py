@@ -9,7 +9,7 @@ merged; every other event is a barrier that flushes buffered text first.
 from __future__ import annotations
 
 from bbridge.core.events import TEXT_EVENT_TYPES, Event
-from bbridge.core.state import MAX_MAP, ThreadState, trim
+from bbridge.core.state import MAX_MAP, StreamedText, ThreadState, trim
 
 
 class Sink:
@@ -43,7 +43,7 @@ class Sink:
         last_emit = s.text_last_emit
         for stream, (first, text) in s.pending_text.items():
             merged = dict(first)
-            merged["delta"] = text
+            merged["delta"] = text.value()
             self.out.append(merged)
             last_emit[stream] = now
         s.pending_text.clear()
@@ -69,9 +69,11 @@ class Sink:
             return
         pending = s.pending_text.get(stream)
         if pending is None:
-            s.pending_text[stream] = [event, event["delta"]]
+            buffered = StreamedText()
+            buffered.add(event["delta"])
+            s.pending_text[stream] = (event, buffered)
         else:
-            pending[1] += event["delta"]
+            pending[1].add(event["delta"])
         if self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
 

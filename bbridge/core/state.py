@@ -125,7 +125,7 @@ class ThreadState:
         self.progress_last_emit: dict[str, float] = {}
         self.pending_progress: dict[str, tuple[Event, bool]] = {}
         self.text_last_emit: dict[str, float] = {}
-        self.pending_text: dict[str, list[Any]] = {}  # stream key -> [first event, joined text]
+        self.pending_text: dict[str, tuple[Event, StreamedText]] = {}  # stream key -> (first event, its text)
 
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""
