@@ -345,10 +345,7 @@ class Assembler:
                 started["item"] = item
                 self._sink.push(started)
         if rec is not None:
-            if channel == "reasoningSummary":
-                rec.streamed_summary.add(text)
-            else:
-                rec.streamed.add(text)
+            rec.stream(text, channel == "reasoningSummary")
         event: Event = {
             "type": _TEXT_DELTA_TYPE[channel],
             "threadId": "",

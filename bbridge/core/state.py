@@ -79,18 +79,29 @@ class OpenItem:
         self.key = key
         self.item = item
         self.thread_attached = thread_attached
-        self.streamed = StreamedText()
-        self.streamed_summary = StreamedText()
+        self.streamed: StreamedText | None = None  # made by the first piece: most items stream nothing
+        self.streamed_summary: StreamedText | None = None
+
+    def stream(self, piece: str, summary: bool) -> None:
+        """Add a streamed piece to the main text, or to the reasoning summary."""
+        if summary:
+            if self.streamed_summary is None:
+                self.streamed_summary = StreamedText()
+            self.streamed_summary.add(piece)
+        else:
+            if self.streamed is None:
+                self.streamed = StreamedText()
+            self.streamed.add(piece)
 
     @property
     def text(self) -> str:
         """The main text streamed into the item so far."""
-        return self.streamed.value()
+        return "" if self.streamed is None else self.streamed.value()
 
     @property
     def summary_text(self) -> str:
         """The reasoning summary streamed into the item so far."""
-        return self.streamed_summary.value()
+        return "" if self.streamed_summary is None else self.streamed_summary.value()
 
 
 class ThreadState:
