@@ -52,11 +52,12 @@ class EventLog:
         self.opener = opener
         self.threads: dict[str, ThreadLog] = {}
         self.recorded = 0  # entries appended since start
-        # thread id -> (provider id, `{"jsonrpc":"2.0","method":"thread/events","params":{…,"events":[`), for the
-        # busiest threads: cleared when full, so idle threads cost no memory for it
+        # thread id -> (provider id, `{"jsonrpc":"2.0","method":"thread/events","params":{…,"events":[`) for the
+        # threads heard from lately: cleared when full, so it stays bounded however many threads there are
         self._heads: dict[str, tuple[str, bytes]] = {}
 
     def thread(self, thread_id: str) -> ThreadLog:
+        """The thread's log, made (and shown to the opener) on first use."""
         log = self.threads.get(thread_id)
         if log is None:
             log = self.threads[thread_id] = ThreadLog(self.bound)
