@@ -67,9 +67,7 @@ class EventLog:
 
     def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
         """Number and encode one batch; returns its entries."""
-        log = self.threads.get(thread_id)
-        if log is None:
-            log = self.thread(thread_id)
+        log = self.thread(thread_id)
         seq = log.last_seq
         encoded: list[bytes] = []
         for event in events:

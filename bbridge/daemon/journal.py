@@ -133,7 +133,6 @@ class Journal:
 
     def __init__(self, bound: int = DEFAULT_BOUND, directory: Path | None = None) -> None:
         self.log = EventLog(bound, self._open if directory is not None else None)
-        self.bound = bound
         self.directory = directory
         self._files: dict[str, _File] = {}
         self.health_counts = JournalHealth()
@@ -225,7 +224,7 @@ class Journal:
         counts = self.health_counts
         return {
             "dir": None if self.directory is None else str(self.directory),
-            "bound": self.bound,
+            "bound": self.log.bound,
             "healthy": counts.write_errors == 0,
             "truncatedTails": counts.truncated_tails,
             "corruptEntries": counts.corrupt_entries,

@@ -292,7 +292,7 @@ class Daemon:
                         line = take(thread_id, params.deltas, now_ms)
                         if line is not None:
                             lines.append(line)
-                        if coalescing and bridge.assembler.has_pending_text(thread_id):
+                        if coalescing:
                             self._schedule_flush(bridge, thread_id)
                     if first and lines:  # the chunk's first events reach the clients before the rest is assembled
                         first = False
@@ -374,13 +374,16 @@ class Daemon:
         self._take_notices(bridge, trio.current_time())
         if line is not None:
             self._broadcast([line])
-        if self.text_delta_flush_ms > 0 and bridge.assembler.has_pending_text(thread_id):
+        if self.text_delta_flush_ms > 0:
             self._schedule_flush(bridge, thread_id)
 
     def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
-        """Coalesced text waits for traffic in the reference; here a timer drains it when due."""
+        """Coalesced text waits for traffic in the reference; here a timer drains it when due (when the thread
+        has text pending and no timer yet)."""
+        if self._nursery is None or not bridge.assembler.has_pending_text(thread_id):
+            return
         key = (id(bridge), thread_id)
-        if key in self._flushing or self._nursery is None:
+        if key in self._flushing:
             return
         self._flushing.add(key)
 
@@ -660,12 +663,9 @@ class Daemon:
 
     # -- status --------------------------------------------------------------
 
-    def _counted(self) -> Counters:
-        self.counters.events_out = self.journal.log.recorded
-        return self.counters
-
     def status(self) -> dict[str, Any]:
         now = trio.current_time()
+        self.counters.events_out = self.journal.log.recorded
         providers = []
         for pid in sorted(self.providers):
             bridge = self.bridges.get(pid)
@@ -687,7 +687,7 @@ class Daemon:
             },
             "providers": providers,
             "threads": list(self._thread_status()),
-            "counters": msgspec.to_builtins(self._counted()),
+            "counters": msgspec.to_builtins(self.counters),
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
         }
