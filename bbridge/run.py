@@ -255,6 +255,6 @@ async def run_once(
         timeline.view.line(None)
     if timeline.turn_status == "completed":
         return 0
-    reason = "; ".join(timeline.errors) or f"the turn ended {timeline.turn_status or 'without settling'}"
+    reason = "; ".join(dict.fromkeys(timeline.errors)) or f"the turn ended {timeline.turn_status or 'without settling'}"
     print(f"bbridge run: failed: {reason}", file=sys.stderr)
     return 1

@@ -18,8 +18,10 @@ from typing import Any
 
 import msgspec
 import pytest
+import structlog.testing
 import trio
 import trio.testing
+from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.wire import protocol, rpc
@@ -33,7 +35,8 @@ FAKE_CLI = r"""
 import json, sys, time
 
 SESSION = "11111111-2222-3333-4444-555555555555"
-SCRIPTED = ("touch", "tool", "agent", "cancel", "login", "essay", "crash")
+SCRIPTED = ("touch", "tool", "agent", "cancel", "login", "essay", "crash", "plan", "plan-refused")
+MODE_REQUESTS = []  # set_permission_mode requests held unanswered until the plan's allow is in (issue 21)
 
 
 def out(message):
@@ -55,10 +58,26 @@ def result():
          "usage": {"input_tokens": 3, "output_tokens": 2}, "modelUsage": {"m": {"contextWindow": 200000}}})
 
 
+def control_answer(request_id, error=None):
+    body = {"subtype": "error", "request_id": request_id, "error": error} if error else {"subtype": "success", "request_id": request_id, "response": {}}
+    out({"type": "control_response", "response": body})
+
+
+def permission(request_id, tool, tool_input, tool_use_id):
+    # A `can_use_tool` round trip; the mode changes written meanwhile are held, answered only after the decision.
+    out({"type": "control_request", "request_id": request_id, "request": {"subtype": "can_use_tool", "tool_name": tool, "input": tool_input, "blocked_path": "/home/x", "tool_use_id": tool_use_id}})
+    while True:
+        reply = answer()
+        if reply.get("type") == "control_request" and reply["request"]["subtype"] == "set_permission_mode":
+            MODE_REQUESTS.append(reply)
+            continue
+        return reply["response"]["response"]
+
+
 for line in sys.stdin:
     message = json.loads(line)
-    if message.get("type") == "control_request" and message["request"]["subtype"] == "initialize":
-        out({"type": "control_response", "response": {"subtype": "success", "request_id": message["request_id"], "response": {}}})
+    if message.get("type") == "control_request" and message["request"]["subtype"] in ("initialize", "set_permission_mode"):
+        control_answer(message["request_id"])
         continue
     if message.get("type") != "user":
         continue
@@ -97,6 +116,20 @@ for line in sys.stdin:
     elif prompt == "essay":
         for _ in range(3):
             out({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "word "}}, "session_id": SESSION})
+    elif prompt in ("plan", "plan-refused"):
+        plan = {"plan": "# Plan\n1. touch x"}
+        assistant([{"type": "tool_use", "id": "toolu_p", "name": "ExitPlanMode", "input": plan}], "a-5")
+        decision = permission("perm-p", "ExitPlanMode", plan, "toolu_p")
+        for held in MODE_REQUESTS:  # the mode change is answered only now, after the allow
+            control_answer(held["request_id"], "mode change refused" if prompt == "plan-refused" else None)
+        modes = [held["request"]["mode"] for held in MODE_REQUESTS]
+        MODE_REQUESTS.clear()
+        out({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_p", "content": "ok"}]}, "session_id": SESSION})
+        assistant([{"type": "tool_use", "id": "toolu_b", "name": "Bash", "input": {"command": "touch ~/x"}}], "a-6")
+        bash = permission("perm-b", "Bash", {"command": "touch ~/x"}, "toolu_b")
+        out({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_b", "content": bash.get("message", "done"), "is_error": bash["behavior"] == "deny"}]}, "session_id": SESSION})
+        assistant([{"type": "text", "text": json.dumps([decision["behavior"], modes])}], "a-7")
+        result()
     elif prompt == "crash":
         out({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "so"}}, "session_id": SESSION})
         sys.stderr.write("boom\n")
@@ -118,6 +151,7 @@ class _Runtime(Runtime):
     def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
         super().__init__(send, receive)
         self.resolution: Any = {"decision": "deny"}
+        self.resolutions: list[Any] = []  # answered first, in order; then `resolution`
         self.delay = 0.0
         self.requests: list[tuple[str, Any]] = []
         self.conn = rpc.Connection(
@@ -127,7 +161,7 @@ class _Runtime(Runtime):
     async def _on_request(self, request: rpc.Request) -> Any:
         self.requests.append((request.method, msgspec.json.decode(request.params or b"null")))
         await trio.sleep(self.delay)
-        return self.resolution
+        return self.resolutions.pop(0) if self.resolutions else self.resolution
 
 
 @asynccontextmanager
@@ -218,6 +252,35 @@ async def test_an_approval_is_asked_and_its_denial_answers_the_cli(fake_cli: Pat
         assert params["payload"]["subject"]["kind"] == "command" and params["providerNativeIds"] is True
         closes = [d for d in runtime.deltas[THREAD] if isinstance(d, g.ItemClose)]
         assert closes[0].status == "failed" and closes[0].aggregatedOutput == "Permission request denied"
+
+
+PLAN = {**ASK, "providerOptions": {"claudeCodePermissionMode": "plan"}}
+
+
+@pytest.mark.parametrize("prompt", ["plan", "plan-refused"])
+async def test_a_plan_approval_is_answered_before_the_mode_change_is(fake_cli: Path, prompt: str) -> None:
+    """Issue 21: leaving Plan mode is fire-and-forget; a CLI answering it only after the allow still completes."""
+    with structlog.testing.capture_logs() as logs:
+        await plan_turn(fake_cli, prompt)
+    refused = [e["event"] for e in logs if "Plan mode" in e["event"]]
+    assert refused == (["Failed to leave Plan mode: mode change refused"] if prompt == "plan-refused" else [])
+
+
+async def plan_turn(fake_cli: Path, prompt: str) -> None:
+    async with running(env_for(fake_cli)) as runtime:
+        await runtime.call("thread/start", start(fake_cli.parent, ASK))
+        runtime.resolutions = [{"decision": "allow_once"}]  # the plan; the later Bash is denied
+        await runtime.call("turn/start", turn(prompt, options=PLAN))
+        await runtime.wait_until(lambda: "turn/completed" in runtime.types(THREAD))
+        subjects = [params["payload"]["subject"]["kind"] for _, params in runtime.requests]
+        assert subjects == ["plan", "command"]
+        closes = [d for d in runtime.deltas[THREAD] if isinstance(d, g.ItemClose)]
+        outputs = [c.aggregatedOutput for c in closes if c.aggregatedOutput is not UNSET]
+        assert outputs == ["Permission request denied"]
+        texts = [
+            e["item"]["text"] for e in runtime.events[THREAD] if e["type"] == "item/completed" and "text" in e["item"]
+        ]
+        assert json.loads(texts[-1]) == ["allow", ["acceptEdits"]]  # the allow, then the restored mode, both in
 
 
 async def test_interrupt_settles_the_turn_and_drops_later_output(fake_cli: Path) -> None:

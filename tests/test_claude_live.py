@@ -10,6 +10,7 @@ each test checks that no `claude` process it started outlives its daemon.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ import trio
 from bbridge.daemon.config import ProviderConfig
 from bridges.claude_code.models import CATALOG, SELECTED_ONLY
 from tests.conftest import REPO
-from tests.live.anthropic import AnthropicServer, failure, reply, text, thinking, tool_use
+from tests.live.anthropic import AnthropicServer, Reply, Request, failure, reply, text, thinking, tool_use
 from tests.live.claude import ensure_cli, offline_env
 from tests.live.processes import leftovers, no_leftovers
 from tests.live.scenarios import steer_while_a_command_runs
@@ -197,6 +198,56 @@ async def test_a_mutating_bash_command_is_asked_and_runs(live: Live) -> None:
     (result,) = live.api.messages()[1].blocks("tool_result", last_only=False)
     assert not result.get("is_error", False)
     assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
+
+
+PLAN_COMMAND = {"trigger": "/", "name": "plan", "source": "command", "origin": "builtin", "label": "Plan", "argumentHint": None}  # fmt: skip
+
+
+async def test_a_plan_mode_turn_is_approved_then_runs_to_its_end(live: Live) -> None:
+    """Issue 21: `/plan`; the model calls ExitPlanMode, the client allows once, a later Write is denied, the turn
+    completes (leaving Plan mode is written before the allow and never awaited)."""
+    target = live.root / "outside" / "plan.txt"
+    target.parent.mkdir()
+    plan = "# Plan\n1. Write plan.txt\n"
+
+    def write_the_plan_file(request: Request) -> Reply:
+        """The CLI names a fresh plan file in its system prompt; ExitPlanMode (input `{}`) then reads it."""
+        found = re.search(r"create your plan at ([^\s\"\\]+\.md)", json.dumps(request.body))
+        assert found, "the CLI's plan-mode prompt names no plan file"
+        return reply(text("Planning."), tool_use("Write", {"file_path": found[1], "content": plan}))
+
+    live.api.script(
+        write_the_plan_file,
+        reply(text("Here is the plan."), tool_use("ExitPlanMode", {})),
+        reply(tool_use("Write", {"file_path": str(target), "content": "planned\n"})),
+        text("finished"),
+    )
+
+    def answer(request: Any) -> Any:
+        kind = msgspec_decode(request.params)["payload"]["subject"]["kind"]
+        return {"decision": "allow_once", "grantedPermissions": None} if kind == "plan" else {"decision": "deny"}
+
+    mode = {**ASK, "providerOptions": {**PROVIDER_OPTIONS, "claudeCodePermissionMode": "plan"}}
+    words = "/plan Write the plan file."
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path, answer=answer) as client:
+        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
+        turn = live.turn(ptid, words, ASK)
+        turn["options"] = {**turn["options"], **mode}
+        turn["input"][0]["mentions"] = [{"start": 0, "end": 5, "resource": {"kind": "command", **PLAN_COMMAND}}]
+        await client.request("turn/start", turn)
+        await client.wait_for(lambda: client.settled(THREAD), timeout=45)
+    subjects = [msgspec_decode(r.params)["payload"]["subject"] for r in client.requests]
+    assert [s["kind"] for s in subjects] == ["plan", "file_change"]
+    assert subjects[0]["plan"] == plan
+    assert not target.exists()
+    first = live.api.messages()[0]
+    sent = json.dumps(first.body["messages"])
+    assert "Write the plan file." in sent and "/plan Write" not in sent  # the mention is the mode, not the prompt
+    *earlier, result = live.api.messages()[3].blocks("tool_result", last_only=False)
+    assert [r.get("is_error", False) for r in earlier] == [False, False]  # the plan file written, the plan allowed
+    assert result.get("is_error") is True and "Permission request denied" in str(result["content"])
+    assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]
+    assert client.text(THREAD).endswith("finished")
 
 
 async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,11 @@ async def test_garbage_oversize_lines_and_invalid_deltas_are_survived(tmp_path: 
             errors.HANDSHAKE_REFUSED,
             "speaks Provider Bridge Protocol version 1, but this runtime requires version 2",
         ),
-        ("crash-at-start", errors.BRIDGE_START_FAILED, "exited during startup with code 4\nstderr: "),
+        (
+            "crash-at-start",
+            errors.BRIDGE_START_FAILED,
+            '; its stderr ended: "seen initialize {\\"protocolVersion\\": 2, ',
+        ),
     ],
 )
 async def test_refused_or_failed_starts_are_legible(tmp_path: Path, modes: str, code: int, words: str) -> None:
@@ -207,9 +212,51 @@ async def test_refused_or_failed_starts_are_legible(tmp_path: Path, modes: str, 
             await client.request("thread/start", START)
         assert caught.value.code == code
         assert words in caught.value.message
+        assert "\n" not in caught.value.message
         if modes == "crash-at-start":
-            assert "fake bridge: cannot start" in caught.value.message
+            assert caught.value.message.endswith(' / "fake bridge: cannot start (crash-at-start)"')
         await client.wait_for(lambda: any(m == "bridge/status" and p["state"] == "failed" for m, p in client.notes))
+        failed = {p["reason"] for m, p in client.notes if m == "bridge/status" and p["state"] == "failed"}
+        assert failed == {caught.value.message}
+
+
+async def test_stray_stdout_is_in_the_error_only_before_the_handshake(tmp_path: Path) -> None:
+    """Issue 21: a bridge's first non-protocol stdout lines name a failed start; once it is ready none is kept."""
+    junk = tmp_path / "junk.py"
+    junk.write_text("import sys\nfor n in range(5):\n    print(f'banner {n} ' + 'x' * 300)\nsys.exit(0)\n")
+    config = {
+        "junk": ProviderConfig(command=[sys.executable, str(junk)]),
+        "fake": fake_provider("garbage,exit-on-turn"),
+    }
+    async with running(tmp_path, config) as (daemon, path), connect(path) as client:
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("thread/start", {**START, "providerId": "junk"})
+        message = caught.value.message
+        assert message.startswith("Provider 'junk' exited during startup with code 0; its stdout was not JSON-RPC: ")
+        shown = message.split("its stdout was not JSON-RPC: ")[1].split(" / ")
+        assert len(shown) == 3 and all(len(json.loads(s)) == 160 and json.loads(s).endswith("…") for s in shown)
+        await client.request("thread/start", START)  # `garbage`: a stray line before every answer, handshake too
+        with pytest.raises(rpc.RpcError) as caught:
+            await client.request("turn/start", turn())
+        message = caught.value.message
+        assert message.startswith("Provider 'fake' exited unexpectedly (code 5) with turn/start in flight; its stderr")
+        assert message.endswith(' / "fake bridge: exiting on turn/start"') and "not JSON-RPC" not in message
+
+
+async def test_a_bridge_that_never_answers_initialize_says_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bbridge.daemon.bridge.INITIALIZE_TIMEOUT_S", 0.5)
+    server = tmp_path / "server.py"
+    server.write_text("import time\nprint('Listening on :8080', flush=True)\ntime.sleep(30)\n")
+    async with running(tmp_path, {"srv": ProviderConfig(command=[sys.executable, str(server)])}) as (_, path):
+        async with connect(path) as client:
+            with pytest.raises(rpc.RpcError) as caught:
+                await client.request("thread/start", {**START, "providerId": "srv"})
+    assert caught.value.code == errors.BRIDGE_START_FAILED
+    assert caught.value.message == (
+        "Provider 'srv' did not answer initialize within 0.5s; its stdout was not JSON-RPC: \"Listening on :8080\""
+    )
 
 
 async def test_unknown_methods_and_providers(tmp_path: Path) -> None:

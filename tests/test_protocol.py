@@ -317,20 +317,25 @@ def test_user_question_rules() -> None:
 # -- recordings ------------------------------------------------------------------------
 
 
-def runtime_lanes(cell: Path) -> Iterator[list[Entry]]:
-    """The runtime lanes of a cell in wire order, once with each `bridge→runtime` lane (plain, `.current`)."""
+def runtime_lanes(cell: Path) -> Iterator[tuple[bool, list[Entry]]]:
+    """The runtime lanes of a cell in wire order, once with each `bridge→runtime` lane (plain, then `.current`)."""
     requests = lane_path(cell, RUNTIME_TO_BRIDGE)
     sent = read_lane(requests, RUNTIME_TO_BRIDGE) if requests.exists() else []
     for current in (False, True):
         lane = lane_path(cell, BRIDGE_TO_RUNTIME, current)
         if lane.exists():
-            yield sorted(sent + read_lane(lane, BRIDGE_TO_RUNTIME), key=lambda e: (e.run, e.seq))
+            yield current, sorted(sent + read_lane(lane, BRIDGE_TO_RUNTIME), key=lambda e: (e.run, e.seq))
 
 
-def recorded(root: Path) -> Iterator[tuple[str, dict[str, Any], str | None]]:
-    """Every runtime-lane message: direction, message, and for a response the method it answers."""
+def recorded(root: Path, *, current: bool | None = None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """Every runtime-lane message: direction, message, and for a response the method it answers.
+
+    `current` picks the lanes: True only `.current` ones, False only the recorded ones, None both.
+    """
     for cell in find_cells(root):
-        for entries in runtime_lanes(cell):
+        for is_current, entries in runtime_lanes(cell):
+            if current is not None and is_current != current:
+                continue
             asked: dict[tuple[str, float, Any], str] = {}
             for entry in entries:
                 message = json.loads(entry.line)
@@ -344,8 +349,8 @@ def recorded(root: Path) -> Iterator[tuple[str, dict[str, Any], str | None]]:
 
 
 def test_recorded_initialize_results_are_refused_for_lacking_grammar(recordings_root: Path) -> None:
-    """Committed recordings predate `grammarVersions`: they read [2, 2], which grammar v3 refuses."""
-    results = [m["result"] for d, m, asked in recorded(recordings_root) if asked == "initialize"]
+    """Recorded (v2-era) lanes predate `grammarVersions`: they read [2, 2], which grammar v3 refuses."""
+    results = [m["result"] for d, m, asked in recorded(recordings_root, current=False) if asked == "initialize"]
     assert len(results) >= 3
     for result in results:
         assert "grammarVersions" not in result.get("capabilities", {})
@@ -354,6 +359,16 @@ def test_recorded_initialize_results_are_refused_for_lacking_grammar(recordings_
         assert refusal(result) == NO_OVERLAP.format(b="2-2")
         ok = {**result, "capabilities": {**result["capabilities"], "grammarVersions": [3, 3]}}
         assert p.check_initialize("codex", json.dumps(ok).encode()).grammarVersions == (3, 3)
+
+
+def test_current_lanes_initialize_results_are_accepted(recordings_root: Path) -> None:
+    """A `.current` lane is what today's reference bridge writes: it may carry `grammarVersions`; if so, v3 is in it."""
+    results = [m["result"] for d, m, asked in recorded(recordings_root, current=True) if asked == "initialize"]
+    carrying = [r for r in results if "grammarVersions" in r.get("capabilities", {})]
+    for result in carrying:
+        assert p.check_initialize("pi", json.dumps(result).encode()).grammarVersions[1] >= 3
+    if (recordings_root / "pi" / "model-list").is_dir():
+        assert carrying, "the pi model-list cell's current lane answers initialize with grammarVersions"
 
 
 def test_recorded_requests_notifications_and_results_parse(recordings_root: Path) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bbridge.core.events import EVENT_TYPES
 from tests.support import FAKE
@@ -85,3 +88,37 @@ def test_a_bridge_that_crashes_mid_turn_exits_non_zero() -> None:
     result = run("--provider-cmd", f"{sys.executable} {FAKE} crash-mid-turn", "--prompt", "x")
     assert result.returncode == 1
     assert "exited unexpectedly (code 3)" in result.stderr
+
+
+JUNK = "import sys; print('hello, not json'); sys.exit(0)"
+STDERR = "import sys; sys.stderr.write('Traceback (most recent call last):\\nValueError: MY_API_KEY is not set\\n'); sys.exit(3)"
+NEWCOMER = [
+    (
+        ["no-such-bridge"],
+        "Provider 'bridge' failed to start: [Errno 2] No such file or directory: 'no-such-bridge' (is it installed,"
+        " and on the daemon's PATH or named by its full path?)",
+    ),
+    (
+        [sys.executable, "-c", JUNK],
+        "Provider 'bridge' exited during startup with code 0; its stdout was not JSON-RPC: \"hello, not json\"",
+    ),
+    (
+        [sys.executable, "-c", STDERR],
+        "Provider 'bridge' exited during startup with code 3; its stderr ended:"
+        ' "Traceback (most recent call last):" / "ValueError: MY_API_KEY is not set"',
+    ),
+    (
+        [sys.executable, str(FAKE), "grammar-2"],
+        'Provider bridge "bridge" speaks thread/delta grammar versions 2-2, but this runtime assembles versions 3-3.',
+    ),
+]
+
+
+@pytest.mark.parametrize(("command", "reason"), NEWCOMER, ids=["missing", "junk", "stderr", "refused"])
+def test_the_errors_a_newcomer_meets_are_one_line_said_once(command: list[str], reason: str) -> None:
+    """Issue 21: each start failure is one line, its reason once, with what the bridge printed."""
+    result = run("--provider-cmd", shlex.join(command), "--prompt", "hi")
+    assert result.returncode == 1
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("bbridge run: failed: ")]
+    assert line.startswith(f"bbridge run: failed: {reason}"), line
+    assert line.count(reason[:40]) == 1

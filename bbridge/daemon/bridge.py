@@ -7,6 +7,7 @@ and its last 4,000 bytes are kept for error messages.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -32,6 +33,10 @@ from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
 log = structlog.get_logger("bbridge.daemon.bridge")
 
 STDERR_TAIL_BYTES = 4000
+# What a bridge that fails before its handshake said, for its error line: a few lines, each cut (issue 21).
+STARTUP_JUNK_LINES = 3
+SAID_LINE_CHARS = 160
+STDERR_SAID_LINES = 3
 EXIT_GRACE_S = 1.0
 TERMINATE_GRACE_S = 5.0
 KILL_GRACE_S = 1.0
@@ -155,6 +160,7 @@ class BridgeProcess:
         self._proc: trio.Process | None = None
         self._conn: rpc.Connection | None = None
         self._stderr_tail = bytearray()
+        self._startup_junk: list[str] | None = []  # non-protocol stdout lines until the handshake succeeds
         self._finished = trio.Event()
         self._stdout_closed = trio.Event()
         self._recorder: Recorder | None = None
@@ -177,7 +183,10 @@ class BridgeProcess:
                 start_new_session=True,
             )
         except OSError as exc:
-            self._fail(f"Provider {self.provider_id!r} failed to start: {exc}")
+            hint = " (is it installed, and on the daemon's PATH or named by its full path?)"
+            self._fail(
+                f"Provider {self.provider_id!r} failed to start: {exc}{hint if isinstance(exc, FileNotFoundError) else ''}"
+            )
             raise rpc.RpcError(errors.BRIDGE_START_FAILED, self.reason or "") from None
         self._proc = proc
         self.pid = proc.pid
@@ -211,6 +220,7 @@ class BridgeProcess:
             await self.terminate()
             raise
         self.state = "ready"
+        self._startup_junk = None
         self.host.on_status(self)
         self._log.info("bridge ready", capabilities=msgspec.to_builtins(self.capabilities))
 
@@ -229,11 +239,15 @@ class BridgeProcess:
                 status = self.exit.describe() if self.exit is not None else "unknown status"
                 raise rpc.RpcError(
                     errors.BRIDGE_START_FAILED,
-                    f"Provider {self.provider_id!r} exited during startup with {status}{self._stderr_excerpt(500)}",
+                    f"Provider {self.provider_id!r} exited during startup with {status}{self._what_it_said()}",
                 ) from None
+            failed = (
+                f"did not answer initialize within {INITIALIZE_TIMEOUT_S:g}s"
+                if isinstance(exc, rpc.RequestTimeout)
+                else f"failed its initialize request: {exc.message}"
+            )
             raise rpc.RpcError(
-                errors.BRIDGE_START_FAILED,
-                f"Provider {self.provider_id!r} failed its initialize request: {exc.message}",
+                errors.BRIDGE_START_FAILED, f"Provider {self.provider_id!r} {failed}{self._what_it_said()}"
             ) from None
         try:
             self.capabilities = protocol.check_initialize(self.provider_id, bytes(raw))
@@ -250,11 +264,16 @@ class BridgeProcess:
         with trio.move_on_after(timeout):
             await self._finished.wait()
 
-    def _stderr_excerpt(self, limit: int | None = None) -> str:
-        tail = self._stderr_tail.decode("utf-8", errors="replace").strip()
-        if limit is not None:
-            tail = tail[:limit]
-        return f"\nstderr: {tail}" if tail else ""
+    def _what_it_said(self) -> str:
+        """What the bridge wrote that was not protocol, on the error's one line: its first stray stdout lines
+        (before the handshake only) and the last lines of its stderr, each quoted and cut."""
+        parts = []
+        if self._startup_junk:
+            parts.append(f"; its stdout was not JSON-RPC: {_quoted(self._startup_junk)}")
+        tail = [line for line in self.stderr_tail.splitlines() if line.strip()][-STDERR_SAID_LINES:]
+        if tail:
+            parts.append(f"; its stderr ended: {_quoted(tail)}")
+        return "".join(parts)
 
     @property
     def stderr_tail(self) -> str:
@@ -330,6 +349,8 @@ class BridgeProcess:
         return await self.host.on_bridge_request(self, request)
 
     def _on_junk(self, line: bytes, reason: str) -> None:
+        if self._startup_junk is not None and len(self._startup_junk) < STARTUP_JUNK_LINES:
+            self._startup_junk.append(line[: SAID_LINE_CHARS * 4].decode("utf-8", errors="replace"))
         self._log.debug("non-protocol bridge output", reason=reason, line=line[:200].decode("utf-8", errors="replace"))
 
     async def request(self, method: str, params: Any, timeout: float | None) -> msgspec.Raw:
@@ -348,8 +369,14 @@ class BridgeProcess:
             raise rpc.RpcError(
                 errors.BRIDGE_EXITED,
                 f"Provider {self.provider_id!r} exited unexpectedly ({status}) with {method} in flight"
-                + self._stderr_excerpt(),
+                + self._what_it_said(),
             ) from None
+
+
+def _quoted(lines: list[str]) -> str:
+    """Lines as JSON strings (escapes keep the message on one line), each cut to `SAID_LINE_CHARS`, ' / ' between."""
+    cut = [line.rstrip() if len(line) <= SAID_LINE_CHARS else line[: SAID_LINE_CHARS - 1] + "…" for line in lines]
+    return " / ".join(json.dumps(line, ensure_ascii=False) for line in cut)
 
 
 async def terminate_group(proc: trio.Process, kill_grace: float = KILL_GRACE_S) -> None:

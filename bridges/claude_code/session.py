@@ -295,17 +295,35 @@ class Session:
             waiter[1].append(response)
             waiter[0].set()
 
+    async def _send_control(self, body: dict[str, Any]) -> tuple[trio.Event, list[Any]]:
+        """Write a control request; the event is set once its answer (or the session's end) is in the list."""
+        ident = cli.request_id()
+        waiter: tuple[trio.Event, list[Any]] = (trio.Event(), [])
+        self._requests[ident] = waiter
+        await self._write(cli.control_request(ident, body))
+        return waiter
+
     async def control(self, body: dict[str, Any]) -> Any:
         """A control request to the child; its `success` response, or `RpcError` with the CLI's error text."""
-        ident = cli.request_id()
-        done: trio.Event = trio.Event()
-        answer: list[Any] = []
-        self._requests[ident] = (done, answer)
-        await self._write(cli.control_request(ident, body))
+        done, answer = await self._send_control(body)
         await done.wait()
         if answer[0].get("subtype") == "error":
             raise rpc.RpcError(rpc.BRIDGE_ERROR, str(answer[0].get("error")))
         return answer[0].get("response")
+
+    async def control_unawaited(self, body: dict[str, Any], failure: str) -> None:
+        """Write a control request and return at once; an error answer, whenever it comes, is logged as `failure`.
+
+        For requests the CLI may answer only after a later message of ours (leaving Plan mode before the allow)."""
+        done, answer = await self._send_control(body)
+
+        async def watch() -> None:
+            await done.wait()
+            if answer[0].get("subtype") == "error":
+                log.warning(f"{failure}: {answer[0].get('error')}", threadId=self.thread_id)
+
+        if self._nursery is not None:
+            self._nursery.start_soon(watch)
 
     # -- turns (§2.3, §3.7) --------------------------------------------------------------
 
@@ -493,10 +511,10 @@ class Session:
             self.grants.append(grant)
         if forward.tool == "ExitPlanMode" and body["behavior"] == "allow":
             self.mode = self.settings.restore_mode
-            try:
-                await self.control({"subtype": "set_permission_mode", "mode": self.mode})
-            except rpc.RpcError as exc:
-                log.warning(f"Failed to leave Plan mode: {exc.message}", threadId=self.thread_id)
+            # Fire-and-forget, written before the allow (§5.3): awaiting it would hang a CLI that answers it late.
+            await self.control_unawaited(
+                {"subtype": "set_permission_mode", "mode": self.mode}, "Failed to leave Plan mode"
+            )
         return body
 
     async def _ask(self, method: str, params: dict[str, Any], ident: str | int) -> Any:

@@ -12,6 +12,7 @@ Modes change one behaviour each; with none the bridge is well behaved:
   invalid-delta   sends two invalid thread/delta notifications (a v2 kind; U+001F in a key part) before the
                   turn's real deltas, and streams U+001F in the turn's text (valid there)
   never-answer    never answers turn/start
+  exit-on-turn    exits with code 5 on turn/start, before answering it (stderr says why)
   no-start        answers turn/start but never opens the turn
   silent-turn     opens the turn and then goes quiet (no boundary)
   old-protocol    answers initialize with protocolVersion 1
@@ -145,6 +146,9 @@ def handle(msg):
     elif method == "turn/start":
         if "never-answer" in MODES:
             return
+        if "exit-on-turn" in MODES:
+            print("fake bridge: exiting on turn/start", file=sys.stderr, flush=True)
+            sys.exit(5)
         if "deep" in MODES:
             out.write('{"jsonrpc":"2.0","method":"thread/delta","params":' + "[" * 100_000 + "]" * 100_000 + "}\n")
             out.flush()

@@ -161,6 +161,7 @@ class Failure:
 
 
 Answer = Reply | Failure
+Computed = Callable[["Request"], Answer | Block]  # an answer made from the request it answers (e.g. a path it names)
 
 
 def text(*pieces: str) -> Text:
@@ -209,6 +210,10 @@ def failure(
 def as_answer(item: Answer | Block) -> Answer:
     """A bare block is a one-block reply."""
     return item if isinstance(item, Reply | Failure) else Reply((item,))
+
+
+def _queued(item: Answer | Block | Computed) -> Answer | Computed:
+    return item if callable(item) else as_answer(item)  # answers and blocks are frozen dataclasses, never callable
 
 
 # -- what the server saw -------------------------------------------------------------------------------------------
@@ -309,7 +314,7 @@ class AnthropicServer:
     ) -> None:
         self.default: Answer = as_answer(default if default is not None else text("OK"))
         self.consumes = consumes
-        self._script: deque[Answer] = deque()
+        self._script: deque[Answer | Computed] = deque()
         self._requests: list[Request] = []
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -360,10 +365,11 @@ class AnthropicServer:
 
     # the script
 
-    def script(self, *answers: Answer | Block) -> None:
-        """Queue answers (a bare block is a one-block reply), served in order to consuming requests."""
+    def script(self, *answers: Answer | Block | Computed) -> None:
+        """Queue answers (a bare block is a one-block reply; a function makes its answer from the request), served
+        in order to consuming requests."""
         with self._cond:
-            self._script.extend(as_answer(a) for a in answers)
+            self._script.extend(_queued(a) for a in answers)
 
     def pending(self) -> int:
         """How many scripted answers are still queued."""
@@ -423,7 +429,8 @@ class AnthropicServer:
         with self._cond:
             if self.consumes(request) and self._script:
                 request.scripted = True
-                request.answer = self._script.popleft()
+                queued = self._script.popleft()
+                request.answer = as_answer(queued(request)) if callable(queued) else queued
             else:
                 request.answer = self.default
             return request.answer
