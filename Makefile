@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity soak live-agents
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -87,6 +87,10 @@ acp-parity: install
 claude-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.claude_code" --golden $(SHARED)/golden \
 		--allowlist conformance/claude-code-parity-allowlist.json $(SHARED)/recordings/claude-code/*/
+
+pi-parity: install
+	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.pi" --golden $(SHARED)/golden \
+		--allowlist conformance/pi-parity-allowlist.json $(SHARED)/recordings/pi/*/
 
 codex-parity: install
 	$(PY) -m bbridge parity bridge --provider-cmd "$(PY) -m bridges.codex" --golden $(SHARED)/golden \

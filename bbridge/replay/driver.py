@@ -28,7 +28,9 @@ codex bridge finds it in `BB_CODEX_BRIDGE_APP_SERVER_COMMAND`/`_ARGS`; the
 claude-code bridge runs an executable wrapper named by
 `BB_CLAUDE_CODE_EXECUTABLE` (the `claude-cli` dialect) with `CLAUDE_CONFIG_DIR`
 in the state directory, where the transcript of every recorded fork's source
-is seeded, since the fake CLI writes none. How any other bridge reaches its
+is seeded, since the fake CLI writes none; the pi bridge runs the fake `pi`
+(the `pi` dialect) from `BB_PI_BRIDGE_COMMAND`/`_ARGS`, with its session files in
+`BB_PI_BRIDGE_SESSION_DIR` under the state directory, fork sources seeded there. How any other bridge reaches its
 provider is its own business: `{cell}` and `{provider}` in its arguments, and
 the environment variables `BBRIDGE_CONFORMANCE_CELL` /
 `BBRIDGE_CONFORMANCE_PROVIDER`, name the cell.
@@ -68,6 +70,9 @@ CODEX_COMMAND_ENV = "BB_CODEX_BRIDGE_APP_SERVER_COMMAND"
 CODEX_ARGS_ENV = "BB_CODEX_BRIDGE_APP_SERVER_ARGS"
 CLAUDE_EXECUTABLE_ENV = "BB_CLAUDE_CODE_EXECUTABLE"
 CLAUDE_CONFIG_ENV = "CLAUDE_CONFIG_DIR"
+PI_COMMAND_ENV = "BB_PI_BRIDGE_COMMAND"
+PI_ARGS_ENV = "BB_PI_BRIDGE_ARGS"
+PI_SESSION_DIR_ENV = "BB_PI_BRIDGE_SESSION_DIR"
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,15 @@ def prepare_profile(provider: str, cell: Path, state: Path, workspace: Path, pla
                 seed_fork(config, workspace, params)
         wrapper = write_wrapper(state / "replay-provider", fake_agent(cell, state, "claude-cli"))
         return Profile({CLAUDE_EXECUTABLE_ENV: str(wrapper), CLAUDE_CONFIG_ENV: str(config)})
+    if provider == "pi":
+        sessions = state / "pi-sessions"
+        sessions.mkdir(parents=True, exist_ok=True)
+        for step in plan.steps:
+            params = step.message.get("params")
+            if step.message.get("method") == "thread/fork" and isinstance(params, dict):
+                seed_pi_fork(sessions, workspace, params)
+        command, *args = fake_agent(cell, state, "pi")
+        return Profile({PI_COMMAND_ENV: command, PI_ARGS_ENV: json.dumps(args), PI_SESSION_DIR_ENV: str(sessions)})
     return Profile()
 
 
@@ -251,6 +265,22 @@ def seed_fork(config: Path, workspace: Path, params: dict[str, Any]) -> None:
     path = project_dir(config, workspace) / f"{source}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(entry) + "\n" for entry in (user, assistant)), encoding="utf-8")
+
+
+def seed_pi_fork(sessions: Path, workspace: Path, params: dict[str, Any]) -> None:
+    """The fork source's pi session file (a header, a user message, an assistant message at the checkpoint)."""
+    source, checkpoint = params.get("sourceProviderThreadId"), params.get("sourceProviderCheckpointId")
+    if not isinstance(source, str) or not source:
+        return
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    header = {"type": "session", "version": 3, "id": str(uuid.uuid4()), "timestamp": now, "cwd": str(workspace)}
+    user = {"type": "message", "id": "00000001", "parentId": None, "timestamp": now,
+            "message": {"role": "user", "content": [{"type": "text", "text": "replayed fork source"}]}}  # fmt: skip
+    leaf = checkpoint if isinstance(checkpoint, str) and checkpoint else "00000002"
+    assistant = {"type": "message", "id": leaf, "parentId": "00000001", "timestamp": now,
+                 "message": {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}}  # fmt: skip
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", source)
+    (sessions / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (header, user, assistant)))
 
 
 # -- rewriting recorded facts -------------------------------------------------------

@@ -1,7 +1,7 @@
 """The fake provider child of the replay harness (protocol.md §6.4).
 
 `python -m bbridge.replay.fake_agent --recording CELL_DIR --state STATE_DIR
-[--dialect json-rpc|claude-cli]` stands in for the real agent: the cell's
+[--dialect json-rpc|claude-cli|pi]` stands in for the real agent: the cell's
 `provider→bridge` lane is its script, played back on stdout, and the
 `bridge→provider` lane is what it expects the bridge to write. An expectation
 blocks the script until a matching live line arrives (same kind; same key for
@@ -10,7 +10,8 @@ mints are mapped to the recorded ones so the recorded responses answer the live
 requests, and ids the provider minted are replayed verbatim. The dialect says
 what a key, an id and a generic answer are: JSON-RPC (ACP agents, the codex
 app-server; the default) or the Claude Code CLI's stream-json
-(`bbridge.replay.claude_cli`). Arguments it does not know are ignored, as a
+(`bbridge.replay.claude_cli`); pi's recordings hold SDK events, not wire lines, and
+its dialect is a player of its own (`bbridge.replay.pi_rpc`). Arguments it does not know are ignored, as a
 bridge passes the real CLI's flags.
 
 One recording can serve several children (a new agent per session, resume or
@@ -42,7 +43,9 @@ import structlog
 import trio
 
 from bbridge import logs
+from bbridge.replay import pi_rpc
 from bbridge.replay.claude_cli import ClaudeCli
+from bbridge.replay.state import claim_segment, read_cursor
 from bbridge.wire import rpc
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
 
@@ -163,28 +166,6 @@ def segments(cell: Path, dialect: Dialect) -> list[list[Step]]:
             cut.append([])
         cut[-1].append(step)
     return cut
-
-
-def claim_segment(state: Path) -> int:
-    state.mkdir(parents=True, exist_ok=True)
-    for index in range(10_000):
-        try:
-            (state / f"segment-{index}").mkdir()
-        except FileExistsError:
-            continue
-        return index
-    raise RuntimeError("too many replay children")
-
-
-def read_cursor(state: Path) -> tuple[float, float] | None:
-    try:
-        text = (state / "cursor").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    if text in ("", "end"):
-        return None
-    run, seq = text.split()
-    return float(run), float(seq)
 
 
 def encode(message: dict[str, Any]) -> str:
@@ -373,11 +354,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--recording", type=Path, required=True, metavar="CELL_DIR")
     parser.add_argument("--state", type=Path, required=True, metavar="STATE_DIR")
-    parser.add_argument("--dialect", default="json-rpc", choices=sorted(DIALECTS))
+    parser.add_argument("--dialect", default="json-rpc", choices=[*sorted(DIALECTS), "pi"])
     parser.add_argument("--lookahead-ms", type=float, default=LOOKAHEAD_MS)
     parser.add_argument("--stall-ms", type=float, default=STALL_MS)
-    args, _ = parser.parse_known_args(argv)  # the rest: the real CLI's flags, which a bridge passes
+    args, rest = parser.parse_known_args(argv)  # the rest: the real CLI's flags, which a bridge passes
     logs.configure()
+    if args.dialect == "pi":  # pi's recordings are SDK events and dispatches, not wire lines (`pi_rpc`)
+        trio.run(pi_rpc.serve, args.recording, args.state, rest)
+        return
     timing = Timing(args.lookahead_ms / 1000, args.stall_ms / 1000)
     trio.run(serve, args.recording, args.state, DIALECTS[args.dialect](), timing)
 

@@ -1,0 +1,32 @@
+"""The state directory the replay harness shares with its fake provider children (protocol.md §6.4).
+
+Each child claims the next unclaimed segment of its cell (`segment-N` directories, created atomically), and
+paces its spontaneous lines by `cursor` (`"<run> <seq>"`: play lines strictly before that position; `end` or
+absent: play all), which the driver moves as it replays the runtime lane.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def claim_segment(state: Path) -> int:
+    state.mkdir(parents=True, exist_ok=True)
+    for index in range(10_000):
+        try:
+            (state / f"segment-{index}").mkdir()
+        except FileExistsError:
+            continue
+        return index
+    raise RuntimeError("too many replay children")
+
+
+def read_cursor(state: Path) -> tuple[float, float] | None:
+    try:
+        text = (state / "cursor").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if text in ("", "end"):
+        return None
+    run, seq = text.split()
+    return float(run), float(seq)
