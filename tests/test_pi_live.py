@@ -10,6 +10,7 @@ process it started outlives its daemon.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 import trio
 
 from bbridge.daemon.config import ProviderConfig
+from tests.conftest import REPO
 from tests.live import openai_chat as chat
 from tests.live.pi import MODEL, PROVIDER, Pi, ensure_pi, offline_env
 from tests.live.processes import no_leftovers
@@ -318,3 +320,32 @@ async def test_a_user_question_is_answered_by_the_client(live: Live) -> None:
     (result,) = [m for m in live.api.posts()[1].body["messages"] if m.get("role") == "tool"]
     assert json.loads(result["content"])["answers"] == {"Tabs or spaces?": "spaces"}  # the model read the answer
     assert client.text(THREAD) == "spaces it is"
+
+
+def test_conformance_with_the_real_pi(tmp_path: Path, api: chat.ScriptedChat, pi: Pi) -> None:
+    """`bbridge conformance` over the bridge and the real pi: every rule passes. The fixture is the default one
+    with skills declared (the bridge serves `skills/configure`, [M17]) and a known cwd; the interrupt prompt gets
+    a slow answer so the turn still runs when the stop is sent. Conformance strips inherited `BB_*` variables:
+    the bridge finds pi and node in the `make live-agents` cache."""
+    ROOTS.append(tmp_path)
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
+    fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
+    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
+
+    def answer(request: chat.Request) -> chat.Reply:
+        slow = "hold Write" in json.dumps(request.body.get("messages"))
+        return chat.text(" ".join(f"word{i}" for i in range(400)), delay=0.05) if slow else chat.text("ok")
+
+    api.default = answer
+    env = offline_env(api.base_url, home)
+    result = subprocess.run(
+        [sys.executable, "-m", "bbridge", "conformance", "--fixture", str(tmp_path / "fixture.json"), "--",
+         sys.executable, "-m", "bridges.pi"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == "18 passed, 0 failed", result.stdout
+    assert "PASS turn/interrupt-settles-before-response" in result.stdout
+    no_leftovers([tmp_path], "a pi or its bridge outlived the conformance run", ours)
