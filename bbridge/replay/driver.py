@@ -208,22 +208,27 @@ def prepare_profile(provider: str, cell: Path, state: Path, workspace: Path, pla
     if provider == "claude-code":
         config = state / "claude-config"
         config.mkdir(parents=True, exist_ok=True)
-        for step in plan.steps:
-            params = step.message.get("params")
-            if step.message.get("method") == "thread/fork" and isinstance(params, dict):
-                seed_fork(config, workspace, params)
+        for params in _forks(plan):
+            seed_fork(config, workspace, params)
         wrapper = write_wrapper(state / "replay-provider", fake_agent(cell, state, "claude-cli"))
         return Profile({CLAUDE_EXECUTABLE_ENV: str(wrapper), CLAUDE_CONFIG_ENV: str(config)})
     if provider == "pi":
         sessions = state / "pi-sessions"
         sessions.mkdir(parents=True, exist_ok=True)
-        for step in plan.steps:
-            params = step.message.get("params")
-            if step.message.get("method") == "thread/fork" and isinstance(params, dict):
-                seed_pi_fork(sessions, workspace, params)
+        for params in _forks(plan):
+            seed_pi_fork(sessions, workspace, params)
         command, *args = fake_agent(cell, state, "pi")
         return Profile({PI_COMMAND_ENV: command, PI_ARGS_ENV: json.dumps(args), PI_SESSION_DIR_ENV: str(sessions)})
     return Profile()
+
+
+def _forks(plan: Plan) -> list[dict[str, Any]]:
+    """The params of every recorded `thread/fork` (their sources are seeded, since no fake provider writes one)."""
+    return [
+        step.message["params"]
+        for step in plan.steps
+        if step.message.get("method") == "thread/fork" and isinstance(step.message.get("params"), dict)
+    ]
 
 
 def write_wrapper(path: Path, agent: Sequence[str]) -> Path:

@@ -45,9 +45,9 @@ import trio
 from bbridge import logs
 from bbridge.replay import pi_rpc
 from bbridge.replay.claude_cli import ClaudeCli
-from bbridge.replay.state import claim_segment, read_cursor
+from bbridge.replay.state import claim_segment, provider_entries, read_cursor
 from bbridge.wire import rpc
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
+from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 STALL_MS = 5000
 LOOKAHEAD_MS = 750
@@ -151,13 +151,7 @@ def classify(text: str, dialect: Dialect) -> Line:
 
 def segments(cell: Path, dialect: Dialect) -> list[list[Step]]:
     """The provider lanes in wire order, cut at every `initialize` the bridge wrote."""
-    entries = [
-        entry
-        for direction in (PROVIDER_TO_BRIDGE, BRIDGE_TO_PROVIDER)
-        if (path := lane_path(cell, direction)).exists()
-        for entry in read_lane(path, direction)
-    ]
-    entries.sort(key=lambda e: (e.run, e.seq))
+    entries = provider_entries(cell)
     cut: list[list[Step]] = []
     for entry in entries:
         step = Step(entry.run, entry.seq, entry.dir, entry.line, classify(entry.line, dialect))

@@ -37,9 +37,9 @@ import structlog
 import trio
 
 from bbridge.core import js
-from bbridge.replay.state import claim_segment, read_cursor
+from bbridge.replay.state import claim_segment, provider_entries, read_cursor
 from bbridge.wire import rpc
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, lane_path, read_lane
+from bbridge.wire.recording import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, lane_path, read_lane
 
 log = structlog.get_logger("bbridge.replay.pi_rpc")
 
@@ -67,13 +67,7 @@ def _dispatch_key(message: dict[str, Any]) -> str:
 
 def segments(cell: Path) -> list[list[Step]]:
     """The provider lanes in wire order, cut after every recorded `abort`."""
-    entries = [
-        entry
-        for direction in (PROVIDER_TO_BRIDGE, BRIDGE_TO_PROVIDER)
-        if (path := lane_path(cell, direction)).exists()
-        for entry in read_lane(path, direction)
-    ]
-    entries.sort(key=lambda e: (e.run, e.seq))
+    entries = provider_entries(cell)
     cut: list[list[Step]] = [[]]
     for entry in entries:
         if entry.dir == BRIDGE_TO_PROVIDER:

@@ -9,6 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Entry, lane_path, read_lane
+
+
+def provider_entries(cell: Path) -> list[Entry]:
+    """A cell's two provider lanes merged in wire order (what a fake provider child plays and expects)."""
+    entries = [
+        entry
+        for direction in (PROVIDER_TO_BRIDGE, BRIDGE_TO_PROVIDER)
+        if (path := lane_path(cell, direction)).exists()
+        for entry in read_lane(path, direction)
+    ]
+    entries.sort(key=lambda e: (e.run, e.seq))
+    return entries
+
 
 def claim_segment(state: Path) -> int:
     state.mkdir(parents=True, exist_ok=True)
