@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from bbridge.daemon.config import ProviderConfig
+from bbridge.wire import rpc
 from tests.conftest import REPO
 from tests.live import openai_chat as chat
 from tests.live.pi import MODEL, PROVIDER, Pi, ensure_pi, offline_env
@@ -349,3 +350,16 @@ def test_conformance_with_the_real_pi(tmp_path: Path, api: chat.ScriptedChat, pi
     assert result.stdout.splitlines()[-1] == "18 passed, 0 failed", result.stdout
     assert "PASS turn/interrupt-settles-before-response" in result.stdout
     no_leftovers([tmp_path], "a pi or its bridge outlived the conformance run", ours)
+
+
+async def test_a_provider_without_credentials_is_a_legible_failure(live: Live) -> None:
+    """A model whose provider pi has no key for (a failed login): pi refuses the prompt (after the transient-auth
+    retries, [S7]); `turn/start` fails with pi's words, and the thread sees the error."""
+    options = {**OPTIONS, "model": "anthropic/claude-opus-4-8"}
+    async with running(live.root, {PI: live.provider}) as (_, path), connect(path) as client:
+        await client.request("thread/start", {**live.start(), "options": options})
+        with pytest.raises(rpc.RpcError) as refused:
+            await client.request("turn/start", {**live.turn(THREAD, "Hi."), "options": options})
+        assert refused.value.message.startswith("No API key found for anthropic")
+        await client.wait_for(lambda: bool(client.of(THREAD, "provider/error")), timeout=10)
+    assert live.api.posts() == []

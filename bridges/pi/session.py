@@ -44,6 +44,10 @@ STEER_UNDELIVERED = "Pi turn ended before steer was consumed"
 RETRY_UNDELIVERED = "Pi auto retry ended before steer was consumed"
 BUSY = "Cannot compact context while Pi is processing a turn"
 NO_SESSION = "No active Pi SDK session"
+NO_KEY = "No API key found for "
+AUTH_RETRIES = 8
+AUTH_RETRY_S = 0.25
+SETTLE_WAIT_S = 5.0
 
 
 @dataclass(eq=False)
@@ -117,6 +121,7 @@ class Session:
         self._holds: list[Hold] = []
         self._leaf: str | None = None
         self._closed: trio.Event | None = None
+        self._ending: trio.Event | None = None  # set from a run's final `agent_end` to its `agent_settled`
         self._checkpoint: str | None = None
 
     # -- start ([S1]) -------------------------------------------------------------------------------------------
@@ -228,6 +233,7 @@ class Session:
             hold.released.set()
 
     async def _dispatch(self, consumption: Consumption, text: str, images: list[dict[str, Any]], hold: Hold) -> None:
+        await self._settled()
         child = self._live()
         self._queues[consumption.queue].append(consumption)
         behavior = "steer" if consumption.queue == STEERING else "followUp"
@@ -237,9 +243,7 @@ class Session:
         busy = self.processing
         self.processing = True
         try:
-            pending = await child.send("prompt", **fields)
-            hold.answer = pending
-            await child.answer(pending, "prompt")
+            pending = await self._send_prompt(child, fields, hold)
         except PiError as exc:
             self._drop(consumption)
             consumption.settle(exc.message)
@@ -259,6 +263,21 @@ class Session:
             if consumption.queue == FOLLOW_UP:
                 self._run_owner = True
 
+    async def _send_prompt(self, child: PiChild, fields: dict[str, Any], hold: Hold) -> Pending:
+        """The prompt, retried while pi's auth storage misses credentials that are arriving ([S7])."""
+        retries = 0
+        while True:
+            pending = await child.send("prompt", **fields)
+            hold.answer = pending
+            try:
+                await child.answer(pending, "prompt")
+                return pending
+            except PiError as exc:
+                retries += 1
+                if not exc.message.startswith(NO_KEY) or retries > AUTH_RETRIES:
+                    raise
+            await trio.sleep(AUTH_RETRY_S)
+
     async def _watch_steer(self, consumption: Consumption) -> None:
         await consumption.done.wait()
         if consumption.error is not None and consumption.error != CLOSED:
@@ -266,6 +285,7 @@ class Session:
 
     async def compact(self) -> None:
         """Manual compaction; its settle report goes out when pi answers ([S4], [M12] step 2)."""
+        await self._settled()
         child = self._live()
         if self.processing or self.compacting:
             await self._emit(self.translator.settled(self.thread_id, "failed", BUSY))
@@ -281,6 +301,19 @@ class Session:
             self.processing = self.compacting = False
         if not self.closing:
             await self._emit(self.translator.settled(self.thread_id, "failed" if error else "completed", error))
+
+    def _ended(self) -> None:
+        if self._ending is not None:
+            self._ending.set()
+            self._ending = None
+
+    async def _settled(self) -> None:
+        """Input that arrives while a finished run is still settling waits for it (bounded): pi would otherwise
+        queue a prompt into a run that takes no more input, or refuse a compaction as busy."""
+        ending = self._ending
+        if ending is not None:
+            with trio.move_on_after(SETTLE_WAIT_S):
+                await ending.wait()
 
     def _live(self) -> PiChild:
         if self.child is None or self.closing:
@@ -340,6 +373,7 @@ class Session:
         checkpoint = None
         if kind == "agent_end" and event.get("willRetry") is not True:
             self.processing = False
+            self._ending = trio.Event()  # pi takes input again only once the run has settled
             checkpoint = await self._read_leaf(child)
         await self._emit(self.translator.event(self.thread_id, event, checkpoint))
         if kind in ("turn_end", "compaction_end"):
@@ -350,6 +384,7 @@ class Session:
             usage = stats.get("contextUsage") if isinstance(stats, dict) else None
             await self._emit(self.translator.context_window(usage))
         if kind == "agent_settled":
+            self._ended()
             if self._queues[STEERING] and not self._retrying:
                 self._reject(STEERING, STEER_UNDELIVERED)
             if self._run_owner:
@@ -434,6 +469,7 @@ class Session:
             return self._checkpoint
         self._closed = trio.Event()
         self.closing = True
+        self._ended()
         self._reject(STEERING, CLOSED)
         self._reject(FOLLOW_UP, CLOSED)
         if self.host is not None:

@@ -1,0 +1,84 @@
+"""`bridges.pi` without pi: the handshake, the reference's wording, and the legible refusals of a host without a
+usable pi (pi missing, node too old). The bridge runs in-process; pi itself is the live tests'."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bbridge.wire import rpc
+from bridges.pi import launch
+from bridges.pi.bridge import PiBridge
+from tests.support import FULL, INIT, in_process, spawned
+
+THREAD = "thr_pi"
+
+
+def start(cwd: Path) -> dict[str, object]:
+    return {"threadId": THREAD, "cwd": str(cwd), "options": FULL}
+
+
+async def test_the_handshake_advertises_the_reference_capabilities() -> None:  # [M1]
+    async with spawned([sys.executable, "-m", "bridges.pi"]) as child:
+        result = await child.runtime.call("initialize", INIT)
+        assert json.dumps(result, separators=(",", ":")) == (
+            '{"protocolVersion":2,"capabilities":{"sessionRestore":true,"threadArchive":false,"threadRename":false,'
+            '"threadGoalClear":false,"fork":"checkpoint","approvalEnforcedBy":"runtime","grammarVersions":[3,3],'
+            '"steerMode":"inject"}}'
+        )
+        unknown = await child.runtime.error(
+            "thread/name/set", {"threadId": THREAD, "providerThreadId": "p", "title": "x"}
+        )
+        assert (unknown.code, unknown.message) == (rpc.METHOD_NOT_FOUND, 'Unknown method "thread/name/set"')
+        invalid = await child.runtime.error("thread/stop", {"threadId": THREAD})
+        assert invalid.code == rpc.INVALID_PARAMS and invalid.message.startswith('Invalid params for "thread/stop": ')
+        assert await child.finish() == 0
+    assert 'pi bridge: Unknown method "thread/name/set"' in child.stderr.decode().splitlines()
+
+
+async def test_turns_need_a_session_and_text(tmp_path: Path) -> None:  # [M12], [M15]
+    async with in_process(PiBridge({"PATH": str(tmp_path)}).bridge) as runtime:
+        await runtime.call("initialize", INIT)
+        turn = {
+            "threadId": THREAD,
+            "providerThreadId": THREAD,
+            "input": [],
+            "clientRequestId": "creq_abcdefghjk",
+            "options": FULL,
+        }
+        assert (await runtime.error("turn/start", turn)).message == "No active pi session"
+        stop = {"threadId": THREAD, "providerThreadId": THREAD, "intent": "interrupt", "activeTurnId": None}
+        assert await runtime.call("thread/stop", stop) == {"ok": True, "providerCheckpointId": None}
+        assert await runtime.call("provider/usage", {"providerId": "pi"}) == {"supported": False}
+        assert await runtime.call("skills/configure", {"roots": [{"id": "r", "path": "/skills", "skills": []}]}) == {
+            "ok": True
+        }
+
+
+async def test_a_missing_pi_is_a_legible_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "CACHE_CLI", tmp_path / "no-cli.js")
+    async with in_process(PiBridge({"PATH": str(tmp_path), "HOME": str(tmp_path)}).bridge) as runtime:
+        await runtime.call("initialize", INIT)
+        error = await runtime.error("thread/start", start(tmp_path))
+        assert (error.code, error.message) == (rpc.BRIDGE_ERROR, launch.MISSING_PI)
+        assert not [m for what, m, _ in runtime.log if m == "thread/identity"]
+
+
+async def test_a_node_too_old_for_pi_is_a_legible_refusal(tmp_path: Path) -> None:
+    node = tmp_path / "node"
+    node.write_text("#!/bin/sh\necho v20.20.2\n")
+    node.chmod(0o755)
+    (tmp_path / "cli.js").write_text("")
+    env = {
+        "PATH": str(tmp_path),
+        "HOME": str(tmp_path),
+        launch.NODE_ENV: str(node),
+        launch.CLI_ENV: str(tmp_path / "cli.js"),
+    }
+    async with in_process(PiBridge(env).bridge) as runtime:
+        await runtime.call("initialize", INIT)
+        error = await runtime.error("thread/start", start(tmp_path))
+        assert error.message == f"pi needs node >= 22.19, but {node} is 20.20; install node 22 or set BB_PI_NODE."
