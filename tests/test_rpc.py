@@ -807,3 +807,31 @@ async def test_typed_params_are_decoded_in_the_framing_pass_and_everything_else_
         ("point", None, _Point(3)),  # a null id is no id: still a notification
     ]
     assert [(r.id, r.method, r.params) for r in requests] == [(5, "point", msgspec.Raw(b'{"x":4}'))]
+
+
+async def test_on_result_runs_before_the_notifications_after_the_response() -> None:
+    """A result's state change must precede the peer's next notifications (a release before a resume's events),
+    even when the awaiting task runs later: `on_result` runs in the reader, in line order."""
+    ours, theirs = trio.testing.memory_stream_pair()
+    seen: list[str] = []
+
+    async def notes(batch: list[rpc.Notification]) -> None:
+        seen.extend(n.method for n in batch)
+
+    conn = rpc.Connection(ours, ours, name="test", on_notifications=notes)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+
+        async def peer() -> None:
+            request = json.loads((await theirs.receive_some()).split(b"\n")[0])
+            before = b'{"jsonrpc":"2.0","method":"before"}\n'
+            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {}}).encode() + b"\n"
+            await theirs.send_all(before + answer + b'{"jsonrpc":"2.0","method":"after"}\n')
+
+        nursery.start_soon(peer)
+        await conn.request_raw("stop", {}, on_result=lambda raw: seen.append("result"))
+        with trio.fail_after(5):
+            while "after" not in seen:
+                await trio.sleep(0.01)
+        assert seen == ["before", "result", "after"]
+        nursery.cancel_scope.cancel()

@@ -353,12 +353,19 @@ class BridgeProcess:
             self._startup_junk.append(line[: SAID_LINE_CHARS * 4].decode("utf-8", errors="replace"))
         self._log.debug("non-protocol bridge output", reason=reason, line=line[:200].decode("utf-8", errors="replace"))
 
-    async def request(self, method: str, params: Any, timeout: float | None) -> msgspec.Raw:
-        """Forward one request; daemon-side failures become RpcErrors naming the provider."""
+    async def request(
+        self,
+        method: str,
+        params: Any,
+        timeout: float | None,
+        on_result: Callable[[msgspec.Raw], None] | None = None,
+    ) -> msgspec.Raw:
+        """Forward one request; daemon-side failures become RpcErrors naming the provider. `on_result` runs as the
+        response is read, before the bridge's later notifications (`rpc.Connection.request_raw`)."""
         if self._conn is None or self.state != "ready":
             raise rpc.RpcError(errors.BRIDGE_EXITED, f"Provider {self.provider_id!r} is not running")
         try:
-            return await self._conn.request_raw(method, params, timeout=timeout)
+            return await self._conn.request_raw(method, params, timeout=timeout, on_result=on_result)
         except rpc.RequestTimeout:
             raise rpc.RpcError(
                 errors.BRIDGE_TIMEOUT, f"Provider {self.provider_id!r} did not answer {method} within {timeout}s"

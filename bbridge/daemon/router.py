@@ -631,16 +631,21 @@ class Daemon:
         timeout = self.request_timeout_s
         if method in ("thread/start", "thread/fork"):
             timeout = max(timeout, THREAD_CREATION_TIMEOUT_S)
+
+        def answered(raw: msgspec.Raw) -> None:
+            """In order with the bridge's notifications: a release forgets the thread before a resume's first
+            events, a construction's identity is known before its first turn's."""
+            if isinstance(thread_id, str):
+                if declared is not None:
+                    self.tools.set(thread_id, declared)  # the latest successful construction wins
+                self._after_forward(bridge, method, thread_id, params, raw)
+
         try:
-            raw = await bridge.request(method, params, timeout)
+            raw = await bridge.request(method, params, timeout, on_result=answered)
         except rpc.RpcError:
             if method == "turn/start" and isinstance(thread_id, str):
                 bridge.watchdogs.dispatch_failed(thread_id)
             raise
-        if isinstance(thread_id, str):
-            if declared is not None:
-                self.tools.set(thread_id, declared)  # the latest successful construction wins
-            self._after_forward(bridge, method, thread_id, params, raw)
         return msgspec.Raw(raw)
 
     def _translate_turn_ids(self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any]) -> None:

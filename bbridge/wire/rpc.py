@@ -338,12 +338,13 @@ DEFAULT = _Default.TOKEN  # `timeout=` placeholder: the connection's default tim
 
 
 class _Pending:
-    __slots__ = ("done", "error", "result")
+    __slots__ = ("done", "error", "on_result", "result")
 
-    def __init__(self) -> None:
+    def __init__(self, on_result: Callable[[msgspec.Raw], None] | None = None) -> None:
         self.done = trio.Event()
         self.result: msgspec.Raw = _NULL
         self.error: RpcError | None = None
+        self.on_result = on_result
 
     def settle(self, result: msgspec.Raw, error: RpcError | None) -> None:
         if not self.done.is_set():
@@ -427,9 +428,12 @@ class Connection:
         *,
         timeout: float | _Default | None = DEFAULT,
         id: str | int | float | None = None,
+        on_result: Callable[[msgspec.Raw], None] | None = None,
     ) -> msgspec.Raw:
         """Send a request and return its result undecoded (the caller decodes into its own type).
 
+        `on_result` runs in the reader, as the success response is read: after every message before it and
+        before any after it (state a result changes must be in place for the peer's next notifications).
         Raises `RpcError` as the peer sent it, `RequestTimeout`, or `ConnectionClosed`.
         """
         if self.closed:
@@ -439,7 +443,7 @@ class Connection:
             id = self._next_id
         if id in self._pending:
             raise ValueError(f"request id {id!r} is already outstanding on {self.name!r}")
-        slot = self._pending[id] = _Pending()
+        slot = self._pending[id] = _Pending(on_result)
         limit = self._default_timeout if timeout is DEFAULT else timeout
         try:
             await self._write(self._encode_request(method, params, id))
@@ -606,7 +610,13 @@ class Connection:
         if slot is None:
             return  # unknown or timed-out id: ignored, never answered
         error = _peer_error(env.error) if env.error else None
-        slot.settle(env.result if env.result else _NULL, error)
+        result = env.result if env.result else _NULL
+        if error is None and slot.on_result is not None:
+            try:
+                slot.on_result(result)
+            except Exception:
+                self._log.exception("a response's in-order handler failed", id=id)
+        slot.settle(result, error)
 
     async def _refuse(self, line: bytes, reason: str, code: int, message: str) -> None:
         """Junk that may still carry a readable id: answered with it when this side answers junk."""

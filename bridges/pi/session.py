@@ -293,12 +293,16 @@ class Session:
         self.processing = self.compacting = True
         before = self._compactions
         error: str | None = None
+        pending = await child.send("compact")
         try:
-            await child.command("compact", timeout=None)
+            await child.answer(pending, "compact", timeout=None)
         except PiError as exc:
-            error = None if self._compactions != before else exc.message  # the event is the outcome
+            error = exc.message
         finally:
+            await self._catch_up(pending.after)  # pi wrote its `compaction_end` before this answer
             self.processing = self.compacting = False
+        if error is not None and self._compactions != before:
+            error = None  # pi emitted the manual `compaction_end`: the event is the outcome, the refusal is not
         if not self.closing:
             await self._emit(self.translator.settled(self.thread_id, "failed" if error else "completed", error))
 
