@@ -24,8 +24,12 @@ run: install
 	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "hello from bbridge"
 	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "deltas:all"
 
+# Both cores (pytest-xdist): the suite mostly waits on real agents and recorded replays. The agent CLIs are
+# installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
+# that step fails, and the live tests say so as they skip.
 test: install
-	$(PY) -m pytest
+	-@$(MAKE) -s live-agents acp-agents
+	$(PY) -m pytest -n 2
 
 # Real ACP agents that run offline, for the live tests: the example agents of the npm package
 # @agentclientprotocol/sdk and of the PyPI source distribution of agent-client-protocol (own venv).

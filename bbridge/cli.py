@@ -91,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         ops_command.add_argument("--socket", type=Path, required=True, metavar="PATH", help="the daemon's socket")
         ops_command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C: the live view of every turn in flight",
+    )
     tail.add_argument("--thread", metavar="T", help="only this thread, its journal replayed first")
     tail.add_argument(
         "--after-seq", type=int, metavar="N", help="replay from seq N+1 (every known thread without --thread)"
@@ -273,7 +281,7 @@ def _ops(args: argparse.Namespace) -> int:
 
     token = ops.read_token(args.token_file)
     if args.command == "status":
-        return ops.status_main(args.socket, token, args.json)
+        return ops.status_main(args.socket, token, args.json, watch=args.watch)
     if args.after_seq is not None and args.after_seq < 0:
         print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
         return 2

@@ -25,7 +25,14 @@ from bbridge.daemon.router import CLIENT_PROTOCOL_VERSION, DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import errors, rpc
 
-_SECTIONS = ("daemon", "providers", "threads", "counters", "config")  # rendered field by field; others generically
+_SECTIONS = (
+    "daemon",
+    "providers",
+    "threads",
+    "pending",
+    "counters",
+    "config",
+)  # rendered field by field; others generically
 
 
 class OpsError(Exception):
@@ -135,14 +142,39 @@ def _run(command: str, main: Callable[[], Awaitable[None]]) -> int:
 # -- status -------------------------------------------------------------------
 
 
-def status_main(socket: Path, token: str | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: each --watch refresh replaces the last
+
+
+def status_main(
+    socket: Path, token: str | None, as_json: bool, out: TextIO = sys.stdout, watch: float | None = None
+) -> int:
+    """One `daemon/status`, or with `watch` one every `watch` seconds until Ctrl-C (or the daemon goes away)."""
+
     async def main() -> None:
-        async def ask(conn: rpc.Connection) -> None:
+        async def show(conn: rpc.Connection) -> None:
             raw = await conn.request_raw("daemon/status", {})
             if as_json:
                 out.write(bytes(raw).decode() + "\n")
             else:
-                out.writelines(line + "\n" for line in format_status(msgspec.json.decode(raw)))
+                lines = format_status(msgspec.json.decode(raw))
+                out.write((CLEAR if watch is not None else "") + "".join(f"{line}\n" for line in lines))
+            out.flush()
+
+        async def ask(conn: rpc.Connection) -> None:
+            if watch is None:
+                await show(conn)
+                return
+            with trio.open_signal_receiver(signal.SIGINT) as interrupts:
+                async with trio.open_nursery() as nursery:
+
+                    async def until_ctrl_c() -> None:
+                        async for _ in interrupts:
+                            nursery.cancel_scope.cancel()  # Ctrl-C ends the watch: exit 0
+
+                    nursery.start_soon(until_ctrl_c)
+                    while True:
+                        await show(conn)
+                        await trio.sleep(watch)
 
         await _session(socket, token, ask)
 
@@ -166,14 +198,10 @@ def format_status(status: dict[str, Any]) -> list[str]:
             text += f", {_plural(provider.get('threads', 0), 'thread')}"
         lines.append(text)
     threads = status.get("threads") or []
-    lines.append("threads:" if threads else "threads: none")
-    width = max((len(t.get("threadId", "")) for t in threads), default=0)
-    for thread in threads:
-        lines.append(
-            f"  {thread.get('threadId', '?'):<{width}}  {thread.get('providerId') or '-'}, "
-            f"open turns {len(thread.get('openTurns') or [])}, open items {len(thread.get('openItems') or [])}, "
-            f"last seq {thread.get('lastSeq', 0)}"
-        )
+    lines.append(
+        f"threads: {len(threads)}, pending requests: {status.get('pending', 0)}" if threads else "threads: none"
+    )
+    lines.extend(_thread_table(threads))
     lines.extend(_section("counters", status.get("counters")))
     if "config" in status:
         lines.extend(_config(status["config"]))
@@ -181,6 +209,38 @@ def format_status(status: dict[str, Any]) -> list[str]:
         if key not in _SECTIONS:
             lines.extend(_section(key, value))
     return lines
+
+
+THREAD_COLUMNS = ("THREAD", "PROVIDER", "TURN", "AGE", "SINCE BRIDGE", "WAITING ON", "CLIENTS", "BRIDGE", "SEQ")
+
+
+def _thread_table(threads: list[dict[str, Any]]) -> list[str]:
+    """One row per thread: its open turn and age, how long the bridge has been quiet, what it waits on."""
+    if not threads:
+        return []
+    rows = [THREAD_COLUMNS]
+    for thread in threads:
+        turn = thread.get("openTurn") or {}
+        waiting = ", ".join(
+            f"{w.get('kind', '?').replace('_', ' ')} {_duration(w.get('ageS'))}" for w in thread.get("waitingOn") or []
+        )
+        clients = thread.get("clients") or {}
+        bridge = thread.get("bridge") or {}
+        rows.append(
+            (
+                str(thread.get("threadId", "?")),
+                str(thread.get("providerId") or "-"),
+                str(turn.get("turnId", "-")),
+                _duration(turn["ageS"]) if "ageS" in turn else "-",
+                _duration(thread["sinceBridgeS"]) if thread.get("sinceBridgeS") is not None else "-",
+                waiting or "-",
+                f"owner {clients['owner']}" if clients.get("owner") else "no owner",
+                f"{bridge.get('state', '?')} pid {bridge.get('pid')}" if bridge else "-",
+                str(thread.get("lastSeq", 0)),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(THREAD_COLUMNS))]
+    return ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
 
 def _config(config: Any) -> list[str]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import subprocess
@@ -258,7 +259,8 @@ class TestClient:
         self.requests.append(request)
         if self._answer is None:
             raise rpc.RpcError(-32000, "test client does not answer")
-        return self._answer(request)
+        answer = self._answer(request)
+        return await answer if inspect.isawaitable(answer) else answer
 
     def events(self, thread_id: str) -> list[dict[str, Any]]:
         return [entry["event"] for entry in self.entries[thread_id]]

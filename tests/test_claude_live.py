@@ -381,3 +381,35 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, cla
     assert "PASS turn/interrupt-settles-before-response" in result.stdout
     assert not [r.target for r in api.requests if r.is_proxy_attempt]
     no_leftovers([tmp_path], "a claude CLI or bridge outlived the conformance run", ours)
+
+
+async def test_a_pending_write_survives_its_clients_disconnect(live: Live) -> None:
+    """Issue 23: the real CLI asks to Write; client A (the owner) leaves without answering; client B connects,
+    finds the request in `thread/pending` and allows it; the file is written; B and an observer each get one
+    `interaction/resolved`."""
+    target = live.root / "outside" / "kept.txt"
+    target.parent.mkdir()
+    live.api.script(reply(tool_use("Write", {"file_path": str(target), "content": "kept\n"})), text("written"))
+
+    async def away(request: Any) -> Any:
+        await trio.sleep_forever()
+
+    async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as observer:
+        async with connect(path, answer=away) as a:
+            ptid = (await a.request("thread/start", live.start(ASK)))["providerThreadId"]
+            await a.request("turn/start", live.turn(ptid, "Write it.", ASK))
+            await observer.wait_for(lambda: any(m == "interaction/opened" for m, _ in observer.notes), timeout=30)
+        async with connect(path) as b:
+            (pending,) = (await b.request("thread/pending", {"threadId": THREAD}))["pending"]
+            assert pending["kind"] == "approval" and pending["params"]["payload"]["subject"]["kind"] == "file_change"
+            allow = {"decision": "allow_once", "grantedPermissions": None}
+            assert await b.request("interaction/respond", {"requestId": pending["requestId"], "result": allow}) == {
+                "ok": True
+            }
+            await observer.wait_for(lambda: observer.settled(THREAD), timeout=30)
+            await b.wait_for(lambda: any(m == "interaction/resolved" for m, _ in b.notes))
+            (resolved,) = [p for m, p in b.notes if m == "interaction/resolved"]
+            assert resolved["resolvedBy"] == "socket-3"  # B: the third client (observer, A, B)
+        assert len([m for m, _ in observer.notes if m == "interaction/resolved"]) == 1
+    assert target.read_text() == "kept\n"
+    assert [e["status"] for e in observer.of(THREAD, "turn/completed")] == ["completed"]

@@ -17,6 +17,7 @@ import msgspec
 import trio
 import trio.testing
 
+from bbridge import ops
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, format_status
 from bbridge.wire import rpc
@@ -79,6 +80,23 @@ def seqs(lines: list[str]) -> list[int]:
     return [json.loads(line)["seq"] for line in lines]
 
 
+async def test_status_watch_refreshes_until_ctrl_c(tmp_path: Path) -> None:
+    async with running(tmp_path, {"echo": echo_provider()}) as (daemon, path), connect(path) as client:
+        await turn(client, "thr_watch", "hello watch")
+        command = [sys.executable, "-m", "bbridge", "status", "--socket", str(path), "--watch", "0.1"]
+        proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        seen = b""
+        with trio.fail_after(20):
+            while seen.count(ops.CLEAR.encode()) < 3:
+                seen += await proc.stdout.receive_some()
+        proc.send_signal(signal.SIGINT)
+        with trio.fail_after(10):
+            assert await proc.wait() == 0
+    screens = seen.decode().split(ops.CLEAR)
+    assert all("thr_watch" in screen for screen in screens[1:3])
+
+
 async def test_status_shows_the_provider_and_the_thread(tmp_path: Path) -> None:
     async with running(tmp_path, {"echo": echo_provider()}) as (daemon, path), connect(path) as client:
         await turn(client, "thr_ops", "hello status")
@@ -87,7 +105,9 @@ async def test_status_shows_the_provider_and_the_thread(tmp_path: Path) -> None:
         text = result.stdout.decode()
         last_seq = len(client.entries["thr_ops"])
         assert "  echo  ready, pid " in text and ", 1 thread" in text
-        assert f"  thr_ops  echo, open turns 0, open items 0, last seq {last_seq}" in text
+        (row,) = [line for line in text.splitlines() if line.startswith("  thr_ops ")]
+        assert row.split()[:2] == ["thr_ops", "echo"] and row.split()[-1] == str(last_seq)
+        assert "  THREAD " in text and " WAITING ON " in text
         assert "\ncounters:\n  deltas_in: " in text and "\njournal:\n" in text
 
         result = await bbridge("status", "--socket", str(path), "--json")

@@ -88,6 +88,8 @@ class BridgeHost(Protocol):
 
     def on_status(self, bridge: BridgeProcess) -> None: ...
 
+    def waiting_on(self, thread_id: str) -> tuple[str, float] | None: ...
+
     def open_delivery(self, bridge: BridgeProcess) -> Delivery: ...
 
 
@@ -324,7 +326,7 @@ class BridgeProcess:
         interval = self.config.turn_start_sweep_s
         while not self._finished.is_set():
             await trio.sleep(interval)
-            if self.state == "ready" and (due := self.watchdogs.sweep(trio.current_time())):
+            if self.state == "ready" and (due := self.watchdogs.sweep(trio.current_time(), self.host.waiting_on)):
                 await self.host.on_watchdog(self, due)
 
     async def terminate(self, kill_grace: float = KILL_GRACE_S) -> None:

@@ -37,6 +37,7 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True):
     turn_start_timeout_s: float = 120.0
     turn_start_sweep_s: float = 15.0
     turn_stall_timeout_s: float = 600.0
+    interaction_timeout_s: float = 300.0  # a pending request with no client connected, then the policy answers
     extension_kinds: dict[str, ExtensionKind] = {}
 
     def __post_init__(self) -> None:
@@ -268,5 +269,6 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "turn_start_timeout_s": _check_seconds,
     "turn_start_sweep_s": _check_seconds,
     "turn_stall_timeout_s": _check_seconds,
+    "interaction_timeout_s": _check_seconds,
     "extension_kinds": _check_extension_kinds,
 }

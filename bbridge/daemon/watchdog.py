@@ -8,7 +8,7 @@ are seconds on the daemon's clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,9 +26,14 @@ class _PendingStart:
 
 
 @dataclass
-class _OpenTurn:
+class OpenTurn:
+    turn_id: str
+    started: float
     last_activity: float
     warned: bool = False
+
+
+Waiting = Callable[[str], "tuple[str, float] | None"]  # a thread's oldest pending request: kind, age
 
 
 class Watchdogs:
@@ -39,7 +44,7 @@ class Watchdogs:
         self.start_timeout_s = start_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self._starts: dict[str, _PendingStart] = {}
-        self._turns: dict[str, dict[str, _OpenTurn]] = {}
+        self._turns: dict[str, dict[str, OpenTurn]] = {}
         self._heard: dict[str, float] = {}  # last traffic per thread with turns, applied to them by `sweep`
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
@@ -66,7 +71,7 @@ class Watchdogs:
             if event["scope"]["kind"] == "turn":
                 turn_id = event["scope"]["turnId"]
                 if kind == "turn/started":
-                    self._turns.setdefault(thread_id, {})[turn_id] = _OpenTurn(now)
+                    self._turns.setdefault(thread_id, {})[turn_id] = OpenTurn(turn_id, now, now)
                 else:
                     self._turns.get(thread_id, {}).pop(turn_id, None)
         elif kind == "provider/error" and event.get("willRetry") is not True:
@@ -75,8 +80,22 @@ class Watchdogs:
     def pending_start(self, thread_id: str) -> bool:
         return thread_id in self._starts
 
-    def sweep(self, now: float) -> list[Event]:
-        """Events due now: at most one per stalled dispatch, one per silent turn until traffic."""
+    def open_turn(self, thread_id: str) -> OpenTurn | None:
+        """The thread's newest open turn, its last activity brought up to the latest traffic."""
+        turns = self._turns.get(thread_id)
+        if not turns:
+            return None
+        turn = next(reversed(turns.values()))
+        heard = self._heard.get(thread_id)
+        if heard is not None and heard > turn.last_activity:
+            turn.last_activity, turn.warned = heard, False
+        return turn
+
+    def sweep(self, now: float, waiting: Waiting = lambda thread_id: None) -> list[Event]:
+        """Events due now: at most one per stalled dispatch, one per silent turn until traffic.
+
+        A turn whose thread waits on a client (`waiting`: an approval, a question, a tool call) is not stalled:
+        its warning says what it waits on and for how long, with code `turn_waiting_on_client`."""
         out: list[Event] = []
         for thread_id, pending in self._starts.items():
             if not pending.fired and now - pending.since >= self.start_timeout_s:
@@ -100,15 +119,31 @@ class Watchdogs:
                 silent = now - turn.last_activity
                 if not turn.warned and silent >= self.stall_timeout_s:
                     turn.warned = True
+                    wait = waiting(thread_id)
+                    if wait is not None:
+                        kind, age = wait[0].replace("_", " "), _round_half_up(wait[1])
+                        message = (
+                            f"Turn {turn_id} is waiting on a client to answer a {kind} (pending for {age}s); "
+                            "the provider is not stalled. Answer it with interaction/respond (see thread/pending)."
+                        )
+                        details = {"waitingOn": "client", "kind": wait[0], "pendingS": age}
+                        code = "turn_waiting_on_client"
+                    else:
+                        message = (
+                            f"Turn {turn_id} has had no provider traffic for {_round_half_up(silent)}s; "
+                            "it stays open until the provider settles it or the thread is stopped."
+                        )
+                        details = {"waitingOn": "provider", "silentS": _round_half_up(silent)}
+                        code = "provider_turn_stalled"
                     out.append(
                         {
                             "type": "system/warning",
                             "threadId": thread_id,
                             "scope": {"kind": "thread"},
-                            "code": "provider_turn_stalled",
-                            "message": f"Turn {turn_id} has had no provider traffic for {_round_half_up(silent)}s; "
-                            "it stays open until the provider settles it or the thread is stopped.",
+                            "code": code,
+                            "message": message,
                             "turnId": turn_id,
+                            "details": details,
                         }
                     )
         return out

@@ -10,3 +10,5 @@ UNAUTHORIZED = -32016
 NO_CLIENT = -32017
 UNKNOWN_THREAD = -32018
 SHUTTING_DOWN = -32019
+ALREADY_RESOLVED = -32020  # interaction/respond to a request another client (or the daemon's policy) resolved first
+UNKNOWN_REQUEST = -32021  # interaction/respond naming no request the daemon knows

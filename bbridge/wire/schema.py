@@ -58,7 +58,7 @@ from bbridge.core.grammar import (
     WebSearchShape,
     Wire,
 )
-from bbridge.wire import interactions, protocol
+from bbridge.wire import client, interactions, protocol
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DETAIL_MAX_UTF16 = 280  # grammar.Presentation.__post_init__'s limit (pinned by tests)
@@ -546,6 +546,17 @@ def events_schema() -> Schema:
     return _document("ThreadEvent", "A canonical event the assembler emits; tagged on `type`.", root, defs)
 
 
+def client_interactions_schema() -> Schema:
+    """The daemon's client API for pending requests: `thread/pending`, `interaction/respond`, and the
+    `interaction/opened` / `interaction/resolved` notifications (`bbridge.wire.client`)."""
+    roots, defs = _components(client.CLIENT_TYPES)
+    names = ("thread/pending params", "thread/pending result", "interaction/respond params",
+             "interaction/respond result", "interaction/opened params", "interaction/resolved params")  # fmt: skip
+    root = {"x-messages": dict(zip(names, roots, strict=True))}
+    description = "Pending approvals, questions and tool calls, as the daemon's clients see them."
+    return _document("daemon client API: pending requests", description, root, defs)
+
+
 SCHEMAS: dict[str, Callable[[], Schema]] = {
     "thread-delta.schema.json": thread_delta_schema,
     "initialize-params.schema.json": initialize_params_schema,
@@ -553,6 +564,7 @@ SCHEMAS: dict[str, Callable[[], Schema]] = {
     "runtime-requests.schema.json": runtime_requests_schema,
     "bridge-messages.schema.json": bridge_messages_schema,
     "events.schema.json": events_schema,
+    "client-interactions.schema.json": client_interactions_schema,
 }
 
 

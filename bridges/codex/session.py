@@ -11,23 +11,39 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
 import trio
 
 from bbridge.core import grammar as g
-from bbridge.kit import DeltaError
+from bbridge.kit import Bridge, DeltaError
 from bbridge.wire import rpc
 
 from . import approvals, launch
-from .child import ChildError, CodexChild, ServerRequest
+from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
 from .encode import delta_params
 from .translate import DeltaPath, Translator
 
-if TYPE_CHECKING:
-    from .bridge import CodexBridge
+
+class Owner(Protocol):
+    """What a session needs of the bridge that owns it (`CodexBridge`)."""
+
+    sessions: dict[str, Session]
+    bridge: Bridge
+
+    def launch_child(
+        self,
+        *,
+        thread_id: str | None,
+        on_notification: NotificationHandler | None = None,
+        on_request: RequestHandler | None = None,
+        on_exit: ExitHandler | None = None,
+    ) -> CodexChild: ...
+
+    async def configure_skills(self, child: CodexChild) -> None: ...
+
 
 log = structlog.get_logger("bridges.codex")
 
@@ -94,7 +110,7 @@ class Session:
 
     def __init__(
         self,
-        owner: CodexBridge,
+        owner: Owner,
         thread_id: str,
         serial: int,
         construction: Construction,

@@ -150,8 +150,7 @@ class PiBridge:
     async def turn_start(self, params: protocol.TurnStartParams) -> dict[str, Any]:
         session = self._session(params.threadId)
         if kit.is_standalone_compact(msgspec.to_builtins(params.input)):
-            await session.accept(params.clientRequestId)
-            self.bridge.spawn(session.compact)
+            await session.start_compaction(params.clientRequestId)
             return {"threadId": params.threadId}
         text, images = extract_input(params.input)
         if not text:

@@ -283,6 +283,13 @@ class Session:
         if consumption.error is not None and consumption.error != CLOSED:
             await self.session_error(consumption.error)
 
+    async def start_compaction(self, client_request_id: str) -> None:
+        """`/compact` as a turn ([M12] step 2): accepted, then run without waiting. The acceptance waits for a
+        finished run to settle: that run's settle report (`claimIfIdle`) would otherwise claim it as a turn."""
+        await self._settled()
+        await self.accept(client_request_id)
+        self.bridge.spawn(self.compact)
+
     async def compact(self) -> None:
         """Manual compaction; its settle report goes out when pi answers ([S4], [M12] step 2)."""
         await self._settled()
@@ -388,12 +395,12 @@ class Session:
             usage = stats.get("contextUsage") if isinstance(stats, dict) else None
             await self._emit(self.translator.context_window(usage))
         if kind == "agent_settled":
-            self._ended()
             if self._queues[STEERING] and not self._retrying:
                 self._reject(STEERING, STEER_UNDELIVERED)
             if self._run_owner:
                 self._run_owner = False
                 await self._emit(self.translator.settled(self.thread_id, "completed"))
+            self._ended()  # after the settle report: input waiting on it is accepted after, never before
 
     def _observe(self, event: dict[str, Any]) -> None:
         """Attribute added queue texts to waiting dispatches (FIFO) and consume removed ones ([S5])."""

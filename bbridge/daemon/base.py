@@ -1,0 +1,85 @@
+"""What every part of the daemon shares: the client interface, the counters, and the daemon's state.
+
+`Daemon` (`router.py`) is one object assembled from its concerns — delivery of bridge output
+(`delivery.py`), relayed bridge requests and pending interactions (`relays.py`), the live view
+(`status.py`) — each a mixin over `DaemonState`, which declares the state they read and write so each
+module type-checks on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+import trio
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bbridge.daemon.bridge import BridgeProcess
+    from bbridge.daemon.config import ConfigReport, ProviderConfig
+    from bbridge.daemon.extensions import ExtensionChecker
+    from bbridge.daemon.interactions import Interactions
+    from bbridge.daemon.journal import Journal
+    from bbridge.daemon.tools import Checker, ToolTable
+    from bbridge.daemon.tracker import Tracker
+
+DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}
+CLIENT_PROTOCOL_VERSION = 1
+
+
+class ClientSink(Protocol):
+    """What the daemon needs of a connected client (a socket/stdio client, or `bbridge run`)."""
+
+    name: str
+
+    def enqueue(self, lines: list[bytes]) -> None:
+        """Queue encoded notifications, in order; never blocks (a slow client is dropped instead)."""
+
+    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+        """Ask the client to answer a bridge's request."""
+        ...
+
+
+@dataclass
+class Counters:
+    deltas_in: int = 0
+    notifications_in: int = 0
+    events_out: int = 0  # the journal's count, copied in when the status is read
+    rejected_notifications: int = 0
+    grammar_drops: int = 0
+    unhandled_extensions: int = 0
+    clients_disconnected_slow: int = 0
+    rejected_bridge_requests: int = 0  # schema-invalid item/tool/call or interaction/request (protocol.md §1.5)
+    failed_notifications: int = 0  # a handler error: that notification is lost, the rest of its batch is not
+    tool_calls_relayed: int = 0  # item/tool/call that passed its checks and went to the client
+    tool_calls_refused: int = 0  # answered failed at once: undeclared tool, arguments invalid, too large or unchecked
+    tool_calls_failed: int = 0  # relayed, then the client answered an error or an invalid tool result
+    interactions_opened: int = 0  # pending requests (interactions and relayed tool calls) opened
+    interactions_by_policy: int = 0  # resolved by the daemon: timeout with no client, thread stop, bridge exit
+
+
+class DaemonState:
+    """The attributes `Daemon.__init__` sets, declared for the mixins."""
+
+    providers: dict[str, ProviderConfig]
+    config: ConfigReport
+    journal: Journal
+    record_dir: Path | None
+    text_delta_flush_ms: float
+    counters: Counters
+    tracker: Tracker
+    bridges: dict[str, BridgeProcess]
+    thread_provider: dict[str, str]
+    provider_threads: dict[str, str]
+    thread_owner: dict[str, ClientSink]
+    tools: ToolTable
+    checker: Checker
+    clients: list[ClientSink]
+    extensions: dict[str, ExtensionChecker]
+    interactions: Interactions
+    clients_changed: trio.Event
+    _flushing: set[tuple[int, str]]
+    _nursery: trio.Nursery | None
+    _started_at: float

@@ -1,0 +1,258 @@
+"""Bridge requests that need a client: `interaction/request` and `item/tool/call`, held as pending thread state.
+
+A valid request (its schema checked, provider-native ids made bb ids; a tool call also against its thread's
+declared tools, `daemon/tools.py`) opens a pending request (`interactions.py`). It is relayed, as a daemon →
+client request, to one client: the thread's owner, else the last one connected. That client's answer resolves
+it — unless another client answered first with `interaction/respond`. A client that goes away resolves
+nothing. With no client connected for the provider's `interaction_timeout_s`, a `thread/stop` of its thread,
+or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly one answer, the resolution's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+from msgspec import UNSET
+
+from bbridge.daemon.base import ClientSink, DaemonState
+from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.interactions import TOOL_CALL, Pending
+from bbridge.daemon.tools import Refusal
+from bbridge.daemon.tools import failed_result as failed_tool_result
+from bbridge.wire import client as client_api
+from bbridge.wire import protocol, rpc
+from bbridge.wire.interactions import ToolCallResult
+
+log = structlog.get_logger("bbridge.daemon.router")
+
+RELAYED = frozenset({"item/tool/call", "interaction/request"})
+
+
+class RelayMixin(DaemonState):
+    """Pending bridge requests: opened, relayed, resolved once."""
+
+    async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
+        """Open `item/tool/call` / `interaction/request` as pending, and answer the bridge with its resolution."""
+        unsupported = rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
+        if request.method not in RELAYED:
+            raise unsupported
+        raw = request.params if request.params is not None else b"null"
+        try:
+            protocol.decode_method_params(request.method, raw)
+        except protocol.InvalidParams as exc:
+            self.counters.rejected_bridge_requests += 1
+            log.warning(
+                "refused a malformed provider request",
+                providerId=bridge.provider_id,
+                method=request.method,
+                issue=exc.issues[0],
+            )
+            raise unsupported from None
+        params = msgspec.json.decode(raw)
+        thread_id = params.get("threadId")
+        if params.get("providerNativeIds") is True and isinstance(thread_id, str):
+            _translate_native_ids(bridge, thread_id, params)
+        if request.method == TOOL_CALL:
+            return await self._tool_call(bridge, params)
+        params["providerId"] = bridge.provider_id
+        return await self._outcome(
+            self._open(bridge, request.method, params, thread_id if isinstance(thread_id, str) else None)
+        )
+
+    async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
+        """Check a call against its thread's declared tools (`daemon/tools.py`), then hold it pending.
+
+        An undeclared tool or arguments that fail, exceed or outlast their checks are answered to the bridge at
+        once as a failed call naming the tool, the path and the reason, so the model can correct itself; no
+        client sees them. A client answer that is no `ToolCallResult` reaches the bridge as a failed call.
+        """
+        thread_id = self._tool_thread(bridge, params)
+        name: str = params["tool"]
+        found = self.tools.lookup(thread_id, name)
+        refusal = found if isinstance(found, Refusal) else None
+        if not isinstance(found, Refusal):
+            params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
+            refusal = await self.checker.check(found, params.setdefault("arguments", {}))
+        if refusal is not None:
+            self.counters.tool_calls_refused += 1
+            log.info(
+                "refused a tool call",
+                providerId=bridge.provider_id,
+                threadId=thread_id,
+                tool=name,
+                reason=refusal.message,
+            )
+            return refusal.result()
+        params["providerId"] = bridge.provider_id
+        self.counters.tool_calls_relayed += 1
+        pending = self._open(bridge, TOOL_CALL, params, thread_id)
+        try:
+            answer = await self._outcome(pending)
+        except rpc.RpcError:
+            self.counters.tool_calls_failed += 1
+            raise
+        try:
+            msgspec.json.decode(answer, type=ToolCallResult)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            self.counters.tool_calls_failed += 1
+            log.warning(
+                "a client answered a tool call with an invalid tool result",
+                providerId=bridge.provider_id,
+                threadId=thread_id,
+                tool=params["tool"],
+                client=pending.resolved_by,
+                error=str(exc),
+            )
+            return failed_tool_result(
+                f'The client\'s answer to tool "{params["tool"]}" was not a valid tool result ({exc}); the call failed'
+            )
+        return answer
+
+    def _tool_thread(self, bridge: BridgeProcess, params: dict[str, Any]) -> str | None:
+        """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
+        thread_id = params.get("threadId")
+        if not isinstance(thread_id, str):
+            provider_thread = params.get("providerThreadId")
+            thread_id = next(
+                (
+                    tid
+                    for tid, ptid in self.provider_threads.items()
+                    if ptid == provider_thread and self.thread_provider.get(tid) == bridge.provider_id
+                ),
+                None,
+            )
+        if thread_id is None or self.thread_provider.get(thread_id) != bridge.provider_id:
+            return None  # another provider's thread never lends its tools
+        return thread_id
+
+    # -- pending requests -----------------------------------------------------------------------------------
+
+    def _open(self, bridge: BridgeProcess, method: str, params: dict[str, Any], thread_id: str | None) -> Pending:
+        pending = self.interactions.add(method, bridge.provider_id, params, thread_id)
+        self.counters.interactions_opened += 1
+        assert self._nursery is not None
+        client = self._answering_client(pending.thread_id)
+        if client is not None:
+            self._nursery.start_soon(self._relay, client, pending)
+        config = self.providers.get(bridge.provider_id)
+        timeout = config.interaction_timeout_s if config is not None else 300.0
+        self._nursery.start_soon(self._expire, pending, timeout)
+        return pending
+
+    def _answering_client(self, thread_id: str | None) -> ClientSink | None:
+        client = self.thread_owner.get(thread_id) if thread_id is not None else None
+        if client is None or client not in self.clients:
+            client = self.clients[-1] if self.clients else None
+        return client
+
+    async def _relay(self, client: ClientSink, pending: Pending) -> None:
+        """Ask one client; its answer (a result or an error) resolves the request unless another came first."""
+        try:
+            raw = await client.relay(pending.method, pending.params)
+        except rpc.ConnectionClosed:
+            log.info("the client asked went away; the request stays pending", requestId=pending.request_id)
+            return
+        except rpc.RpcError as exc:
+            self._settle(pending, client.name, error=exc)
+            return
+        self._settle(pending, client.name, result=raw)
+
+    def _settle(
+        self, pending: Pending, by: str, *, result: msgspec.Raw | None = None, error: rpc.RpcError | None = None
+    ) -> None:
+        if pending.request_id in self.interactions.open:
+            self.interactions.resolve(pending.request_id, by, result, error)
+        else:
+            log.info("an answer came after the request was resolved", requestId=pending.request_id, by=by)
+
+    async def _expire(self, pending: Pending, timeout: float) -> None:
+        """With no client connected for `timeout` seconds, the daemon's policy answers."""
+        while not pending.done.is_set():
+            changed = self.clients_changed
+            if self.clients:
+                await _first(changed, pending.done)
+                continue
+            with trio.move_on_after(timeout) as waited:
+                await _first(changed, pending.done)
+            if waited.cancelled_caught and not self.clients:
+                self._by_policy(pending, f"no client answered within {timeout:g}s", "daemon:timeout")
+
+    async def _outcome(self, pending: Pending) -> msgspec.Raw:
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result if pending.result is not None else msgspec.Raw(b"null")
+
+    def _by_policy(self, pending: Pending, reason: str, by: str) -> None:
+        if pending.request_id in self.interactions.open:
+            self.counters.interactions_by_policy += 1
+            log.info("resolved a pending request by policy", requestId=pending.request_id, kind=pending.kind, by=by)
+            self.interactions.apply_policy(pending, reason, by)
+
+    async def resolve_thread(self, thread_id: str, reason: str) -> None:
+        """A `thread/stop`: the thread's pending requests are resolved before the stop goes to the bridge (two
+        checkpoints: every answer's task, woken here, has written its answer before the caller writes the stop)."""
+        waiting = self.interactions.of_thread(thread_id)
+        for pending in waiting:
+            self._by_policy(pending, reason, "daemon:thread-stop")
+        if waiting:
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
+
+    def resolve_provider(self, provider_id: str, reason: str) -> None:
+        """A bridge that exits: nobody can use an answer to its requests."""
+        for pending in self.interactions.of_provider(provider_id):
+            self._by_policy(pending, reason, "daemon:bridge-exit")
+
+    # -- client methods ---------------------------------------------------------------------------------------
+
+    def respond(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        """`interaction/respond {requestId, result | error}`: answer a pending request; the first answer wins."""
+        try:
+            answer = msgspec.json.decode(msgspec.json.encode(params), type=client_api.InteractionRespondParams)
+        except msgspec.ValidationError as exc:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"interaction/respond: {exc}") from None
+        if (answer.result is UNSET) == (answer.error is UNSET):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "interaction/respond needs exactly one of result and error")
+        result = None if answer.result is UNSET else answer.result
+        error = None if answer.error is UNSET else rpc.RpcError(answer.error.code, answer.error.message)
+        self.interactions.resolve(answer.requestId, client.name, result, error)
+        return {"ok": True}
+
+    def pending_requests(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`thread/pending {threadId?}`: the open requests (and a thread's recent resolutions)."""
+        try:
+            asked = msgspec.convert(params, client_api.ThreadPendingParams)
+        except msgspec.ValidationError as exc:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"thread/pending: {exc}") from None
+        return self.interactions.listing(None if asked.threadId is UNSET else asked.threadId)
+
+
+async def _first(*events: trio.Event) -> None:
+    """Return when any of the events is set."""
+    async with trio.open_nursery() as nursery:
+        for event in events:
+
+            async def wait(event: trio.Event = event) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
+def _translate_native_ids(bridge: BridgeProcess, thread_id: str, params: dict[str, Any]) -> None:
+    """Provider-native turn/item ids on relayed requests become bb ids (protocol.md §3.6)."""
+    assembler = bridge.assembler
+    turn = params.get("turnId")
+    if isinstance(turn, str):
+        params["turnId"] = assembler.get_bb_turn_id(thread_id, turn) or turn
+    call = params.get("callId")
+    if isinstance(call, str):
+        params["callId"] = assembler.get_bb_item_id(thread_id, call) or call
+    payload = params.get("payload")
+    subject = payload.get("subject") if isinstance(payload, dict) else None
+    if isinstance(subject, dict) and isinstance(subject.get("itemId"), str):
+        subject["itemId"] = assembler.get_bb_item_id(thread_id, subject["itemId"]) or subject["itemId"]

@@ -1,0 +1,79 @@
+"""`daemon/status`: the daemon, its providers, counters, configuration and journal, and a live view of every
+thread — its open turn and that turn's age, how long since its bridge last sent anything for it, what it waits
+on (pending approvals, questions and tool calls, each with its age), the clients attached, its bridge's pid and
+state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+import trio
+
+from bbridge.core import native
+from bbridge.daemon.base import DAEMON_INFO, DaemonState
+
+
+class StatusMixin(DaemonState):
+    def status(self) -> dict[str, Any]:
+        now = trio.current_time()
+        self.counters.events_out = self.journal.log.recorded
+        providers = []
+        for pid in sorted(self.providers):
+            bridge = self.bridges.get(pid)
+            entry: dict[str, Any] = {"providerId": pid, "state": bridge.state if bridge else "idle"}
+            if bridge is not None:
+                entry.update(
+                    pid=bridge.pid,
+                    capabilities=msgspec.to_builtins(bridge.capabilities),
+                    uptimeS=round(now - bridge.started_at, 3),
+                    threads=len(bridge.threads),
+                )
+            providers.append(entry)
+        return {
+            "daemon": {
+                **DAEMON_INFO,
+                "uptimeS": round(time.time() - self._started_at, 3),
+                "clients": len(self.clients),
+                "core": native.describe(),  # compiled (mypyc) or pure, and why
+            },
+            "providers": providers,
+            "threads": list(self._thread_status(now)),
+            "pending": len(self.interactions.open),
+            "counters": msgspec.to_builtins(self.counters),
+            "config": msgspec.to_builtins(self.config),
+            "journal": self.journal.health(),
+        }
+
+    def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
+        tracked = self.tracker.threads()
+        known = dict(self.journal.threads())
+        for pending in self.interactions.open.values():
+            if pending.thread_id is not None:
+                known.setdefault(pending.thread_id, 0)
+        for thread_id, last_seq in sorted(known.items()):
+            provider_id = self.thread_provider.get(thread_id)
+            bridge = self.bridges.get(provider_id) if provider_id else None
+            work = tracked.get(thread_id)
+            turn = bridge.watchdogs.open_turn(thread_id) if bridge else None
+            owner = self.thread_owner.get(thread_id)
+            yield {
+                "threadId": thread_id,
+                "providerId": provider_id,
+                "providerThreadId": self.provider_threads.get(thread_id),
+                "openTurns": list(work.open_turns) if work else [],
+                "openItems": list(work.open_items) if work else [],
+                "openTurn": None if turn is None else {"turnId": turn.turn_id, "ageS": round(now - turn.started, 3)},
+                "sinceBridgeS": None if turn is None else round(now - turn.last_activity, 3),
+                "waitingOn": [
+                    {"requestId": p.request_id, "kind": p.kind, "ageS": round(now - p.opened, 3)}
+                    for p in self.interactions.of_thread(thread_id)
+                ],
+                "clients": {"owner": owner.name if owner is not None else None, "connected": len(self.clients)},
+                "bridge": None if bridge is None else {"pid": bridge.pid, "state": bridge.state},
+                "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
+                "pendingTurnStart": bridge.watchdogs.pending_start(thread_id) if bridge else False,
+                "lastSeq": last_seq,
+            }
