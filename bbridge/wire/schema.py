@@ -570,9 +570,11 @@ SCHEMAS: dict[str, Callable[[], Schema]] = {
 
 def write_schemas(out: Path) -> list[Path]:
     """Write every schema under `out` (created if needed) and return the paths written."""
+    from bbridge.wire.openrpc import openrpc_document  # built on this module's components
+
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, build in SCHEMAS.items():
+    for name, build in {**SCHEMAS, "openrpc.json": openrpc_document}.items():
         path = out / name
         path.write_text(json.dumps(build(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(path)

@@ -1,0 +1,136 @@
+"""The daemon's client API as an OpenRPC 1.2.6 document (`openrpc.json`, written by `bbridge schema`).
+
+Generated from the types the daemon decodes with: its own methods (`bbridge.wire.client`), and the bridge
+methods it forwards (`bbridge.wire.protocol.RUNTIME_REQUESTS` but `initialize`, each with the `providerId`
+that picks the bridge). Params are by name (one content descriptor per member of the params object). What
+OpenRPC has no place for is in extensions: `x-notifications` (daemon → client notifications) and
+`x-client-requests` (daemon → client requests a client answers: relayed bridge requests).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bbridge.core.grammar import ThreadDeltaParams
+from bbridge.wire import client, errors, interactions, protocol
+from bbridge.wire.schema import Schema, _components
+
+OPENRPC_VERSION = "1.2.6"
+REF = "#/components/schemas/"
+FORWARDED = tuple(m for m in protocol.RUNTIME_REQUESTS if m != "initialize")
+
+DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
+    "initialize": (client.DaemonInitializeParams, client.DaemonInitializeResult, "The first request: the token (on a socket with a token file) and the client's protocol version."),
+    "daemon/status": (client.Empty, client.DaemonStatus, "The daemon, its providers, a live view of every thread, counters, configuration, journal."),
+    "thread/events": (client.ThreadEventsParams, client.ThreadEventsResult, "A thread's journaled events after `afterSeq` (a reconnect's replay)."),
+    "thread/pending": (client.ThreadPendingParams, client.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
+    "interaction/respond": (client.InteractionRespondParams, client.InteractionRespondResult, "Answer a pending request; the first answer wins."),
+    "shutdown": (client.Empty, client.Empty, "Settle and stop every bridge, then answer."),
+}  # fmt: skip
+
+NOTIFICATIONS: dict[str, tuple[Any, str]] = {
+    "thread/events": (client.ThreadEventsNotification, "A bridge notification's events for one thread, `seq` contiguous from 1."),
+    "bridge/status": (client.BridgeStatus, "A bridge process changed state."),
+    "thread/identity": (client.ForwardedIdentity, "A bridge reported a thread's provider identity."),
+    "session/replaced": (client.Forwarded, "A bridge replaced a thread's provider session."),
+    "provider/recovery": (client.Forwarded, "A bridge recovered a provider session."),
+    "interaction/opened": (client.InteractionOpenedParams, "A bridge request is pending (see thread/pending)."),
+    "interaction/resolved": (client.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
+}  # fmt: skip
+
+CLIENT_REQUESTS: dict[str, tuple[Any, Any, str]] = {
+    "interaction/request": (client.RelayedInteraction, Any, "An approval or question relayed to this client; its answer is this client's response."),
+    "item/tool/call": (client.RelayedToolCall, interactions.ToolCallResult, "A client tool call relayed to this client."),
+}  # fmt: skip
+
+ERRORS = [
+    {"code": value, "message": name}
+    for name, value in sorted(vars(errors).items(), key=lambda item: -item[1] if isinstance(item[1], int) else 0)
+    if name.isupper() and isinstance(value, int)
+]
+
+
+def _rewrite_refs(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {
+            k: (v.replace("#/$defs/", REF) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_rewrite_refs(item) for item in node]
+    return node
+
+
+def _descriptors(params: Schema, defs: dict[str, Schema], extra: dict[str, Schema] | None = None) -> list[Schema]:
+    """By-name params: one content descriptor per member of the params object's schema."""
+    target = params
+    while "$ref" in target:
+        target = defs[target["$ref"].rsplit("/", 1)[1]]
+    required = set(target.get("required", []))
+    members = {**target.get("properties", {}), **(extra or {})}
+    return [
+        {"name": name, "required": name in required or name in (extra or {}), "schema": schema}
+        for name, schema in members.items()
+    ]
+
+
+def openrpc_document() -> Schema:
+    types: list[Any] = []
+    for params, result, _ in DAEMON_METHODS.values():
+        types += [params, result]
+    for name in FORWARDED:
+        method = protocol.RUNTIME_REQUESTS[name]
+        types += [method.params, *method.results]
+    types += [params for params, _ in NOTIFICATIONS.values()]
+    for params, result, _ in CLIENT_REQUESTS.values():
+        types += [params, result]
+    types.append(ThreadDeltaParams)
+    roots, defs = _components(types)
+    roots, defs = _rewrite_refs(roots), _rewrite_refs(defs)
+    taken = iter(roots)
+    methods = []
+    for name, (_, _, summary) in DAEMON_METHODS.items():
+        params, result = next(taken), next(taken)
+        methods.append(_method(name, summary, _descriptors(params, defs), result))
+    provider = {"providerId": {"type": "string", "minLength": 1, "description": "The provider (bridge) to ask."}}
+    for name in FORWARDED:
+        method = protocol.RUNTIME_REQUESTS[name]
+        params = next(taken)
+        results = [next(taken) for _ in method.results]
+        result = results[0] if len(results) == 1 else {"anyOf": results} if results else {}
+        summary = f"Forwarded to the provider's bridge as `{name}` (protocol.md §3.3), turn ids translated."
+        methods.append(_method(name, summary, _descriptors(params, defs, provider), result))
+    notifications = [
+        {"name": name, "summary": summary, "params": next(taken)} for name, (_, summary) in NOTIFICATIONS.items()
+    ]
+    requests = []
+    for name, (_, _, summary) in CLIENT_REQUESTS.items():
+        params, result = next(taken), next(taken)
+        requests.append({"name": name, "summary": summary, "params": params, "result": result})
+    return {
+        "openrpc": OPENRPC_VERSION,
+        "info": {
+            "title": "bbridge daemon client API",
+            "version": "0.1.0",
+            "description": "JSON-RPC 2.0, one message per line, over the daemon's stdio or Unix socket (README).",
+        },
+        "methods": methods,
+        "components": {"schemas": defs},
+        "x-notifications": notifications,
+        "x-client-requests": requests,
+    }
+
+
+def _method(name: str, summary: str, params: list[Schema], result: Schema) -> Schema:
+    return {
+        "name": name,
+        "summary": summary,
+        "paramStructure": "by-name",
+        "params": params,
+        "result": {"name": f"{name} result", "schema": result},
+        "errors": ERRORS,
+    }
+
+
+def routed_methods(document: Schema) -> set[str]:
+    return {method["name"] for method in document["methods"]}
