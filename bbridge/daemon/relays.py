@@ -149,16 +149,24 @@ class RelayMixin(DaemonState):
         return client
 
     async def _relay(self, client: ClientSink, pending: Pending) -> None:
-        """Ask one client; its answer (a result or an error) resolves the request unless another came first."""
-        try:
-            raw = await client.relay(pending.method, pending.params)
-        except rpc.ConnectionClosed:
-            log.info("the client asked went away; the request stays pending", requestId=pending.request_id)
-            return
-        except rpc.RpcError as exc:
-            self._settle(pending, client.name, error=exc)
-            return
-        self._settle(pending, client.name, result=raw)
+        """Ask one client; its answer (a result or an error) resolves the request unless another came first. A
+        resolution elsewhere withdraws the question (a late answer from this client is then ignored)."""
+        async with trio.open_nursery() as nursery:
+
+            async def withdrawn() -> None:
+                await pending.done.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(withdrawn)
+            try:
+                raw = await client.relay(pending.method, pending.params)
+            except rpc.ConnectionClosed:
+                log.info("the client asked went away; the request stays pending", requestId=pending.request_id)
+            except rpc.RpcError as exc:
+                self._settle(pending, client.name, error=exc)
+            else:
+                self._settle(pending, client.name, result=raw)
+            nursery.cancel_scope.cancel()
 
     def _settle(
         self, pending: Pending, by: str, *, result: msgspec.Raw | None = None, error: rpc.RpcError | None = None

@@ -1,0 +1,287 @@
+"""A Python client of the daemon's API (`clients/openrpc.json`), on anyio: it runs under trio and asyncio alike.
+
+    async with Client.connect("/run/bbridge.sock", token=token) as client:
+        await client.request("thread/start", {...})
+        async for entry in client.events("thr_1"):          # resumes by itself after a dropped connection
+            print(entry.seq, entry.event["type"])
+
+* `Client.connect(path, token=...)` opens the Unix socket and sends `initialize`; `Client.spawn(argv)` runs
+  `bbridge serve` (or anything speaking the API) on its stdio.
+* Calls are typed with the daemon's own wire types (`bbridge.wire.client`): `initialize`, `status`,
+  `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
+  carrying the daemon's code (`bbridge.wire.errors`).
+* `events(thread_id, after_seq=0)` yields a thread's events once each, in `seq` order: the journal's replay,
+  then the live `thread/events`; when the connection drops (the daemon restarted, with `--journal`) it
+  reconnects (bounded retries) and resumes after the last `seq` it yielded — no gap, no duplicate.
+* Relayed bridge requests (`interaction/request`, `item/tool/call`) go to `on_request`, whose return value
+  is the answer; with none, or when the handler returns `LEAVE`, the request is not answered and stays pending
+  for any client's `interaction/respond` (an error answer would resolve it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.stapled import StapledByteStream
+
+from bbridge.wire import client as api
+
+LEAVE = object()  # an `on_request` answer: not mine, leave it pending for another client
+RETRIES = 50
+RETRY_S = 0.1
+Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+class DaemonError(Exception):
+    """The daemon refused a request: its JSON-RPC error code, message and data."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} ({code})")
+        self.code, self.message, self.data = code, message, data
+
+
+class Disconnected(DaemonError):
+    """The connection ended with the request outstanding."""
+
+    def __init__(self, message: str = "the daemon closed the connection") -> None:
+        super().__init__(-32099, message)
+
+
+@dataclass(frozen=True)
+class Entry:
+    threadId: str
+    seq: int
+    event: dict[str, Any]
+
+
+class Client:
+    """One client of the daemon, alive inside `async with Client.connect(...)` (or `Client.spawn(...)`)."""
+
+    def __init__(
+        self,
+        group: anyio.abc.TaskGroup,
+        opener: Callable[[], Awaitable[anyio.abc.ByteStream]],
+        token: str | None,
+        on_request: Handler | None,
+        reconnects: bool,
+    ) -> None:
+        self._group, self._opener, self._token = group, opener, token
+        self._on_request = on_request
+        self._reconnects = reconnects
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._write_lock = anyio.Lock()
+        self._stream: anyio.abc.ByteStream | None = None
+        self._notes: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+
+    # -- opening ----------------------------------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls, path: str | Path, *, token: str | None = None, on_request: Handler | None = None
+    ) -> AsyncIterator[Client]:
+        """The daemon on a Unix socket; `events` reconnects to it when the connection drops."""
+
+        async def opener() -> anyio.abc.ByteStream:
+            return await anyio.connect_unix(str(path))
+
+        async with cls._session(opener, token, on_request, reconnects=True) as client:
+            yield client
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def spawn(cls, argv: Sequence[str], *, on_request: Handler | None = None) -> AsyncIterator[Client]:
+        """The daemon (`bbridge serve`) as a child on stdio; it ends when the client's block does."""
+        process = await anyio.open_process(list(argv))
+        assert process.stdin is not None and process.stdout is not None
+        stream = StapledByteStream(process.stdin, process.stdout)
+
+        async def opener() -> anyio.abc.ByteStream:
+            return stream
+
+        try:
+            async with cls._session(opener, None, on_request, reconnects=False) as client:
+                yield client
+        finally:
+            with anyio.CancelScope(shield=True):
+                await process.aclose()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def _session(
+        cls, opener: Callable[[], Awaitable[anyio.abc.ByteStream]], token: str | None, on_request: Handler | None,
+        *, reconnects: bool,
+    ) -> AsyncIterator[Client]:  # fmt: skip
+        async with anyio.create_task_group() as group:
+            client = cls(group, opener, token, on_request, reconnects)
+            await client._open()
+            try:
+                yield client
+            finally:
+                group.cancel_scope.cancel()
+                if client._stream is not None:
+                    with anyio.CancelScope(shield=True):
+                        await client._stream.aclose()
+
+    async def _open(self) -> None:
+        """A (new) connection: its reader in the client's task group, then `initialize`."""
+        stream = await self._opener()
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        self._stream, self._notes = stream, receive
+        self._group.start_soon(self._read, stream, send)
+        await self.initialize(self._token)
+
+    # -- calls ------------------------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """The result of one request; `DaemonError` with the daemon's code when it refuses."""
+        ident = next(self._ids)
+        done = anyio.Event()
+        box: list[Any] = []
+        self._pending[ident] = (done, box)
+        try:
+            await self._write({"jsonrpc": "2.0", "id": ident, "method": method, "params": params or {}})
+            await done.wait()
+        finally:
+            self._pending.pop(ident, None)
+        message = box[0]
+        if "error" in message:
+            error = message["error"] or {}
+            if error.get("code") == Disconnected().code:
+                raise Disconnected()
+            raise DaemonError(int(error.get("code", -32603)), str(error.get("message", "")), error.get("data"))
+        return message.get("result")
+
+    async def initialize(self, token: str | None = None) -> api.DaemonInitializeResult:
+        params: dict[str, Any] = {"client": {"name": "bbridge.client", "version": "0.1.0"}, "protocolVersion": 1}
+        if token is not None:
+            params["token"] = token
+        return msgspec.convert(await self.request("initialize", params), api.DaemonInitializeResult)
+
+    async def status(self) -> api.DaemonStatus:
+        return msgspec.convert(await self.request("daemon/status"), api.DaemonStatus)
+
+    async def thread_events(self, thread_id: str, after_seq: int = 0) -> api.ThreadEventsResult:
+        result = await self.request("thread/events", {"threadId": thread_id, "afterSeq": after_seq})
+        return msgspec.convert(result, api.ThreadEventsResult)
+
+    async def pending(self, thread_id: str | None = None) -> api.ThreadPendingResult:
+        result = await self.request("thread/pending", {} if thread_id is None else {"threadId": thread_id})
+        return msgspec.convert(result, api.ThreadPendingResult)
+
+    async def respond(self, request_id: str, result: Any = None, *, error: tuple[int, str] | None = None) -> None:
+        answer: dict[str, Any] = {"requestId": request_id}
+        if error is not None:
+            answer["error"] = {"code": error[0], "message": error[1]}
+        else:
+            answer["result"] = result
+        await self.request("interaction/respond", answer)
+
+    # -- events -----------------------------------------------------------------------------------------------
+
+    async def events(self, thread_id: str, after_seq: int = 0) -> AsyncIterator[Entry]:
+        """The thread's events after `after_seq`, each once and in order, across reconnects."""
+        last = after_seq
+        while True:
+            try:
+                async for entry in self._follow(thread_id, last):
+                    last = entry.seq
+                    yield entry
+            except (Disconnected, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            if not self._reconnects:
+                return
+            await _retry(self._open)
+
+    async def _follow(self, thread_id: str, after: int) -> AsyncIterator[Entry]:
+        replay = await self.thread_events(thread_id, after)
+        last = after
+        for item in replay.events:
+            if item.seq > last:
+                last = item.seq
+                yield Entry(thread_id, item.seq, item.event)
+        assert self._notes is not None
+        async for note in self._notes:
+            params = note.get("params") or {}
+            if note.get("method") != "thread/events" or params.get("threadId") != thread_id:
+                continue
+            for item in params.get("events", []):
+                if item["seq"] > last:
+                    last = item["seq"]
+                    yield Entry(thread_id, item["seq"], item["event"])
+        raise Disconnected()
+
+    # -- the wire ---------------------------------------------------------------------------------------------
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        if self._stream is None:
+            raise Disconnected()
+        async with self._write_lock:
+            try:
+                await self._stream.send(msgspec.json.encode(message) + b"\n")
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                raise Disconnected() from None
+
+    async def _read(self, stream: anyio.abc.ByteStream, notes: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        buffer = b""
+        try:
+            while True:
+                try:
+                    data = await stream.receive()
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    break
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        await self._dispatch(msgspec.json.decode(line), notes)
+        finally:
+            if stream is self._stream:  # a reconnect's requests are not this connection's
+                for done, box in list(self._pending.values()):
+                    box.append({"error": {"code": Disconnected().code, "message": "disconnected"}})
+                    done.set()
+            notes.close()
+
+    async def _dispatch(self, message: dict[str, Any], notes: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        if "method" not in message:
+            slot = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            if slot is not None:
+                slot[1].append(message)
+                slot[0].set()
+        elif "id" in message:
+            assert self._group is not None
+            self._group.start_soon(self._answer, message)
+        else:
+            await notes.send(message)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        answer: Any = LEAVE
+        if self._on_request is not None:
+            answer = await self._on_request(message["method"], message.get("params") or {})
+        if answer is LEAVE:
+            return  # unanswered: pending for whoever answers it with interaction/respond
+        with contextlib.suppress(Disconnected):  # the daemon went away: it keeps the request pending
+            await self._write({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+
+
+async def _retry(open_: Callable[[], Awaitable[None]]) -> None:
+    """Reconnect, bounded: `RETRIES` attempts `RETRY_S` apart (a daemon restarting takes a moment)."""
+    for attempt in range(RETRIES):
+        try:
+            await open_()
+            return
+        except (OSError, Disconnected):
+            if attempt == RETRIES - 1:
+                raise
+            await anyio.sleep(RETRY_S)

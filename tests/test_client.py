@@ -1,0 +1,127 @@
+"""`bbridge.client`, the Python client of the daemon's API, on anyio: under trio against an in-process daemon, and
+under asyncio against a `bbridge serve` child restarted with its journal; the event iterator resumes across a
+dropped connection and a daemon restart with no gap and no duplicate."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import trio
+
+from bbridge.client import LEAVE, Client, DaemonError
+from bbridge.daemon.config import echo_provider
+from bbridge.wire import errors
+from tests.support import FULL, fake_provider, running
+
+THREAD = "thr_client"
+START = {"providerId": "echo", "threadId": THREAD, "cwd": "/tmp", "options": FULL}
+
+
+def turn(n: int, text: str) -> dict[str, Any]:
+    creq = f"creq_abcdefghj{'23456789ab'[n % 10]}"
+    return {"providerId": "echo", "threadId": THREAD, "clientRequestId": creq, "options": FULL,
+            "input": [{"type": "text", "text": text, "mentions": []}]}  # fmt: skip
+
+
+async def collect(client: Client, until_completed: int, after: int = 0) -> list[int]:
+    seqs: list[int] = []
+    completed = 0
+    with anyio.fail_after(30):
+        async for entry in client.events(THREAD, after):
+            seqs.append(entry.seq)
+            completed += entry.event["type"] == "turn/completed"
+            if completed >= until_completed:
+                return seqs
+    return seqs
+
+
+async def test_under_trio_calls_and_events_resume_across_a_dropped_connection(tmp_path: Path) -> None:
+    async with running(tmp_path, {"echo": echo_provider()}) as (daemon, path):
+        async with Client.connect(path) as client, Client.connect(path) as driver:
+            assert (await client.status()).daemon["name"] == "bbridge"
+            await client.request("thread/start", START)
+            await client.request("turn/start", turn(1, "deltas:all"))
+            seqs = await collect(client, 1)
+            assert client._stream is not None
+            await client._stream.aclose()  # the connection drops between two turns
+            with pytest.raises(DaemonError):
+                await client.status()  # a call on a dropped connection says so
+            await driver.request("turn/start", turn(2, "hello again"))
+            seqs += await collect(client, 1, after=seqs[-1])  # the iterator reconnects and resumes
+            assert seqs == list(range(1, len(seqs) + 1))
+            assert (await client.pending(THREAD)).pending == []  # the client is connected again
+            with pytest.raises(DaemonError) as refused:
+                await client.respond("req_nope", {"decision": "deny"})
+            assert refused.value.code == errors.UNKNOWN_REQUEST
+
+
+async def test_a_left_request_stays_pending_for_another_client(tmp_path: Path) -> None:
+    async def leave(method: str, params: dict[str, Any]) -> Any:
+        return LEAVE
+
+    start = {"providerId": "fake", "threadId": "thr_ask", "cwd": "/tmp", "options": {}}
+    ask = {"providerId": "fake", "threadId": "thr_ask", "input": [], "clientRequestId": "creq_abcdefghjm"}
+    async with running(tmp_path, {"fake": fake_provider("ask")}) as (_, path):
+        async with Client.connect(path, on_request=leave) as owner, Client.connect(path) as other:
+            await owner.request("thread/start", start)
+            await owner.request("turn/start", ask)
+            with trio.fail_after(10):
+                while not (await other.pending("thr_ask")).pending:
+                    await trio.sleep(0.05)
+            (pending,) = (await other.pending("thr_ask")).pending
+            await other.respond(pending.requestId, {"kind": "user_answer", "answers": {}})
+            with trio.fail_after(10):
+                while (await other.pending("thr_ask")).pending or not (await other.pending("thr_ask")).resolved:
+                    await trio.sleep(0.05)
+            (resolved,) = (await other.pending("thr_ask")).resolved or []
+            assert resolved.resolvedBy.startswith("socket-")
+
+
+def test_under_asyncio_events_resume_across_a_daemon_restart(tmp_path: Path) -> None:
+    socket, journal = tmp_path / "d.sock", tmp_path / "journal"
+    serve = [sys.executable, "-m", "bbridge", "serve", "--socket", str(socket), "--journal", str(journal)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BB_")}
+
+    def start_daemon() -> subprocess.Popen[bytes]:
+        socket.unlink(missing_ok=True)
+        return subprocess.Popen(serve, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def main() -> list[int]:
+        daemon = start_daemon()
+        try:
+            with anyio.fail_after(30):
+                while not socket.exists():
+                    await anyio.sleep(0.05)
+            async with Client.connect(socket) as client:
+                await client.request("thread/start", START)
+                await client.request("turn/start", turn(1, "hello before"))
+                seqs = await collect(client, 1)
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=30)
+                daemon = start_daemon()  # same journal: seq continues
+
+                async def second_turn() -> None:
+                    with anyio.fail_after(30):
+                        while not socket.exists():
+                            await anyio.sleep(0.05)
+                        async with Client.connect(socket) as driver:
+                            await driver.request("thread/start", START)  # echo restores nothing: a new session
+                            await driver.request("turn/start", turn(2, "hello after"))
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(second_turn)
+                    seqs += await collect(client, 1, after=seqs[-1])
+            return seqs
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=30)
+
+    seqs = anyio.run(main, backend="asyncio")
+    assert seqs == list(range(1, len(seqs) + 1))  # no gap and no duplicate across the restart
