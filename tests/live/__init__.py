@@ -6,4 +6,8 @@ seen doing is in `tests/live/NOTES.md`.
 
 Codex: `tests.live.openai` (a scripted OpenAI Responses API on 127.0.0.1) and `tests.live.codex` (the pinned
 `codex app-server`, an offline CODEX_HOME, a small JSON-RPC driver); notes in `tests/live/CODEX_NOTES.md`.
+
+pi: `tests.live.openai_chat` (a scripted OpenAI Chat Completions API on 127.0.0.1) and `tests.live.pi` (the pinned
+pi and node, an offline agent dir with a custom `models.json` provider, a small `pi --mode rpc` driver); notes in
+`tests/live/PI_NOTES.md`.
 """
