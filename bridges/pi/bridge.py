@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,24 @@ def extract_input(items: list[protocol.PromptInput]) -> tuple[str, list[dict[str
             mime = IMAGE_TYPES.get(Path(item.path).suffix.lower(), "image/png")
             images.append({"type": "image", "data": base64.b64encode(data).decode(), "mimeType": mime})
     return "\n".join(texts), images
+
+
+async def _relayed(
+    dispatch: Callable[[str, list[dict[str, Any]], str], Awaitable[None]],
+    params: protocol.TurnStartParams,
+    refused: str | None = None,
+) -> None:
+    """Turn input to pi (`prompt` or `steer`): -32602 without text ([M13]), then `refused` or pi's refusal as
+    -32000."""
+    text, images = extract_input(params.input)
+    if not text:
+        raise rpc.RpcError(rpc.INVALID_PARAMS, MISSING_TEXT)
+    if refused is not None:
+        raise rpc.RpcError(rpc.BRIDGE_ERROR, refused)
+    try:
+        await dispatch(text, images, params.clientRequestId)
+    except PiError as exc:
+        raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
 
 
 class PiBridge:
@@ -152,26 +170,12 @@ class PiBridge:
         if kit.is_standalone_compact(msgspec.to_builtins(params.input)):
             await session.start_compaction(params.clientRequestId)
             return {"threadId": params.threadId}
-        text, images = extract_input(params.input)
-        if not text:
-            raise rpc.RpcError(rpc.INVALID_PARAMS, MISSING_TEXT)
-        try:
-            await session.prompt(text, images, params.clientRequestId)
-        except PiError as exc:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
+        await _relayed(session.prompt, params)
         return {"threadId": params.threadId}
 
     async def turn_steer(self, params: protocol.TurnSteerParams) -> dict[str, Any]:
         session = self._session(params.threadId)
-        text, images = extract_input(params.input)
-        if not text:
-            raise rpc.RpcError(rpc.INVALID_PARAMS, MISSING_TEXT)
-        if session.compacting:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, STEER_COMPACTING)
-        try:
-            await session.steer(text, images, params.clientRequestId)
-        except PiError as exc:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
+        await _relayed(session.steer, params, refused=STEER_COMPACTING if session.compacting else None)
         return {"threadId": params.threadId}
 
     # -- stop, discard ([M15], [M16]) ----------------------------------------------------------------------
