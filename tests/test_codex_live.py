@@ -19,6 +19,7 @@ open, as in the recorded `stop-interrupt` cell (the boundary forgets it, assembl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -353,7 +354,10 @@ async def test_model_list_comes_from_codex(live: Live) -> None:
 def test_conformance_with_the_real_cli(tmp_path: Path, api: openai.ScriptedResponses, codex: Path) -> None:
     """`bbridge conformance` over the bridge and the real codex: every rule passes. The fixture is the default one
     with skills declared (the bridge serves `skills/configure`) and a known cwd (for the leftover check); the
-    interrupt prompt gets a stalled answer so the turn still runs when the stop is sent."""
+    interrupt prompt gets an answer held before its first event, so the turn runs, with no item open yet, when the
+    stop is sent: an interrupt that lands mid-message leaves codex's agentMessage open (the pinned difference from
+    protocol.md §3.3.10 in the module docstring, asserted in test_interrupt_settles_a_stalled_turn_as_interrupted),
+    which this rule would fail by the timing of the race alone."""
     ROOTS.append(tmp_path)
     ws, bindir = tmp_path / "ws", tmp_path / "bin"
     for folder in (ws, bindir):
@@ -362,7 +366,7 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: openai.ScriptedRespo
     fixture = json.loads((REPO / "conformance" / "default.json").read_text())
     fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
     (tmp_path / "fixture.json").write_text(json.dumps(fixture))
-    stalled = openai.text("".join(f"word{i} " for i in range(200)), delay=0.5)
+    stalled = dataclasses.replace(openai.text("never sent"), hold=60.0)
     api.route = lambda request: stalled if "hold Write" in json.dumps(request.body["input"][-1]) else None
     env = offline_env(tmp_path, api.base_url)
     env["PATH"] = f"{bindir}:{env['PATH']}"

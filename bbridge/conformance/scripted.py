@@ -487,17 +487,18 @@ def _settled_before(run: Run, mark: int, answer: int | None, turn: str) -> Resul
         return skipped(
             INTERRUPT, f"turn {turn} finished on its own ({completed.get('status')}) before the interrupt took effect"
         )
-    open_items: dict[str, None] = {}
+    open_items: dict[str, str] = {}
     for event in before:
         if "item" not in event:
             continue
         item = msgspec.to_builtins(event["item"])
         if event["type"] == "item/started" and _turn_of(event) == turn and not _background(item):
-            open_items[item["id"]] = None
+            open_items[item["id"]] = item["type"]
         elif event["type"] in _COMPLETIONS:
             open_items.pop(item["id"], None)
     if open_items:
-        return failed(INTERRUPT, f"item {next(iter(open_items))} was still open at the stop's response")
+        item_id, kind = next(iter(open_items.items()))
+        return failed(INTERRUPT, f"item {item_id} ({kind}) was still open at the stop's response")
     return passed(INTERRUPT, f"turn {turn} settled interrupted, its items closed, before the stop's response")
 
 

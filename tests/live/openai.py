@@ -12,7 +12,8 @@ codex asks for (`GET .../models`, ...) gets a small JSON answer, so nothing hang
         api.wait_for_posts(1)
 
 A `Reply` may stall after its first delta (`delay` seconds before each later event) to keep a turn running, e.g.
-to interrupt it; a stalled stream ends at once when the server stops. `route`, when set, picks a reply from the
+to interrupt it, or `hold` its stream open before the first event (a turn that runs with no item open yet); a
+stalled stream ends at once when the server stops. `route`, when set, picks a reply from the
 request itself (for concurrent sessions); `custom_tool_call` answers with a freeform tool call (`apply_patch`).
 """
 
@@ -41,6 +42,7 @@ class Reply:
     status: int = 200
     error: Json | None = None  # the JSON body of an error answer (status != 200)
     delay: float = 0.0  # seconds slept before each event after the first delta: the stream stalls mid-output
+    hold: float = 0.0  # seconds slept before the first event: the stream opens and says nothing yet
 
 
 @dataclass(frozen=True)
@@ -333,6 +335,8 @@ def _handler(server: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             try:
+                if reply.hold and server._stopping.wait(reply.hold):
+                    return
                 streaming = False
                 for event in reply.events:
                     if streaming and reply.delay and server._stopping.wait(reply.delay):
