@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client
 	$(PY) -m pytest -n 2
 
 # Real ACP agents that run offline, for the live tests: the example agents of the npm package
@@ -141,3 +141,18 @@ parity: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build
 	rm -f bbridge/core/*.so bbridge/core/compiled.sha256
+
+# The TypeScript client (clients/typescript): its package.json pins typescript, @types/node and the declaration
+# generator json-schema-to-typescript; they install into the cache, linked as the package's node_modules, so
+# `npm run build` there works as it would for a TypeScript user (tests/test_typescript_client.py builds a copy).
+TS_CACHE := .cache/ts
+TS_STAMP := $(TS_CACHE)/.installed
+
+ts-client: $(TS_STAMP)
+
+$(TS_STAMP): clients/typescript/package.json
+	rm -rf $(TS_CACHE) && mkdir -p $(TS_CACHE)
+	cp clients/typescript/package.json $(TS_CACHE)/
+	npm install --prefix $(TS_CACHE) --no-audit --no-fund --loglevel=error
+	ln -sfn ../../$(TS_CACHE)/node_modules clients/typescript/node_modules
+	touch $@

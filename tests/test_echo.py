@@ -14,7 +14,7 @@ import trio
 from bbridge.core import grammar as g
 from bbridge.core.events import EVENT_TYPES
 from bbridge.core.guard import Guard
-from bbridge.wire import protocol, rpc, schema
+from bbridge.wire import interactions, protocol, rpc, schema
 from bridges.echo import chunks, parse_directives
 from tests.support import FULL, INIT, Runtime, Spawned, capabilities, spawned, start_thread, turn_params
 
@@ -153,6 +153,32 @@ async def test_a_tool_directive_calls_the_clients_tool(success: bool) -> None:
         ]
         assert message == ["echo: lookup → 42"]
         check_timeline(rt.events[THREAD])
+
+
+@pytest.mark.parametrize(
+    ("kind", "decision", "answer"),
+    [("command", "allow_once", "echo: approve:command go"), ("file_change", "deny", "echo: denied"),
+     ("permission_grant", "allow_for_session", "echo: approve:permission_grant go"), ("plan", None, "echo: denied")],
+)  # fmt: skip
+async def test_an_approve_directive_asks_before_it_answers(kind: str, decision: str | None, answer: str) -> None:
+    async with echo() as child:
+        rt = child.runtime  # no decision: the runtime refuses the request, which denies
+        if decision is not None:
+            rt.resolution = (
+                {"decision": decision, "grantedPermissions": None} if decision != "deny" else {"decision": decision}
+            )
+        ptid = await start_thread(rt, THREAD)
+        events = await turn(rt, ptid, f"approve:{kind} go")
+        [(method, ask)] = rt.requests
+        assert method == "interaction/request"
+        typed = msgspec.convert(ask, interactions.InteractionRequestParams)
+        assert isinstance(typed.payload, interactions.ApprovalPayload) and ask["payload"]["subject"]["kind"] == kind
+        assert (typed.payload.subject.itemId, typed.providerNativeIds, typed.threadId) == ("approval-1", True, THREAD)
+        message = [
+            e["item"]["text"] for e in events if e["type"] == "item/completed" and e["item"]["type"] == "agentMessage"
+        ]
+        assert message == [answer]
+        check_timeline(events)
 
 
 async def test_a_refused_tool_call_is_reported_in_the_turn() -> None:

@@ -50,10 +50,15 @@ ERRORS = [
 ]
 
 
-def _rewrite_refs(node: Any) -> Any:
+def _rewrite_refs(node: Any, mapping: bool = False) -> Any:
+    """`$ref`s, and the values of a discriminator's `mapping`, from `#/$defs/` to the components."""
     if isinstance(node, dict):
         return {
-            k: (v.replace("#/$defs/", REF) if k == "$ref" and isinstance(v, str) else _rewrite_refs(v))
+            k: (
+                v.replace("#/$defs/", REF)
+                if (k == "$ref" or mapping) and isinstance(v, str)
+                else _rewrite_refs(v, k == "mapping")
+            )
             for k, v in node.items()
         }
     if isinstance(node, list):

@@ -35,6 +35,11 @@ Prompt directives (whitespace-separated tokens of the joined text inputs):
   Extension kinds used: `echo/note` (item) and `echo/state` (state).
 * `deltas:session.ended` — stream the answer, then end the turn with
   `session.ended` (streamed text kept, turn `interrupted`).
+* `approve:<command|file_change|permission_grant|plan>` — before answering,
+  ask for an approval (`interaction/request`, a fixed payload of that
+  subject kind, subject `itemId` `approval-<turn number>`,
+  `providerNativeIds: true`); allowed (`allow_once`/`allow_for_session`)
+  streams the normal answer, anything else `echo: denied`. Nothing is run.
 * `tool:<name>`, optionally with `args:<JSON object without spaces>` — call
   the client's tool `<name>` (declared or not: the daemon decides) with an
   `item/tool/call` request inside a `tool` item shown with the tool's
@@ -62,6 +67,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge, tokens
+from bbridge.wire import interactions as ia
 from bbridge.wire import protocol, rpc
 
 CONTEXT_WINDOW = 200_000
@@ -81,6 +87,23 @@ ECHO_MODEL = {
 }
 
 
+APPROVAL_KINDS = ("command", "file_change", "permission_grant", "plan")
+
+
+def approval_subject(
+    kind: str, item_id: str, cwd: str
+) -> ia.CommandSubject | ia.FileChangeSubject | ia.PermissionGrantSubject | ia.PlanSubject:
+    """The fixed subject `approve:<kind>` asks about."""
+    if kind == "command":
+        return ia.CommandSubject(itemId=item_id, command="echo approve", cwd=cwd, actions=[], sessionGrant=None)
+    if kind == "file_change":
+        return ia.FileChangeSubject(itemId=item_id, writeScope=cwd, sessionGrant=None)
+    if kind == "permission_grant":
+        grant = ia.GrantProfile(network=ia.NetworkGrant(enabled=True), fileSystem=None)
+        return ia.PermissionGrantSubject(itemId=item_id, toolName="echo", permissions=grant)
+    return ia.PlanSubject(itemId=item_id, plan="1. Echo the prompt.", planFilePath=None)
+
+
 @dataclass
 class Directives:
     mode: str = "echo"  # echo | noop | fail | all | ended
@@ -88,6 +111,7 @@ class Directives:
     hold: bool = False
     detail: str = "echo failure requested by the prompt"
     tool: str | None = None  # a client tool to call first
+    approve: str | None = None  # an approval subject kind to ask about first
     args: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,6 +136,8 @@ def parse_directives(text: str) -> Directives:
             found.mode = "ended"
         elif name == "tool" and arg:
             found.tool = arg
+        elif name == "approve" and arg in APPROVAL_KINDS:
+            found.approve = arg
         elif name == "args":
             try:
                 decoded = msgspec.json.decode(arg)
@@ -135,6 +161,7 @@ def chunks(text: str) -> list[str]:
 class Turn:
     number: int
     directives: Directives
+    prompt: str = ""
     batches: deque[list[g.Delta]] = field(default_factory=deque)  # middle batches still to stream
     text: str = ""  # the whole answer streamed (or queued) so far
     live: bool = True
@@ -286,13 +313,13 @@ class Echo:
         """Register the live turn now (later requests see it) and stream it in the background."""
         session.turns += 1
         prompt = prompt_text(inputs)
-        turn = Turn(session.turns, parse_directives(prompt))
+        turn = Turn(session.turns, parse_directives(prompt), prompt)
         opening: list[g.Delta] = [] if creq is None else [g.InputAccepted(clientRequestId=creq)]
         opening.append(g.TurnOpen())
         if turn.directives.mode == "all":
             opening += self._coverage_head(session)
             turn.batches.extend(self._coverage_items(session))
-        if turn.directives.mode != "noop" and turn.directives.tool is None:
+        if turn.directives.mode != "noop" and turn.directives.tool is None and turn.directives.approve is None:
             turn.queue_text(f"echo: {prompt}")
         turn.batches.appendleft(opening + (turn.batches.popleft() if turn.batches else []))
         session.turn = turn
@@ -302,6 +329,8 @@ class Echo:
         with turn.scope:
             if turn.directives.tool is not None:
                 await self._call_tool(session, turn, turn.directives.tool)
+            elif turn.directives.approve is not None:
+                await self._ask_approval(session, turn, turn.directives.approve)
             first = True
             while True:
                 if not turn.batches and turn.directives.hold:
@@ -364,6 +393,28 @@ class Echo:
             [g.ItemClose(key=key, status="completed" if ok else "failed", item=shape, presentation=shown)],
         )
         turn.queue_text(f"echo: {name} → {text}")
+
+    async def _ask_approval(self, session: Session, turn: Turn, kind: str) -> None:
+        """`approve:<kind>`: the opening batch, the approval asked, then the answer it allows (or `denied`)."""
+        await self.bridge.emit(session.thread_id, turn.batches.popleft())
+        payload = ia.ApprovalPayload(
+            subject=approval_subject(kind, f"approval-{turn.number}", session.cwd),
+            reason=f"echo asks before it answers ({kind})",
+            availableDecisions=["allow_once", "allow_for_session", "deny"],
+        )
+        ask = ia.InteractionRequestParams(
+            providerThreadId=session.provider_thread_id,
+            threadId=session.thread_id,
+            turnId=None,
+            payload=payload,
+            providerNativeIds=True,
+        )
+        try:
+            answer = await self.bridge.request("interaction/request", msgspec.to_builtins(ask))
+        except rpc.RpcError:
+            answer = None
+        allowed = isinstance(answer, dict) and answer.get("decision") in ("allow_once", "allow_for_session")
+        turn.queue_text(f"echo: {turn.prompt}" if allowed else "echo: denied")
 
     async def _rebuild(self, session: Session) -> None:
         """The last two kinds of `deltas:all`, after the turn settled: `session.ended` (nothing is open, so

@@ -1,0 +1,36 @@
+/**
+ * The client on stdio: it spawns the daemon itself and runs one echo turn.
+ *
+ *     node dist/examples/spawn.js python -m bbridge serve
+ *
+ * Prints the daemon's providers and the turn's answer as one JSON line; the exit status says whether it worked.
+ */
+import { Client } from "../src/client.js";
+
+const argv = process.argv.slice(2);
+const client = await Client.spawn(argv);
+try {
+  const status = await client.status();
+  const options = { permissionMode: "full", permissionScope: "full", approvalReviewer: null, permissionEscalation: null } as const;
+  const start = { providerId: "echo", threadId: "thr_spawned", cwd: process.cwd(), options };
+  const { providerThreadId } = await client.request("thread/start", start);
+  await client.request("turn/start", {
+    providerId: "echo",
+    threadId: "thr_spawned",
+    providerThreadId,
+    clientRequestId: "creq_sp23456789",
+    input: [{ type: "text", text: "hello over stdio", mentions: [] }],
+    options: { ...options, envVars: {} },
+  });
+  let text = "";
+  for await (const { event } of client.events("thr_spawned")) {
+    if (event.type === "item/agentMessage/delta") text += String(event.delta);
+    if (event.type === "turn/completed") break;
+  }
+  const providers = status.providers.map((provider) => provider.providerId);
+  const ok = text === "echo: hello over stdio" && providers.includes("echo");
+  console.log(JSON.stringify({ ok, providers, text }));
+  process.exitCode = ok ? 0 : 1;
+} finally {
+  client.close();
+}

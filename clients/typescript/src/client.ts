@@ -1,0 +1,359 @@
+/**
+ * A TypeScript client of the bbridge daemon's API (`../openrpc.json`; the types in `./api.ts` are generated from
+ * it by `npm run generate`). Node only: a Unix socket, or `bbridge serve` spawned on stdio.
+ *
+ *     const client = await Client.connect("/run/bbridge.sock", { token });
+ *     await client.request("thread/start", { providerId: "echo", threadId: "thr_1", cwd, options });
+ *     for await (const entry of client.events("thr_1")) console.log(entry.seq, entry.event.type);
+ *
+ * - `request(method, params)` is typed by `Methods`: the params the daemon decodes, the result it answers. A
+ *   refusal rejects with `DaemonError` carrying the daemon's code (`ErrorCodes`).
+ * - `events(threadId, afterSeq)` yields the thread's events once each, in `seq` order: the journal's replay,
+ *   then the live `thread/events`. When the socket drops it reconnects (bounded retries) and resumes after the
+ *   last `seq` it yielded (`thread/events {afterSeq}`): no gap, no duplicate.
+ * - Relayed bridge requests (`interaction/request`, `item/tool/call`) go to `onRequest`; its value is the
+ *   answer, and `LEAVE` (or no handler) leaves the request pending for any client's `interaction/respond`.
+ */
+import { spawn as spawnProcess, type ChildProcess } from "node:child_process";
+import { createConnection } from "node:net";
+
+import type { ClientRequests, Methods, Notifications } from "./api.js";
+
+export * from "./api.js";
+
+export type MethodName = keyof Methods;
+export type Params<M extends MethodName> = Methods[M]["params"];
+export type Result<M extends MethodName> = Methods[M]["result"];
+
+/** One notification from the daemon, discriminated by `method`. */
+export type Notification = { [M in keyof Notifications]: { method: M; params: Notifications[M] } }[keyof Notifications];
+
+/** One relayed bridge request, discriminated by `method`. */
+export type RelayedRequest = {
+  [M in keyof ClientRequests]: { method: M; params: ClientRequests[M]["params"] };
+}[keyof ClientRequests];
+
+/** An `onRequest` answer: not mine, leave it pending for another client. */
+export const LEAVE: unique symbol = Symbol("bbridge.leave");
+export type RequestHandler = (request: RelayedRequest) => Promise<unknown>;
+
+/** One event of a thread, as `events()` yields it. */
+export interface ThreadEntry {
+  threadId: string;
+  seq: number;
+  event: { type: string; [key: string]: unknown };
+}
+
+export interface Options {
+  token?: string;
+  onRequest?: RequestHandler;
+  onNotification?: (notification: Notification) => void;
+  clientName?: string;
+}
+
+const DISCONNECTED = -32099;
+const RETRIES = 50;
+const RETRY_MS = 100;
+
+/** The daemon refused a request: its JSON-RPC error code, message and data. */
+export class DaemonError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly data?: unknown,
+  ) {
+    super(`${message} (${code})`);
+    this.name = "DaemonError";
+  }
+}
+
+/** The connection ended with the request outstanding. */
+export class Disconnected extends DaemonError {
+  constructor(message = "the daemon closed the connection") {
+    super(DISCONNECTED, message);
+    this.name = "Disconnected";
+  }
+}
+
+interface Transport {
+  write(line: string): void;
+  close(): void;
+}
+
+interface Waiter {
+  resolve(result: unknown): void;
+  reject(error: Error): void;
+}
+
+/** Notifications of one connection, for one reader: queued from the moment it subscribes until it ends. */
+class Subscription {
+  private readonly queue: Notification[] = [];
+  private wake: (() => void) | null = null;
+  ended = false;
+
+  push(note: Notification): void {
+    this.queue.push(note);
+    this.wake?.();
+  }
+
+  end(): void {
+    this.ended = true;
+    this.wake?.();
+  }
+
+  async next(): Promise<Notification | null> {
+    while (this.queue.length === 0 && !this.ended) {
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = null;
+    }
+    return this.queue.shift() ?? null;
+  }
+}
+
+/** One open connection: JSON-RPC over LF-delimited JSON lines. */
+class Connection {
+  private buffer = "";
+  private nextId = 1;
+  private readonly waiting = new Map<number, Waiter>();
+  readonly subscriptions = new Set<Subscription>();
+  closed = false;
+
+  constructor(
+    private readonly transport: Transport,
+    private readonly onMessage: (message: Record<string, unknown>) => void,
+  ) {}
+
+  feed(chunk: string): void {
+    this.buffer += chunk;
+    let end: number;
+    while ((end = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, end).trim();
+      this.buffer = this.buffer.slice(end + 1);
+      if (line) this.dispatch(JSON.parse(line) as Record<string, unknown>);
+    }
+  }
+
+  private dispatch(message: Record<string, unknown>): void {
+    if (!("method" in message)) {
+      const waiter = this.waiting.get(message.id as number);
+      if (waiter === undefined) return;
+      this.waiting.delete(message.id as number);
+      const error = message.error as { code?: number; message?: string; data?: unknown } | undefined;
+      if (error) waiter.reject(new DaemonError(error.code ?? -32603, error.message ?? "", error.data));
+      else waiter.resolve(message.result);
+      return;
+    }
+    if (!("id" in message)) {
+      for (const subscription of this.subscriptions) subscription.push(message as unknown as Notification);
+    }
+    this.onMessage(message);
+  }
+
+  request(method: string, params: unknown): Promise<unknown> {
+    if (this.closed) return Promise.reject(new Disconnected());
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.send({ jsonrpc: "2.0", id, method, params });
+    });
+  }
+
+  send(message: unknown): void {
+    if (!this.closed) this.transport.write(JSON.stringify(message) + "\n");
+  }
+
+  ended(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const waiter of this.waiting.values()) waiter.reject(new Disconnected());
+    this.waiting.clear();
+    for (const subscription of this.subscriptions) subscription.end();
+  }
+
+  drop(): void {
+    this.transport.close();
+    this.ended();
+  }
+}
+
+type Opener = (connection: (transport: Transport) => Connection) => Promise<Connection>;
+
+/** One client of the daemon. */
+export class Client {
+  private connection: Connection;
+  private reopening: Promise<void> | null = null;
+  private closing = false;
+
+  private constructor(
+    private readonly opener: Opener,
+    private readonly options: Options,
+    private readonly reconnects: boolean,
+    first: Connection,
+  ) {
+    this.connection = first;
+  }
+
+  /** The daemon on a Unix socket; `events` reconnects to it when the connection drops. */
+  static async connect(path: string, options: Options = {}): Promise<Client> {
+    const opener: Opener = (wrap) =>
+      new Promise((resolve, reject) => {
+        const socket = createConnection(path);
+        socket.setEncoding("utf8");
+        const connection = wrap({ write: (line) => socket.write(line), close: () => socket.destroy() });
+        socket.once("connect", () => resolve(connection));
+        socket.on("data", (chunk: string) => connection.feed(chunk));
+        socket.on("error", (error) => (connection.closed ? undefined : reject(error)));
+        socket.on("close", () => connection.ended());
+      });
+    return Client.open(opener, options, true);
+  }
+
+  /** The daemon (`bbridge serve`) as a child on stdio; `close()` ends it. */
+  static async spawn(argv: string[], options: Options = {}): Promise<Client> {
+    const [command, ...args] = argv;
+    if (command === undefined) throw new Error("spawn: an empty command line");
+    let child: ChildProcess | null = null;
+    const opener: Opener = (wrap) =>
+      new Promise((resolve, reject) => {
+        child = spawnProcess(command, args, { stdio: ["pipe", "pipe", "inherit"] });
+        const { stdin, stdout } = child;
+        if (stdin === null || stdout === null) throw new Error("spawn: no stdio pipes");
+        stdout.setEncoding("utf8");
+        const connection = wrap({ write: (line) => stdin.write(line), close: () => child?.kill("SIGTERM") });
+        child.once("spawn", () => resolve(connection));
+        child.once("error", reject);
+        stdout.on("data", (chunk: string) => connection.feed(chunk));
+        stdout.on("close", () => connection.ended());
+      });
+    return Client.open(opener, options, false);
+  }
+
+  private static async open(opener: Opener, options: Options, reconnects: boolean): Promise<Client> {
+    let client: Client | null = null;
+    const first = await opener((transport) => new Connection(transport, (m) => client?.onMessage(m)));
+    client = new Client(opener, options, reconnects, first);
+    await client.initialize();
+    return client;
+  }
+
+  // -- calls ---------------------------------------------------------------------------------------------------
+
+  /** The result of one request; rejects with `DaemonError` (the daemon's code) when it refuses. */
+  async request<M extends MethodName>(method: M, params: Params<M>): Promise<Result<M>> {
+    return (await this.connection.request(method, params)) as Result<M>;
+  }
+
+  initialize(): Promise<Result<"initialize">> {
+    const params: Params<"initialize"> = {
+      protocolVersion: 1,
+      client: { name: this.options.clientName ?? "bbridge-ts", version: "0.1.0" },
+    };
+    if (this.options.token !== undefined) params.token = this.options.token;
+    return this.request("initialize", params);
+  }
+
+  status(): Promise<Result<"daemon/status">> {
+    return this.request("daemon/status", {});
+  }
+
+  threadEvents(threadId: string, afterSeq = 0): Promise<Result<"thread/events">> {
+    return this.request("thread/events", { threadId, afterSeq });
+  }
+
+  pending(threadId?: string): Promise<Result<"thread/pending">> {
+    return this.request("thread/pending", threadId === undefined ? {} : { threadId });
+  }
+
+  respond(requestId: string, answer: { result: unknown } | { error: { code: number; message: string } }) {
+    return this.request("interaction/respond", { requestId, ...answer });
+  }
+
+  // -- events --------------------------------------------------------------------------------------------------
+
+  /** The thread's events after `afterSeq`, each once and in order, across reconnects. */
+  async *events(threadId: string, afterSeq = 0): AsyncGenerator<ThreadEntry> {
+    let last = afterSeq;
+    for (;;) {
+      const subscription = new Subscription(); // before the replay: nothing after its snapshot is missed
+      const connection = this.connection;
+      connection.subscriptions.add(subscription);
+      try {
+        const replay = await this.threadEvents(threadId, last);
+        for (const entry of replay.events) {
+          if (entry.seq > last) {
+            last = entry.seq;
+            yield { threadId, seq: entry.seq, event: entry.event as ThreadEntry["event"] };
+          }
+        }
+        for (let note = await subscription.next(); note !== null; note = await subscription.next()) {
+          if (note.method !== "thread/events" || note.params.threadId !== threadId) continue;
+          for (const entry of note.params.events) {
+            if (entry.seq > last) {
+              last = entry.seq;
+              yield { threadId, seq: entry.seq, event: entry.event as ThreadEntry["event"] };
+            }
+          }
+        }
+      } catch (error) {
+        if (!(error instanceof Disconnected)) throw error;
+      } finally {
+        connection.subscriptions.delete(subscription);
+      }
+      if (!this.reconnects || this.closing) return;
+      await this.reopen(connection);
+    }
+  }
+
+  /** Drop the current connection, as a network failure would (`events` reconnects and resumes). */
+  dropConnection(): void {
+    this.connection.drop();
+  }
+
+  /** Close the connection (and end a spawned daemon); `events` iterators end. */
+  close(): void {
+    this.closing = true;
+    this.connection.drop();
+  }
+
+  // -- the wire ------------------------------------------------------------------------------------------------
+
+  private reopen(dropped: Connection): Promise<void> {
+    if (this.connection !== dropped) return Promise.resolve(); // another iterator reconnected already
+    this.reopening ??= this.retry().finally(() => (this.reopening = null));
+    return this.reopening;
+  }
+
+  private async retry(): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        this.connection = await this.opener((transport) => new Connection(transport, (m) => this.onMessage(m)));
+        await this.initialize();
+        return;
+      } catch (error) {
+        if (attempt >= RETRIES) throw error;
+        await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
+      }
+    }
+  }
+
+  private onMessage(message: Record<string, unknown>): void {
+    if (!("id" in message)) {
+      this.options.onNotification?.(message as unknown as Notification);
+      return;
+    }
+    void this.answer(this.connection, message);
+  }
+
+  private async answer(connection: Connection, message: Record<string, unknown>): Promise<void> {
+    const request = { method: message.method, params: message.params } as RelayedRequest;
+    const handler = this.options.onRequest;
+    try {
+      const answer = handler === undefined ? LEAVE : await handler(request);
+      if (answer !== LEAVE) connection.send({ jsonrpc: "2.0", id: message.id, result: answer });
+    } catch (error) {
+      // a failing handler answers with an error, which resolves the request (the bridge is told it failed)
+      const text = error instanceof Error ? error.message : String(error);
+      connection.send({ jsonrpc: "2.0", id: message.id, error: { code: -32603, message: text } });
+    }
+  }
+}
