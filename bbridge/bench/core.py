@@ -1,8 +1,9 @@
 """Core throughput over recorded `thread/delta` lines, and the coalescing ratio (in process).
 
-Each timed run walks every cell with a fresh assembler (coalescing off, as the
+Each timed slice walks every cell with a fresh assembler (coalescing off, as the
 golden replays), repeating the corpus enough times to last milliseconds; the
-figure is deltas per second of the median run.
+yardstick and the measured workloads alternate slice by slice, and each figure
+is its deltas over its summed time (so their ratios are ratios of sums).
 
 The yardstick every ratio divides by, `decode_only_per_s`, is a fixed workload:
 msgspec decoding each line's envelope, then its params into the grammar with
@@ -18,7 +19,6 @@ import contextlib
 import functools
 import math
 import operator
-import statistics
 import time
 import typing
 from collections.abc import Callable
@@ -122,16 +122,28 @@ def _assemble_only(cells: list[Cell]) -> None:
             assembler.assemble(params.threadId, params.deltas, 0)
 
 
-def _median_rate(work: Callable[[list[Cell]], None], cells: list[Cell], deltas: int, runs: int) -> float:
+def _sliced_rates(
+    workloads: dict[str, Callable[[list[Cell]], None]], cells: list[Cell], deltas: int, runs: int
+) -> dict[str, float]:
+    """Each workload's deltas per second, the workloads alternating in short slices (one repeat of the corpus
+    lasting milliseconds each, `runs` rounds): a slow stretch of the machine hits every workload alike, so the
+    ratio of two of them (the ratio of their sums) holds still from one run to the next."""
     repeat = max(1, math.ceil(MIN_DELTAS_PER_RUN / max(deltas, 1)))
-    work(cells)  # warm-up
-    times = []
+    for work in workloads.values():
+        work(cells)  # warm-up
+    spent = dict.fromkeys(workloads, 0.0)
     for _ in range(runs):
-        started = time.perf_counter()
-        for _ in range(repeat):
-            work(cells)
-        times.append(time.perf_counter() - started)
-    return deltas * repeat / statistics.median(times)
+        for name, work in workloads.items():
+            started = time.perf_counter()
+            for _ in range(repeat):
+                work(cells)
+            spent[name] += time.perf_counter() - started
+    return {name: deltas * repeat * runs / seconds for name, seconds in spent.items()}
+
+
+def decode_only_rate(cells: list[Cell], deltas: int) -> float:
+    """One yardstick slice (for phases measured elsewhere to alternate with)."""
+    return _sliced_rates({"decode_only": _decode_only}, cells, deltas, 1)["decode_only"]
 
 
 def bench_core(root: Path, runs: int) -> dict[str, Any]:
@@ -139,15 +151,21 @@ def bench_core(root: Path, runs: int) -> dict[str, Any]:
     deltas = sum(len(p.deltas) for cell in cells for p in cell.params)
     if not deltas:
         raise ValueError(f"no valid thread/delta notifications under {root}")
+    rates = _sliced_rates(
+        {"decode_only": _decode_only, "deltas": _parse_validate_assemble, "assemble_only": _assemble_only},
+        cells,
+        deltas,
+        runs,
+    )
     return {
         "corpus": str(root),
         "cells": len(cells),
         "notifications": sum(len(cell.lines) for cell in cells),
         "deltas": deltas,
         "runs": runs,
-        "deltas_per_s": round(_median_rate(_parse_validate_assemble, cells, deltas, runs)),
-        "decode_only_per_s": round(_median_rate(_decode_only, cells, deltas, runs)),
-        "assemble_only_per_s": round(_median_rate(_assemble_only, cells, deltas, runs)),
+        "deltas_per_s": round(rates["deltas"]),
+        "decode_only_per_s": round(rates["decode_only"]),
+        "assemble_only_per_s": round(rates["assemble_only"]),
     }
 
 

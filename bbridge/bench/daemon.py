@@ -3,8 +3,8 @@
 The daemon runs in this process as `bbridge serve --socket` runs it (text
 coalescing off, so every delta is its own event, and a deeper client queue);
 the fake bridge and the client are separate processes (see their modules).
-Phase one writes the stream as fast as the pipe takes it, `blasts` times (the
-median counts). Phase two paces the same stream at shares of that measured
+Phase one writes the stream as fast as the pipe takes it, `blasts` times, each
+beside a slice of the core's yardstick (the share is the ratio of their sums). Phase two paces the same stream at shares of that measured
 throughput and reads the probe stamps: the added latency of the first delta of
 each write.
 """
@@ -16,6 +16,7 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def _latency(phase: dict[str, Any], share: float) -> dict[str, Any]:
     }
 
 
-async def _measure(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
+async def _measure(turns: int, blasts: int, paced_s: float, yardstick: Callable[[], float]) -> dict[str, Any]:
     bridge = ProviderConfig(command=[sys.executable, "-m", "bbridge.bench.fake_bridge"])
     daemon = Daemon({"bench": bridge}, text_delta_flush_ms=0)
     with tempfile.TemporaryDirectory(prefix="bbridge-bench-") as tmp:
@@ -77,9 +78,12 @@ async def _measure(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_socket, daemon, socket, CLIENT_QUEUE)
             events_before = daemon.journal.log.recorded
-            blast = await _client_phases(socket, [f"blast {turns} {THREADS}"] * blasts)
+            blast, yard = [], []
+            for _ in range(blasts):  # a yardstick slice beside each blast: a slow stretch hits both
+                yard.append(yardstick())
+                blast += await _client_phases(socket, [f"blast {turns} {THREADS}"])
             events_per_run = (daemon.journal.log.recorded - events_before) // blasts
-            rate = statistics.median(_rate(phase) for phase in blast)
+            rate = statistics.harmonic_mean([_rate(phase) for phase in blast])  # equal work: the ratio of sums
             prompts = []
             for share in LOAD_SHARES:
                 paced = max(1000, int(rate * share))
@@ -95,6 +99,8 @@ async def _measure(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
         "events_per_run": events_per_run,
         "runs": blasts,
         "deltas_per_s": round(rate),
+        "yardstick_per_s": round(statistics.harmonic_mean(yard)),
+        "share_of_decode_only": round(rate / statistics.harmonic_mean(yard), 3),
         "first_delta_p50_ms": headline["p50_ms"],
         "first_delta_p99_ms": headline["p99_ms"],
         "latency_load_deltas_per_s": headline["deltas_per_s"],
@@ -107,8 +113,9 @@ async def _measure(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
     }
 
 
-def bench_daemon(turns: int, blasts: int, paced_s: float) -> dict[str, Any]:
+def bench_daemon(turns: int, blasts: int, paced_s: float, yardstick: Callable[[], float]) -> dict[str, Any]:
+    """`yardstick()` runs one slice of the core's decode-only workload and returns its rate."""
     # A daemon does not share its heap with a benchmark: without a collection here, the first collection inside
     # a timed phase would traverse whatever the core benchmark left young (seen: one 8 ms stall in a paced phase).
     gc.collect()
-    return trio.run(_measure, turns, blasts, paced_s)
+    return trio.run(_measure, turns, blasts, paced_s, yardstick)

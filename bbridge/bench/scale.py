@@ -1,0 +1,165 @@
+"""The scale phase: many threads streaming at a model's pace through several bridges to several clients.
+
+`bbridge serve --socket` runs as its own process, as deployed (text coalescing on, the default 100 ms window),
+with B providers, each a `bbridge.bench.scale_bridge` process. C clients connect (`bbridge.bench.scale_client`);
+the last one also starts N threads round robin over the bridges and one turn on each: about SECONDS long at RATE
+tokens per second (text and reasoning, a tool call, a command with streamed output, usage, the boundary). Each
+client checks every thread's events (each seq once, in order, nothing left in the journal after the last it saw)
+and reads the first-delta latency of every text stream (bridge write → client receipt).
+
+Measured over the streaming window (every turn/start answered → every turn completed): the daemon's CPU time
+over wall time (its share of one core, from /proc), its peak RSS, the deltas it took in per second
+(`daemon/status` counters), the events each client received per second, p50/p99 first-delta latency, and events
+lost or duplicated. `capacity` runs the phase at growing thread counts and reports the most threads whose p99
+first-delta stayed under a bound with nothing lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from bbridge.bench.scale_bridge import turn_plan
+
+CAPACITY_P99_MS = 100.0
+CAPACITY_STEPS = (1000, 2000, 4000, 8000, 16000)
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _ms(values: list[int], share: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return round(ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))] / 1e6, 3)
+
+
+def _line(stream: IO[str], expected: str) -> None:
+    got = stream.readline().strip()
+    if got != expected:
+        raise RuntimeError(f"scale client said {got!r}, not {expected!r}")
+
+
+def _config(root: Path, bridges: int) -> Path:
+    command = json.dumps([sys.executable, "-m", "bbridge.bench.scale_bridge"])
+    path = root / "bbridge.toml"
+    path.write_text("".join(f"[providers.scale{n}]\ncommand = {command}\n\n" for n in range(bridges)))
+    return path
+
+
+def run_scale(
+    threads: int, bridges: int, clients: int, seconds: float, rate: float, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One run of the phase; every process it starts is stopped before it returns."""
+    timeout = seconds * 3 + 60 + threads / 100
+    with tempfile.TemporaryDirectory(prefix="bbridge-scale-") as tmp:
+        root = Path(tmp)
+        socket = root / "d.sock"
+        serve_argv = [sys.executable, "-m", "bbridge", "serve", "--socket", str(socket)]
+        serve = subprocess.Popen([*serve_argv, "--config", str(_config(root, bridges)), "--log-level", "error", *extra])
+        started: list[subprocess.Popen[str]] = []
+        try:
+            deadline = time.monotonic() + 30
+            while not socket.exists():
+                if serve.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("bbridge serve did not start")
+                time.sleep(0.02)
+            base = [sys.executable, "-m", "bbridge.bench.scale_client"]
+            for _ in range(clients - 1):
+                watch = [*base, "watch", str(socket), str(threads), str(timeout)]
+                started.append(subprocess.Popen(watch, stdout=subprocess.PIPE, text=True))
+                assert started[-1].stdout is not None
+                _line(started[-1].stdout, "ready")
+            drive = [*base, "drive", str(socket), str(threads), str(timeout), str(bridges), str(seconds), str(rate)]
+            driver = subprocess.Popen(drive, stdout=subprocess.PIPE, text=True)
+            started.append(driver)
+            assert driver.stdout is not None
+            _line(driver.stdout, "ready")
+            _line(driver.stdout, "turns")
+            cpu0, wall0 = _cpu_s(serve.pid), time.monotonic()
+            reports = [json.loads(proc.communicate(timeout=timeout)[0].strip().splitlines()[-1]) for proc in started]
+            cpu1, wall1 = _cpu_s(serve.pid), time.monotonic()
+            rss = _peak_rss_mb(serve.pid)
+        finally:
+            for proc in started:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=60)
+    drive_report = reports[-1]
+    window_s = (max(r["done_ns"] for r in reports) - drive_report["turns_started_ns"]) / 1e9
+    latencies = [ns for r in reports for ns in r["latencies_ns"]]
+    per_turn = len(turn_plan("x", seconds, rate))
+    counters = drive_report["counters"]
+    lost = sum(threads - r["threads_completed"] + r["gaps"] + r["lost_at_tail"] for r in reports)
+    return {
+        "threads": threads,
+        "bridges": bridges,
+        "clients": clients,
+        "seconds": seconds,
+        "tokens_per_s": rate,
+        "window_s": round(window_s, 2),
+        "offered_deltas": threads * per_turn,
+        "offered_deltas_per_s": round(threads * per_turn / window_s),
+        "delivered_deltas_per_s": round(counters["deltas_in"] / window_s),
+        "events_per_s_per_client": round(sum(r["events"] for r in reports) / clients / window_s),
+        "daemon_cpu_share": round((cpu1 - cpu0) / (wall1 - wall0), 3),
+        "daemon_peak_rss_mb": rss,
+        "first_delta_samples": len(latencies),
+        "first_delta_p50_ms": _ms(latencies, 0.5),
+        "first_delta_p99_ms": _ms(latencies, 0.99),
+        "first_delta_max_ms": _ms(latencies, 1.0),
+        "events_lost": lost,
+        "events_duplicated": sum(r["duplicates"] for r in reports),
+        "deltas_in": counters["deltas_in"],
+        "clients_disconnected_slow": counters["clients_disconnected_slow"],
+        "grammar_drops": counters["grammar_drops"],
+    }
+
+
+def capacity(bridges: int, clients: int, seconds: float, rate: float, steps: tuple[int, ...]) -> dict[str, Any]:
+    """The most threads (of `steps`, then one step halfway to the first failure) with p99 first-delta under
+    `CAPACITY_P99_MS` and nothing lost, duplicated or dropped."""
+
+    def holds(run: dict[str, Any]) -> bool:
+        clean = run["events_lost"] == run["events_duplicated"] == run["clients_disconnected_slow"] == 0
+        return bool(clean and run["first_delta_p99_ms"] < CAPACITY_P99_MS)
+
+    runs: list[dict[str, Any]] = []
+    best, failed = 0, 0
+    for threads in steps:
+        runs.append(run_scale(threads, bridges, clients, seconds, rate))
+        if not holds(runs[-1]):
+            failed = threads
+            break
+        best = threads
+    if failed and best:
+        middle = (best + failed) // 2
+        runs.append(run_scale(middle, bridges, clients, seconds, rate))
+        best = middle if holds(runs[-1]) else best
+    brief = ("threads", "first_delta_p99_ms", "daemon_cpu_share", "daemon_peak_rss_mb", "events_lost")
+    return {
+        "p99_bound_ms": CAPACITY_P99_MS,
+        "threads": best,
+        "limited_by_steps": failed == 0,
+        "runs": [{k: run[k] for k in brief} for run in runs],
+    }

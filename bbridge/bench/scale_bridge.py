@@ -1,0 +1,155 @@
+"""The scale benchmark's bridge: many threads, each streaming one realistic turn at a model's pace (stdlib only).
+
+`turn/start` whose first input text is `scale SECONDS RATE` schedules that thread's turn: after a random start
+offset (under one second, so threads do not tick together), reasoning text, a tool call with progress, a command
+with streamed output, the answer streamed token by token, usage and the boundary, one delta every `1/RATE`
+seconds (RATE tokens per second), lasting about SECONDS. The first delta of each text stream (reasoning, command
+output, answer) carries the bridge's send time (`@<monotonic ns>@`): the client reads the first-delta latency
+from it. One loop writes every delta that is due, for every thread, in one write per tick.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import random
+import select
+import sys
+import time
+from typing import Any
+
+TICK_S = 0.005  # the writer's granularity: a delta is written at most this late by design
+_USAGE = {
+    "totalTokens": 5400, "inputTokens": 5000, "cachedInputTokens": 4000,
+    "outputTokens": 400, "reasoningOutputTokens": 120,
+}  # fmt: skip
+_WORDS = (" the", " function", " returns", " a", " list", " of", " events", " in", " order", ",", " and", " then")
+STAMP = "~stamp~"  # replaced by `@<ns>@` when the line is written (no other `~` or `@` in the stream)
+
+
+_STAMP = STAMP.encode()
+_PID = os.getpid()
+
+
+def _line(thread: str, delta: dict[str, Any]) -> bytes:
+    message = {"jsonrpc": "2.0", "method": "thread/delta", "params": {"threadId": thread, "deltas": [delta]}}
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def _text(pid: str, channel: str, text: str) -> dict[str, Any]:
+    return {"kind": "item.textDelta", "key": {"providerItemId": pid}, "channel": channel, "text": text}
+
+
+def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
+    """One turn's deltas, in order; text streams start with the stamp placeholder."""
+    reasoning, tool, command, message = f"r{tag}", f"t{tag}", f"c{tag}", f"m{tag}"
+    tokens = max(60, int(seconds * rate))
+    thinking = tokens // 5
+    answer = tokens - thinking - 20
+    words = [_WORDS[i % len(_WORDS)] for i in range(max(thinking, answer))]
+    plan: list[dict[str, Any]] = [{"kind": "turn.open"}]
+    plan += [_text(reasoning, "reasoningText", (STAMP if i == 0 else "") + words[i]) for i in range(thinking)]
+    plan.append({"kind": "item.textClose", "key": {"providerItemId": reasoning}, "channel": "reasoningText"})
+    shape = {"type": "tool", "tool": "Read", "args": {"path": f"src/{tag}.py"}}
+    plan.append({"kind": "item.open", "key": {"providerItemId": tool}, "item": shape})
+    plan.append({"kind": "item.progress", "key": {"providerItemId": tool}, "message": "reading"})
+    plan.append(
+        {
+            "kind": "item.close",
+            "key": {"providerItemId": tool},
+            "status": "completed",
+            "item": {**shape, "result": "ok"},
+        }
+    )
+    run = {"type": "command", "command": "pytest -q", "cwd": "/work/repo"}
+    plan.append({"kind": "item.open", "key": {"providerItemId": command}, "item": run})
+    plan += [
+        {"kind": "item.outputDelta", "key": {"providerItemId": command}, "channel": "command",
+         "text": (STAMP if i == 0 else "") + f"line {i}\n"}
+        for i in range(8)
+    ]  # fmt: skip
+    plan.append(
+        {"kind": "item.close", "key": {"providerItemId": command}, "status": "completed", "item": run, "exitCode": 0,
+         "aggregatedOutput": "8 passed\n"}
+    )  # fmt: skip
+    plan += [_text(message, "agentMessage", (STAMP if i == 0 else "") + words[i]) for i in range(answer)]
+    plan.append({"kind": "item.textClose", "key": {"providerItemId": message}, "channel": "agentMessage"})
+    plan.append({"kind": "usage", "total": _USAGE, "last": _USAGE, "modelContextWindow": 200000})
+    plan.append({"kind": "turn.boundary", "status": "completed"})
+    return plan
+
+
+class Streams:
+    """Every scheduled delta of every thread, by due time; `due()` pops what is due now."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, bytes]] = []
+        self.order = 0
+
+    def schedule(self, thread: str, seconds: float, rate: float) -> None:
+        start = time.monotonic() + random.random()
+        for n, delta in enumerate(turn_plan(thread, seconds, rate)):
+            self.order += 1
+            heapq.heappush(self.heap, (start + n / rate, self.order, _line(thread, delta)))
+
+    def due(self) -> bytes:
+        now = time.monotonic()
+        out: list[bytes] = []
+        while self.heap and self.heap[0][0] <= now:
+            out.append(heapq.heappop(self.heap)[2])
+        if not out:
+            return b""
+        ns = time.monotonic_ns()
+        for n, line in enumerate(out):
+            if _STAMP in line:  # unique per stream: the send time, this bridge and a counter
+                self.order += 1
+                out[n] = line.replace(_STAMP, f"@{ns}.{_PID}.{self.order}@".encode())
+        return b"".join(out)
+
+
+def _answer(request_id: Any, result: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n"
+
+
+def main() -> None:
+    out = sys.stdout.buffer
+    stdin = sys.stdin.buffer
+    streams = Streams()
+    carry = b""
+    while True:
+        readable, _, _ = select.select([stdin], [], [], TICK_S)
+        replies: list[bytes] = []
+        if readable:
+            data = os.read(stdin.fileno(), 1 << 16)
+            if not data:
+                break
+            *lines, carry = (carry + data).split(b"\n")
+            for raw in lines:
+                if not raw.strip():
+                    continue
+                message = json.loads(raw)
+                method, request_id = message.get("method"), message.get("id")
+                if request_id is None:
+                    continue
+                params = message.get("params") or {}
+                if method == "initialize":
+                    replies.append(
+                        _answer(request_id, {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}})
+                    )
+                elif method == "thread/start":
+                    replies.append(_answer(request_id, {"providerThreadId": f"p-{params['threadId']}"}))
+                elif method == "turn/start":
+                    words = str(params["input"][0]["text"]).split()
+                    replies.append(_answer(request_id, {}))
+                    streams.schedule(str(params["threadId"]), float(words[1]), float(words[2]))
+                else:
+                    replies.append(_answer(request_id, {}))
+        chunk = b"".join(replies) + streams.due()
+        if chunk:
+            out.write(chunk)
+            out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The scale benchmark's clients (blocking, one process each): they check every event and read the latencies.
+
+Usage: python -m bbridge.bench.scale_client watch SOCKET THREADS TIMEOUT_S
+       python -m bbridge.bench.scale_client drive SOCKET THREADS TIMEOUT_S BRIDGES SECONDS RATE
+
+Both print `ready` once initialized, then check each thread's events: every `seq` once and in order from 1
+(a gap, a repeat or a step back is counted), until every thread's turn has completed, then ask the journal
+(`thread/events {afterSeq}`) whether anything came after the last seq seen. `drive` also starts the threads
+(`scale-<n>` on providers `scale0..scale<BRIDGES-1>`, round robin) and their turns (`scale SECONDS RATE`),
+printing `turns` when every turn/start is answered, and reads `daemon/status` counters at the end. First-delta
+latency: the bridge stamps the first delta of each text stream with `@<ns>.<pid>.<n>@` (its send time); the
+first receipt of each stamp is a sample. One JSON object on stdout at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+
+class _Event(msgspec.Struct):
+    type: str
+
+
+class _Entry(msgspec.Struct):
+    seq: int
+    event: _Event
+
+
+class _Params(msgspec.Struct):
+    threadId: str | None = None
+    events: list[_Entry] = []
+
+
+class _Message(msgspec.Struct):
+    method: str | None = None
+    id: int | None = None
+    params: _Params | None = None
+    result: Any = None
+    error: Any = None
+
+
+_decode = msgspec.json.Decoder(_Message).decode
+WINDOW = 256  # requests in flight at once
+
+
+class Checker:
+    def __init__(self, path: str, threads: int) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.threads = threads
+        self.carry = b""
+        self.next_id = 0
+        self.answers: dict[int, _Message] = {}
+        self.unanswered: set[int] = set()
+        self.last: dict[str, int] = {}
+        self.completed: set[str] = set()
+        self.events = 0
+        self.gaps = self.duplicates = 0
+        self.stamps: set[bytes] = set()
+        self.latencies_ns: list[int] = []
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        return self.next_id
+
+    def send_many(self, requests: list[tuple[str, dict[str, Any]]]) -> list[int]:
+        """Pipelined, at most `WINDOW` unanswered at a time; the events that arrive meanwhile are checked."""
+        ids = []
+        for method, params in requests:
+            ids.append(self.send(method, params))
+            self.unanswered.add(ids[-1])
+            while len(self.unanswered) >= WINDOW:
+                self.receive()
+        while self.unanswered:
+            self.receive()
+        for i in ids:
+            if self.answers[i].error is not None:
+                raise RuntimeError(f"request {i} failed: {self.answers[i].error}")
+        return ids
+
+    def receive(self) -> None:
+        data = self.sock.recv(1 << 20)
+        now = time.monotonic_ns()
+        if not data:
+            raise RuntimeError("the daemon closed the connection")
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self.carry += data
+            return
+        lines = self.carry + data[: cut + 1]
+        self.carry = data[cut + 1 :]
+        start = lines.find(b"@")
+        while start >= 0:
+            end = lines.index(b"@", start + 1)
+            token = lines[start + 1 : end]
+            if token not in self.stamps:
+                self.stamps.add(token)
+                self.latencies_ns.append(now - int(token.split(b".", 1)[0]))
+                if self.latencies_ns[-1] > 50e6:
+                    import os
+
+                    if os.environ.get("SCALE_DEBUG"):
+                        print(self.latencies_ns[-1] / 1e6, lines[max(0, start - 400) : start + 60], file=sys.stderr)
+            start = lines.find(b"@", end + 1)
+        for line in lines.split(b"\n"):
+            if line:
+                self.take(_decode(line))
+
+    def take(self, message: _Message) -> None:
+        if message.method is None:
+            if message.id is not None:
+                self.answers[message.id] = message
+                self.unanswered.discard(message.id)
+            return
+        if message.method != "thread/events" or message.params is None or message.params.threadId is None:
+            return
+        thread = message.params.threadId
+        last = self.last.get(thread, 0)
+        for entry in message.params.events:
+            self.events += 1
+            if entry.seq <= last:
+                self.duplicates += 1
+                continue
+            self.gaps += entry.seq != last + 1
+            last = entry.seq
+            if entry.event.type == "turn/completed":
+                self.completed.add(thread)
+        self.last[thread] = last
+
+    def wait_completed(self, deadline: float) -> None:
+        while len(self.completed) < self.threads and time.monotonic() < deadline:
+            self.receive()
+
+    def tail_lost(self) -> int:
+        """Events the journal holds after the last seq this client saw, over every thread."""
+        threads = sorted(self.last)
+        ids = self.send_many([("thread/events", {"threadId": t, "afterSeq": self.last[t]}) for t in threads])
+        return sum(len(self.answers[i].result["events"]) for i in ids)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "threads_seen": len(self.last),
+            "threads_completed": len(self.completed),
+            "gaps": self.gaps,
+            "duplicates": self.duplicates,
+            "latencies_ns": self.latencies_ns,
+        }
+
+
+def main() -> None:
+    role, path, threads, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    checker = Checker(path, threads)
+    checker.send_many([("initialize", {"client": {"name": f"bbridge-scale-{role}", "version": "0"}})])
+    print("ready", flush=True)
+    result: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    if role == "drive":
+        bridges, seconds, rate = int(sys.argv[5]), sys.argv[6], sys.argv[7]
+        names = [f"scale-{n}" for n in range(threads)]
+        checker.send_many(
+            [("thread/start", {"providerId": f"scale{n % bridges}", "threadId": t}) for n, t in enumerate(names)]
+        )
+        started = time.monotonic_ns()
+        text = [{"type": "text", "text": f"scale {seconds} {rate}"}]
+        turn = {"clientRequestId": "creq_scale00000", "input": text}
+        checker.send_many([("turn/start", {"threadId": t, **turn}) for t in names])
+        print("turns", flush=True)
+        result["turns_started_ns"] = started
+    checker.wait_completed(deadline)
+    result["done_ns"] = time.monotonic_ns()
+    result["lost_at_tail"] = checker.tail_lost()
+    if role == "drive":
+        (status,) = checker.send_many([("daemon/status", {})])
+        result["counters"] = checker.answers[status].result["counters"]
+    print(json.dumps({**result, **checker.report()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
