@@ -160,22 +160,34 @@ class DeliveryMixin(DaemonState):
             self._schedule_flush(bridge, thread_id)
 
     def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
-        """Coalesced text waits for traffic in the reference; here a timer drains it when due (when the thread
-        has text pending and no timer yet)."""
+        """Coalesced text waits for traffic in the reference; here the flusher drains it when due (when the thread
+        has text pending and is not queued yet). Every entry waits the same window, so the queue is in due order."""
         if self._nursery is None or not bridge.assembler.has_pending_text(thread_id):
             return
         key = (id(bridge), thread_id)
         if key in self._flushing:
             return
         self._flushing.add(key)
+        if not self._flush_queue:
+            self._flush_wake.set()
+        self._flush_queue.append((trio.current_time() + self.text_delta_flush_ms / 1000, key, bridge, thread_id))
 
-        async def flush_later() -> None:
-            await trio.sleep(self.text_delta_flush_ms / 1000)
+    async def flusher(self) -> None:
+        """One task drains every thread's due text (a task per thread and window cost more than the text)."""
+        queue = self._flush_queue
+        while True:
+            if not queue:
+                await self._flush_wake.wait()
+                self._flush_wake = trio.Event()
+                continue
+            due, key, bridge, thread_id = queue[0]
+            if due > trio.current_time():
+                await trio.sleep_until(due)
+                continue
+            queue.popleft()
             self._flushing.discard(key)
             if bridge.state == "ready":
                 self._deliver(bridge, thread_id, bridge.assembler.assemble(thread_id, [], trio.current_time() * 1000))
-
-        self._nursery.start_soon(flush_later)
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         """Daemon-made events past the bridge's guard (the bridge is gone, or a watchdog speaks): journaled, out."""

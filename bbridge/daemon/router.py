@@ -9,6 +9,7 @@ are mixins of `Daemon`: bridge output to clients (`delivery.py`), bridge request
 from __future__ import annotations
 
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
         self._flushing: set[tuple[int, str]] = set()
+        self._flush_queue: deque[tuple[float, tuple[int, str], BridgeProcess, str]] = deque()
+        self._flush_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
 
@@ -100,6 +103,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         """Owns the bridges; returns after `shutdown` has stopped them all."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self.text_delta_flush_ms > 0:
+                nursery.start_soon(self.flusher)
             task_status.started()
             await self.shutdown_requested.wait()
             await self._stop_bridges()
