@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 if TYPE_CHECKING:
+    from collections import deque
     from pathlib import Path
 
     from bbridge.daemon.bridge import BridgeProcess
@@ -30,7 +31,8 @@ CLIENT_PROTOCOL_VERSION = 1
 
 
 class ClientSink(Protocol):
-    """What the daemon needs of a connected client (a socket/stdio client, or `bbridge run`)."""
+    """What the daemon needs of a connected client (a socket/stdio client, or an in-process driver such as
+    `tools/record_echo_cells.py`'s)."""
 
     name: str
 
@@ -81,5 +83,7 @@ class DaemonState:
     interactions: Interactions
     clients_changed: trio.Event
     _flushing: set[tuple[int, str]]
+    _flush_queue: deque[tuple[float, tuple[int, str], BridgeProcess, str]]
+    _flush_wake: trio.Event
     _nursery: trio.Nursery | None
     _started_at: float
