@@ -15,7 +15,7 @@ import trio.testing
 
 from bbridge.bench import stream
 from bbridge.core import native
-from bbridge.daemon import router
+from bbridge.daemon import delivery, router
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ExtensionKind, ProviderConfig
 from bbridge.daemon.journal import Journal
@@ -502,6 +502,7 @@ async def test_maintenance_requests_keep_their_provider_id(tmp_path: Path, metho
 async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_rest_is_assembled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Only for a read of more than `EARLY_SEND_MIN` notifications: a smaller one goes out in one send, unyielded."""
     steps: list[Any] = []
 
     class Sink:
@@ -517,12 +518,22 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
     daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
     daemon.add_client(Sink())
     bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
-    deltas = stream.short_turn("x")  # open, three text deltas, text close, usage, boundary: one notification each
-    batch = [
-        rpc.Notification("thread/delta", msgspec.Raw(json.dumps({"threadId": THREAD, "deltas": [delta]}).encode()))
-        for delta in deltas
-    ]
+
+    def notes(thread: str) -> list[rpc.Notification]:
+        deltas = stream.short_turn(
+            thread
+        )  # open, three text deltas, text close, usage, boundary: one notification each
+        raw = [json.dumps({"threadId": thread, "deltas": [delta]}).encode() for delta in deltas]
+        return [rpc.Notification("thread/delta", msgspec.Raw(line)) for line in raw]
+
+    small = notes("thr_small")
+    assert len(small) <= delivery.EARLY_SEND_MIN
+    await daemon.on_notifications(bridge, small)
+    assert len(steps) == 1 and len(steps[0]) == len(small)  # one send, no offer
+    steps.clear()
+    batch = [note for n in range(3) for note in notes(f"thr_{n}")]
+    assert len(batch) > delivery.EARLY_SEND_MIN
     await daemon.on_notifications(bridge, batch)
     assert steps[:2] == [["turn/started"], "yield"]  # the first notification's line, then the CPU offered once
     rest = [kind for step in steps[2:] for kind in step]  # every other line after that, no second offer
-    assert len(rest) == len(deltas) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"
+    assert len(rest) == len(batch) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"

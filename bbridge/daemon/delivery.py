@@ -48,6 +48,14 @@ class _Replaced(msgspec.Struct):
     contextLost: bool = False
 
 
+# A read of more notifications than this sends its first events before assembling the rest (`_let_writers_run`);
+# a smaller one is assembled in microseconds, and the early send would cost more than it saves.
+EARLY_SEND_MIN = 16
+# The flusher wakes this long after the first queued entry is due, and flushes every entry due by then: late by
+# at most this much, it wakes a few hundred times a second however many threads stream.
+FLUSH_SLACK_S = 0.005
+
+
 class DeliveryMixin(DaemonState):
     """How bridge output reaches the clients."""
 
@@ -58,7 +66,7 @@ class DeliveryMixin(DaemonState):
         lines: list[bytes] = []
         touched: set[str] = set()  # threads heard from, for the watchdogs
         deltas = 0
-        first = len(batch) > 1 and bool(self.clients)
+        first = len(batch) > EARLY_SEND_MIN and bool(self.clients)
         take, now_ms, coalescing = bridge.delivery.take, now * 1000, self.text_delta_flush_ms > 0
         for note in batch:
             method = note.method
@@ -173,21 +181,29 @@ class DeliveryMixin(DaemonState):
         self._flush_queue.append((trio.current_time() + self.text_delta_flush_ms / 1000, key, bridge, thread_id))
 
     async def flusher(self) -> None:
-        """One task drains every thread's due text (a task per thread and window cost more than the text)."""
+        """One task drains every thread's due text (a task per thread and window cost more than the text): it
+        wakes `FLUSH_SLACK_S` after the first entry is due and flushes every entry due by then, in one send."""
         queue = self._flush_queue
         while True:
             if not queue:
                 await self._flush_wake.wait()
                 self._flush_wake = trio.Event()
                 continue
-            due, key, bridge, thread_id = queue[0]
-            if due > trio.current_time():
-                await trio.sleep_until(due)
-                continue
-            queue.popleft()
-            self._flushing.discard(key)
-            if bridge.state == "ready":
-                self._deliver(bridge, thread_id, bridge.assembler.assemble(thread_id, [], trio.current_time() * 1000))
+            if queue[0][0] > trio.current_time():
+                await trio.sleep_until(queue[0][0] + FLUSH_SLACK_S)
+            now = trio.current_time()
+            lines: list[bytes] = []
+            while queue and queue[0][0] <= now:
+                _, key, bridge, thread_id = queue.popleft()
+                self._flushing.discard(key)
+                if bridge.state == "ready":
+                    events = bridge.assembler.assemble(thread_id, [], now * 1000)
+                    line = bridge.delivery.deliver(thread_id, events)
+                    self._take_notices(bridge, now)
+                    if line is not None:
+                        lines.append(line)
+                    self._schedule_flush(bridge, thread_id)
+            self._broadcast(lines)
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         """Daemon-made events past the bridge's guard (the bridge is gone, or a watchdog speaks): journaled, out."""
