@@ -318,7 +318,7 @@ async def test_a_client_that_never_reads_is_disconnected_without_blocking_the_br
 
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
         ours, theirs = trio.testing.lockstep_stream_pair()  # writes block until the peer reads: it never does
-        slow = Client(daemon, ours, ours, "slow", queue=2)
+        slow = Client(daemon, ours, ours, "slow", queue_bytes=600)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(slow.run)
             while slow not in daemon.clients:

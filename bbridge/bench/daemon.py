@@ -28,10 +28,9 @@ from bbridge.daemon.router import Daemon
 from bbridge.daemon.server import serve_socket
 
 THREADS = 8
-# The client's outbound queue (lines). `serve` keeps 10,000 and drops a client that falls further behind; a
-# benchmark client that the OS deschedules for ~50 ms at 200k events/s would hit that, and this measures
-# throughput, not the slow-client policy.
-CLIENT_QUEUE = 200_000
+# The client's outbound queue (bytes). `serve` keeps 64 MiB and drops a client that falls further behind; this
+# measures throughput, not the slow-client policy, so a benchmark client the OS deschedules never gets near it.
+CLIENT_QUEUE_BYTES = 1 << 30
 LOAD_SHARES = (0.1, 0.25, 0.5)  # paced phases, as shares of the measured throughput
 HEADLINE_SHARE = 0.5
 
@@ -76,7 +75,7 @@ async def _measure(turns: int, blasts: int, paced_s: float, yardstick: Callable[
     with tempfile.TemporaryDirectory(prefix="bbridge-bench-") as tmp:
         socket = Path(tmp) / "bench.sock"
         async with trio.open_nursery() as nursery:
-            await nursery.start(serve_socket, daemon, socket, CLIENT_QUEUE)
+            await nursery.start(serve_socket, daemon, socket, CLIENT_QUEUE_BYTES)
             events_before = daemon.journal.log.recorded
             blast, yard = [], []
             for _ in range(blasts):  # a yardstick slice beside each blast: a slow stretch hits both

@@ -24,13 +24,16 @@ from bbridge.wire import errors, rpc
 
 log = structlog.get_logger("bbridge.daemon.server")
 
-DEFAULT_QUEUE = 10_000
+# A client's unsent backlog, in bytes, before it is disconnected (it catches up from the journal). Bytes, not lines:
+# 1,000 threads streaming make ~13,000 lines a second, so a line bound small enough to bound memory drops a client
+# that pauses for half a second; 64 MiB is seconds of that, and bounds memory whatever the lines hold.
+DEFAULT_QUEUE_BYTES = 64 << 20
 FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before connections close
 
 
 class Client:
     def __init__(
-        self, daemon: Daemon, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, name: str, queue: int
+        self, daemon: Daemon, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, name: str, queue_bytes: int
     ) -> None:
         self.daemon = daemon
         self.name = name
@@ -44,7 +47,8 @@ class Client:
             on_junk=self._on_junk,
             answer_junk=True,
         )
-        self._queue = queue
+        self._queue_bytes = queue_bytes
+        self._outbox_bytes = 0  # the unsent lines' size
         self._outbox: list[bytes] = []  # lines the writer has not taken yet
         self._outbox_closed = False
         self._outbox_ready = trio.Event()  # set when the outbox has lines or was closed
@@ -58,7 +62,8 @@ class Client:
         outbox = self._outbox
         if self._outbox_closed:
             return
-        if len(outbox) + len(lines) > self._queue:
+        size = sum(map(len, lines))
+        if self._outbox_bytes + size > self._queue_bytes:
             self.daemon.counters.clients_disconnected_slow += 1
             self._log.warning("disconnecting a client that stopped reading", reason="outbound queue full")
             self._disconnect()
@@ -66,6 +71,7 @@ class Client:
         if not outbox:
             self._outbox_ready.set()
         outbox.extend(lines)
+        self._outbox_bytes += size
 
     def _close_outbox(self) -> None:
         self._outbox_closed = True
@@ -98,7 +104,7 @@ class Client:
             while True:
                 await self._outbox_ready.wait()
                 self._outbox_ready = trio.Event()
-                batch, self._outbox = self._outbox, []
+                batch, self._outbox, self._outbox_bytes = self._outbox, [], 0
                 if batch:
                     await self.conn.send_lines(batch)
                     if self.conn.closed:
@@ -140,10 +146,10 @@ async def _watch_signals(daemon: Daemon) -> None:
             return
 
 
-async def serve_stdio(daemon: Daemon, queue: int = DEFAULT_QUEUE) -> None:
+async def serve_stdio(daemon: Daemon, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
-    client = Client(daemon, stdout, stdin, "stdio", queue)
+    client = Client(daemon, stdout, stdin, "stdio", queue_bytes)
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         nursery.start_soon(_watch_signals, daemon)
@@ -193,7 +199,7 @@ async def open_socket_listener(path: Path) -> trio.SocketListener:
 async def serve_socket(
     daemon: Daemon,
     path: Path,
-    queue: int = DEFAULT_QUEUE,
+    queue_bytes: int = DEFAULT_QUEUE_BYTES,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     listener = await open_socket_listener(path)
@@ -202,7 +208,7 @@ async def serve_socket(
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal counter
         counter += 1
-        client = Client(daemon, stream, stream, f"socket-{counter}", queue)
+        client = Client(daemon, stream, stream, f"socket-{counter}", queue_bytes)
         await client.run()
 
     try:
