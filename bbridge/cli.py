@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -56,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--flush-ms", type=float, default=100, metavar="MS", help="text coalescing window, 0 disables; default 100"
+    )
+    serve.add_argument(
+        "--open-extensions",
+        action="store_true",
+        help="accept extension kinds no config declares (for bridge authors)",
+    )
     serve.add_argument(
         "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
     )
@@ -211,6 +220,9 @@ def _serve(args: argparse.Namespace) -> int:
     from bbridge.daemon.router import Daemon
     from bbridge.wire.record import record_dir_from_env
 
+    if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
+        print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
+        return 2
     logs.configure(args.log_level)
     providers, report = load_config(config_path(args.config))
     if report.refused and args.strict_config:
@@ -226,6 +238,8 @@ def _serve(args: argparse.Namespace) -> int:
         record_dir=args.record or record_dir_from_env(),
         token=token,
         config=report,
+        text_delta_flush_ms=args.flush_ms,
+        open_extensions=args.open_extensions,
     )
     if args.socket is not None:
         trio.run(server.serve_socket, daemon, args.socket)
@@ -273,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             print(f"bbridge run: --tools {args.tools}: {exc}", file=sys.stderr)
             return 2
-    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools)
+    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
 
 
 def _ops(args: argparse.Namespace) -> int:

@@ -6,13 +6,19 @@
             print(entry.seq, entry.event["type"])
 
 * `Client.connect(path, token=...)` opens the Unix socket and sends `initialize`; `Client.spawn(argv)` runs
-  `bbridge serve` (or anything speaking the API) on its stdio.
+  `bbridge serve` (or anything speaking the API) on its stdio, its stderr this process's. An error comes out of
+  either block as itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when
+  `initialize` is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
 * Calls are typed with the daemon's own wire types (`bbridge.wire.client`): `initialize`, `status`,
   `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
-  carrying the daemon's code (`bbridge.wire.errors`).
+  carrying the daemon's code (`bbridge.wire.errors`); a call on a connection that has ended fails at once
+  with `Disconnected`.
 * `events(thread_id, after_seq=0)` yields a thread's events once each, in `seq` order: the journal's replay,
   then the live `thread/events`; when the connection drops (the daemon restarted, with `--journal`) it
   reconnects (bounded retries) and resumes after the last `seq` it yielded — no gap, no duplicate.
+* `notifications()` yields every notification of the current connection (`thread/events`, `bridge/status`,
+  `interaction/opened`, ...) in the order the daemon sent them, from the connection's opening, until it closes
+  (no reconnect). It reads the queue `events` reads: iterate one of them at a time.
 * Relayed bridge requests (`interaction/request`, `item/tool/call`) go to `on_request`, whose return value
   is the answer; with none, or when the handler returns `LEAVE`, the request is not answered and stays pending
   for any client's `interaction/respond` (an error answer would resolve it).
@@ -64,6 +70,12 @@ class Entry:
     event: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Notification:
+    method: str
+    params: dict[str, Any]
+
+
 class Client:
     """One client of the daemon, alive inside `async with Client.connect(...)` (or `Client.spawn(...)`)."""
 
@@ -102,8 +114,9 @@ class Client:
     @classmethod
     @contextlib.asynccontextmanager
     async def spawn(cls, argv: Sequence[str], *, on_request: Handler | None = None) -> AsyncIterator[Client]:
-        """The daemon (`bbridge serve`) as a child on stdio; it ends when the client's block does."""
-        process = await anyio.open_process(list(argv))
+        """The daemon (`bbridge serve`) as a child on stdio; it ends when the client's block does. Its stderr
+        (the daemon's logs) is this process's: a pipe nobody reads would fill and stall it."""
+        process = await anyio.open_process(list(argv), stderr=None)
         assert process.stdin is not None and process.stdout is not None
         stream = StapledByteStream(process.stdin, process.stdout)
 
@@ -123,16 +136,24 @@ class Client:
         cls, opener: Callable[[], Awaitable[anyio.abc.ByteStream]], token: str | None, on_request: Handler | None,
         *, reconnects: bool,
     ) -> AsyncIterator[Client]:  # fmt: skip
-        async with anyio.create_task_group() as group:
-            client = cls(group, opener, token, on_request, reconnects)
-            await client._open()
-            try:
-                yield client
-            finally:
-                group.cancel_scope.cancel()
-                if client._stream is not None:
-                    with anyio.CancelScope(shield=True):
-                        await client._stream.aclose()
+        failure: Exception | None = None
+        try:
+            async with anyio.create_task_group() as group:
+                client = cls(group, opener, token, on_request, reconnects)
+                await client._open()
+                try:
+                    yield client
+                finally:
+                    group.cancel_scope.cancel()
+                    if client._stream is not None:
+                        with anyio.CancelScope(shield=True):
+                            await client._stream.aclose()
+        except BaseExceptionGroup as grouped:
+            failure = _single(grouped)
+            if failure is None:
+                raise
+        if failure is not None:
+            raise failure  # the block's (or the connection's) one error, as itself
 
     async def _open(self) -> None:
         """A (new) connection: its reader in the client's task group, then `initialize`."""
@@ -204,6 +225,12 @@ class Client:
                 return
             await _retry(self._open)
 
+    async def notifications(self) -> AsyncIterator[Notification]:
+        """Every notification of the current connection, in order, until it closes."""
+        assert self._notes is not None
+        async for note in self._notes:
+            yield Notification(str(note.get("method")), note.get("params") or {})
+
     async def _follow(self, thread_id: str, after: int) -> AsyncIterator[Entry]:
         replay = await self.thread_events(thread_id, after)
         last = after
@@ -252,6 +279,8 @@ class Client:
                     box.append({"error": {"code": Disconnected().code, "message": "disconnected"}})
                     done.set()
             notes.close()
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()  # a later call fails at once (Disconnected), not waiting for an answer
 
     async def _dispatch(self, message: dict[str, Any], notes: MemoryObjectSendStream[dict[str, Any]]) -> None:
         if "method" not in message:
@@ -273,6 +302,14 @@ class Client:
             return  # unanswered: pending for whoever answers it with interaction/respond
         with contextlib.suppress(Disconnected):  # the daemon went away: it keeps the request pending
             await self._write({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+
+
+def _single(grouped: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The task group's one error when it holds exactly one (not a cancellation, not a group of its own)."""
+    if len(grouped.exceptions) != 1:
+        return None
+    only = grouped.exceptions[0]
+    return only if isinstance(only, Exception) and not isinstance(only, BaseExceptionGroup) else None
 
 
 async def _retry(open_: Callable[[], Awaitable[None]]) -> None:

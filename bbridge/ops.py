@@ -1,16 +1,14 @@
 """`bbridge status` and `bbridge tail`: an operator's view of a daemon already running on a socket.
 
-Both are ordinary socket clients (daemon.md §1, §3): they connect, send
-`initialize` (with the token when the daemon wants one), then ask
-`daemon/status` or follow the `thread/events` notifications every client is
-sent. `tail` prints each thread's events exactly once and in `seq` order: a
-journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live
-notifications did not carry, and anything seen twice is dropped by `seq`.
+Both are clients of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
+`initialize` (with the token when the daemon wants one), then they ask `daemon/status` or follow the
+`thread/events` notifications every client is sent. `tail` prints each thread's events exactly once and in
+`seq` order: a journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did
+not carry, and anything seen twice is dropped by `seq`.
 """
 
 from __future__ import annotations
 
-import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,11 +17,13 @@ from typing import Any, TextIO
 
 import msgspec
 import trio
+from msgspec import UNSET
 
 from bbridge import logs
-from bbridge.daemon.router import CLIENT_PROTOCOL_VERSION, DAEMON_INFO
+from bbridge.client import Client, DaemonError, Disconnected
 from bbridge.run import Renderer
-from bbridge.wire import errors, rpc
+from bbridge.wire import client as api
+from bbridge.wire import errors
 
 _SECTIONS = (
     "daemon",
@@ -39,94 +39,47 @@ class OpsError(Exception):
     """A reason to stop, said in one line (exit status 1)."""
 
 
-class _Entry(msgspec.Struct):
-    seq: int
-    event: msgspec.Raw  # passed on verbatim by `--json`
-
-
-class _Batch(msgspec.Struct):
-    threadId: str
-    events: list[_Entry]
-
-
-class _Replay(msgspec.Struct):
-    events: list[_Entry]
-    missingThrough: int | None = None
-
-
-class _Tracked(msgspec.Struct):
-    threadId: str
-
-
-class _Threads(msgspec.Struct):
-    threads: list[_Tracked]
-
-
 def read_token(path: Path | None) -> str | None:
     return path.read_text(encoding="utf-8").strip() if path is not None else None
 
 
 async def _session(
-    socket: Path,
-    token: str | None,
-    body: Callable[[rpc.Connection], Awaitable[None]],
-    on_notifications: rpc.NotificationHandler | None = None,
-    on_closed: Callable[[], None] | None = None,
-    ctrl_c_closes: bool = False,
+    socket: Path, token: str | None, body: Callable[[Client], Awaitable[None]], ctrl_c_ends: bool = False
 ) -> None:
     """Connect and initialize, run `body`, close; every failure comes out as one `OpsError`.
 
-    With `ctrl_c_closes`, SIGINT closes the connection, so a body that runs until the daemon closes it ends
-    as it would then (a KeyboardInterrupt would leave trio inside an exception group).
+    With `ctrl_c_ends`, SIGINT ends `body` as if it had returned (exit 0): a KeyboardInterrupt would leave trio
+    inside an exception group.
     """
-    try:
-        stream = await trio.open_unix_socket(str(socket))
-    except OSError as exc:
-        raise OpsError(f"no daemon is listening on {socket} ({exc.strerror or exc})") from None
-    conn = rpc.Connection(stream, stream, name="bbridge-ops", on_notifications=on_notifications)
     failure: str | None = None
-
-    async def read() -> None:
-        await conn.run()
-        if on_closed is not None:
-            on_closed()
-
-    async def close_on_ctrl_c() -> None:
-        with trio.open_signal_receiver(signal.SIGINT) as signals:
-            async for _ in signals:
-                await conn.aclose()
-
+    connected = False
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(read)
-        if ctrl_c_closes:
-            nursery.start_soon(close_on_ctrl_c)
+        if ctrl_c_ends:
+            nursery.start_soon(_cancel_on_ctrl_c, nursery.cancel_scope)
         try:
-            await _initialize(conn, socket, token)
-            await body(conn)
-        except rpc.ConnectionClosed:
+            async with Client.connect(socket, token=token) as client:
+                connected = True
+                await body(client)
+        except OSError as exc:
+            if connected:
+                raise  # not the socket's (the client says a dropped connection with Disconnected)
+            failure = f"no daemon is listening on {socket} ({exc.strerror or exc})"
+        except Disconnected:
             failure = f"the daemon on {socket} closed the connection"
-        except (OpsError, rpc.RpcError) as exc:
-            failure = str(exc)  # raised here it would leave the nursery wrapped in an exception group
-        await conn.aclose()
+        except DaemonError as exc:
+            failure = exc.message
+            if exc.code == errors.UNAUTHORIZED and not connected:
+                given = "the token given" if token is not None else "a client without a token (see --token-file)"
+                failure = f"the daemon on {socket} refused {given}: {exc.message}"
         nursery.cancel_scope.cancel()
     if failure is not None:
-        raise OpsError(failure)
+        raise OpsError(failure)  # raised in the nursery it would come out wrapped in an exception group
 
 
-async def _initialize(conn: rpc.Connection, socket: Path, token: str | None) -> None:
-    params: dict[str, Any] = {
-        "client": {"name": "bbridge-ops", "version": DAEMON_INFO["version"]},
-        "protocolVersion": CLIENT_PROTOCOL_VERSION,
-    }
-    if token is not None:
-        params["token"] = token
-    try:
-        await conn.request("initialize", params)
-    except rpc.RpcError as exc:
-        if exc.code != errors.UNAUTHORIZED:
-            raise
-        given = "the token given" if token is not None else "a client without a token (see --token-file)"
-        raise OpsError(f"the daemon on {socket} refused {given}: {exc.message}") from None
+async def _cancel_on_ctrl_c(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGINT) as interrupts:
+        async for _ in interrupts:
+            scope.cancel()
 
 
 def _run(command: str, main: Callable[[], Awaitable[None]]) -> int:
@@ -150,33 +103,23 @@ def status_main(
 ) -> int:
     """One `daemon/status`, or with `watch` one every `watch` seconds until Ctrl-C (or the daemon goes away)."""
 
+    async def show(client: Client) -> None:
+        status = await client.request("daemon/status")
+        if as_json:
+            out.write(msgspec.json.encode(status).decode() + "\n")  # the daemon's own encoding: its bytes
+        else:
+            lines = format_status(status)
+            out.write((CLEAR if watch is not None else "") + "".join(f"{line}\n" for line in lines))
+        out.flush()
+
+    async def ask(client: Client) -> None:
+        await show(client)
+        while watch is not None:  # Ctrl-C ends the watch: exit 0
+            await trio.sleep(watch)
+            await show(client)
+
     async def main() -> None:
-        async def show(conn: rpc.Connection) -> None:
-            raw = await conn.request_raw("daemon/status", {})
-            if as_json:
-                out.write(bytes(raw).decode() + "\n")
-            else:
-                lines = format_status(msgspec.json.decode(raw))
-                out.write((CLEAR if watch is not None else "") + "".join(f"{line}\n" for line in lines))
-            out.flush()
-
-        async def ask(conn: rpc.Connection) -> None:
-            if watch is None:
-                await show(conn)
-                return
-            with trio.open_signal_receiver(signal.SIGINT) as interrupts:
-                async with trio.open_nursery() as nursery:
-
-                    async def until_ctrl_c() -> None:
-                        async for _ in interrupts:
-                            nursery.cancel_scope.cancel()  # Ctrl-C ends the watch: exit 0
-
-                    nursery.start_soon(until_ctrl_c)
-                    while True:
-                        await show(conn)
-                        await trio.sleep(watch)
-
-        await _session(socket, token, ask)
+        await _session(socket, token, ask, ctrl_c_ends=watch is not None)
 
     return _run("status", main)
 
@@ -296,9 +239,9 @@ class Tail:
 
     The daemon sends this client every event journaled after it connected, in
     order, so a replay asked after connecting leaves no gap: notifications that
-    arrive meanwhile wait in a queue (the reader must stay free to read the
-    replay's answer) and those the replay already held are dropped by `seq`.
-    A thread met live without a replay starts at that event.
+    arrive meanwhile wait in the client's queue (`Client.notifications`) and
+    those the replay already held are dropped by `seq`. A thread met live
+    without a replay starts at that event.
     """
 
     def __init__(self, out: TextIO, as_json: bool, thread_id: str | None) -> None:
@@ -307,39 +250,31 @@ class Tail:
         self.only = thread_id
         self.view = Renderer(out)
         self.last: dict[str, int] = {}  # thread id -> the last seq printed
-        self._send, self._receive = trio.open_memory_channel[_Batch](math.inf)
 
-    async def on_notifications(self, batch: list[rpc.Notification]) -> None:
-        for note in batch:
-            if note.method == "thread/events" and note.params is not None:
-                events = msgspec.json.decode(note.params, type=_Batch)
-                if self.only is None or events.threadId == self.only:
-                    self._send.send_nowait(events)
-
-    def closed(self) -> None:
-        self._send.close()
-
-    async def follow(self, conn: rpc.Connection, after_seq: int | None) -> None:
+    async def follow(self, client: Client, after_seq: int | None) -> None:
         """Replay first (the one thread, or with `after_seq` every thread the daemon knows), then live."""
         try:
             if self.only is not None:
-                await self.replay(conn, self.only, after_seq or 0)
+                await self.replay(client, self.only, after_seq or 0)
             elif after_seq is not None:
-                known = msgspec.json.decode(await conn.request_raw("daemon/status", {}), type=_Threads)
-                for thread in known.threads:
-                    await self.replay(conn, thread.threadId, after_seq)
-        except rpc.ConnectionClosed:
+                for thread in (await client.status()).threads:
+                    await self.replay(client, thread["threadId"], after_seq)
+        except Disconnected:
             return  # the daemon went away mid-replay: the end of the tail, like any other close
-        async for events in self._receive:
-            for entry in events.events:
-                if entry.seq > self.last.setdefault(events.threadId, entry.seq - 1):
-                    self.show(events.threadId, entry)
+        async for note in client.notifications():  # ends when the daemon closes the connection
+            if note.method != "thread/events":
+                continue
+            batch = msgspec.convert(note.params, api.ThreadEventsNotification)
+            if self.only is not None and batch.threadId != self.only:
+                continue
+            for entry in batch.events:
+                if entry.seq > self.last.setdefault(batch.threadId, entry.seq - 1):
+                    self.show(batch.threadId, entry)
 
-    async def replay(self, conn: rpc.Connection, thread_id: str, after: int) -> None:
+    async def replay(self, client: Client, thread_id: str, after: int) -> None:
         self.last[thread_id] = after
-        params = {"threadId": thread_id, "afterSeq": after}
-        answer = msgspec.json.decode(await conn.request_raw("thread/events", params), type=_Replay)
-        if answer.missingThrough is not None:
+        answer = await client.thread_events(thread_id, after)
+        if answer.missingThrough is not UNSET:
             print(
                 f"bbridge tail: {thread_id}: the journal no longer holds seq {after + 1} "
                 f"through {answer.missingThrough}",
@@ -348,14 +283,14 @@ class Tail:
         for entry in answer.events:
             self.show(thread_id, entry)
 
-    def show(self, thread_id: str, entry: _Entry) -> None:
+    def show(self, thread_id: str, entry: api.Entry) -> None:
         self.last[thread_id] = entry.seq
         if self.as_json:
             record = {"threadId": thread_id, "seq": entry.seq, "event": entry.event}
             self.out.write(msgspec.json.encode(record).decode() + "\n")
         else:
             lead = "" if self.only is not None else f"[{thread_id}] "
-            self.view.render(msgspec.json.decode(entry.event), lead)
+            self.view.render(entry.event, lead)
         self.out.flush()
 
 
@@ -370,10 +305,10 @@ def tail_main(
     tail = Tail(out, as_json, thread_id)
 
     async def main() -> None:
-        async def follow(conn: rpc.Connection) -> None:
-            await tail.follow(conn, after_seq)
+        async def follow(client: Client) -> None:
+            await tail.follow(client, after_seq)
 
-        await _session(socket, token, follow, tail.on_notifications, tail.closed, ctrl_c_closes=True)
+        await _session(socket, token, follow, ctrl_c_ends=True)
 
     try:
         return _run("tail", main)

@@ -1,27 +1,30 @@
 """`bbridge run`: one thread, one turn, the live timeline (daemon.md §8).
 
-For bridge authors: spawns the bridge through the daemon's own machinery
-(handshake, assembler, guard, watchdogs), starts a thread, sends one prompt and
-prints the assembled events as they arrive — readable, or NDJSON with `--json`
-— until the turn settles. The exit status says whether it worked. `--tools FILE`
-declares client tools (protocol.md `DynamicTool`, plus an optional canned
+For bridge authors: runs the daemon (`bbridge serve`, with the bridge as its one provider in a temporary
+config, text coalescing off and undeclared extension kinds allowed) as a child on stdio and talks to it through
+`bbridge.client`, as any client would; the daemon's own machinery (handshake, assembler, guard, watchdogs)
+spawns the bridge. It starts a thread, sends one prompt and prints the assembled events as they arrive —
+readable, or NDJSON with `--json` — until the turn settles or the bridge goes away. The exit status says
+whether it worked. `--tools FILE` declares client tools (protocol.md `DynamicTool`, plus an optional canned
 `answer` each) so a bridge's tool round trip can be watched end to end.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import msgspec
-import trio
 
-from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
-from bbridge.wire import rpc
+from bbridge.client import Client, DaemonError, Notification
+from bbridge.wire import client as api
 
 PROVIDER = "bridge"
 TEXT_TYPES = {
@@ -35,16 +38,6 @@ TEXT_TYPES = {
 _ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
 # bbridge run is a bridge author's tool: the permissive, no-approval policy (protocol.md §3.2)
 OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
-
-
-class _Envelope(msgspec.Struct):
-    method: str
-    params: msgspec.Raw
-
-
-class _Events(msgspec.Struct):
-    threadId: str
-    events: list[dict[str, Any]]
 
 
 class RunTool(msgspec.Struct, forbid_unknown_fields=True):
@@ -137,13 +130,12 @@ def _describe(event: dict[str, Any]) -> str | None:
 
 @dataclass
 class Timeline:
-    """A client sink that renders one thread's events and notices when its turn settles."""
+    """Renders one thread's events from the daemon's notifications and notices when its turn settles."""
 
     thread_id: str
     out: TextIO
     as_json: bool
-    name: str = "bbridge-run"
-    settled: trio.Event = field(default_factory=trio.Event)
+    settled: anyio.Event = field(default_factory=anyio.Event)
     turn_status: str | None = None
     errors: list[str] = field(default_factory=list)
     tools: dict[str, RunTool] = field(default_factory=dict)
@@ -152,27 +144,30 @@ class Timeline:
     def __post_init__(self) -> None:
         self.view = Renderer(self.out)
 
-    def enqueue(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.take(line)
+    def take(self, note: Notification) -> None:
+        if note.method == "bridge/status":
+            status = msgspec.convert(note.params, api.BridgeStatus)
+            if status.providerId != PROVIDER:
+                return
+            if status.state == "failed" and status.reason:
+                self.errors.append(status.reason)  # a crash mid-turn arrives as provider/error instead
+            if status.state in ("failed", "exited"):
+                self.settled.set()
+        elif note.method == "interaction/opened":
+            # said here, in order with the events, not by the answer (a daemon → client request can overtake them)
+            self.view.line(f"  ? {note.params['method']}: answered automatically (bbridge run is not interactive)")
+            self.out.flush()
+        elif note.method == "thread/events":
+            batch = msgspec.convert(note.params, api.ThreadEventsNotification)
+            if batch.threadId == self.thread_id:
+                for entry in batch.events:
+                    self.show(entry.event)
 
-    def take(self, line: bytes) -> None:
-        envelope = msgspec.json.decode(line, type=_Envelope)
-        if envelope.method == "bridge/status":
-            status = msgspec.json.decode(envelope.params)
-            if status.get("state") == "failed" and status.get("reason"):
-                self.errors.append(status["reason"])  # a crash mid-turn arrives as provider/error instead
-            return
-        if envelope.method != "thread/events":
-            return
-        batch = msgspec.json.decode(envelope.params, type=_Events)
-        if batch.threadId != self.thread_id:
-            return
-        for entry in batch.events:
-            self.show(entry["event"])
-
-    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
-        return msgspec.Raw(msgspec.json.encode(_answer_interaction(self, method, params)))
+    def closed(self) -> None:
+        """The daemon went away: nothing more will come."""
+        if not self.settled.is_set():
+            self.errors.append("the daemon closed the connection")
+            self.settled.set()
 
     def show(self, event: dict[str, Any]) -> None:
         if self.as_json:
@@ -192,7 +187,6 @@ class Timeline:
 
 def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any]) -> Any:
     """No human is here: approvals are denied, questions get no answer, tool calls get their canned answer."""
-    timeline.view.line(f"  ? {method}: answered automatically (bbridge run is not interactive)")
     if method == "item/tool/call":
         tool = timeline.tools.get(str(params.get("tool")))
         if tool is not None and tool.answer is not msgspec.UNSET:
@@ -205,6 +199,37 @@ def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any])
     return {"kind": "user_answer", "answers": {}}
 
 
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, but TOML also wants DEL escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def write_config(directory: Path, command: list[str], cwd: str | None) -> Path:
+    """The daemon's config: the bridge as provider `PROVIDER`."""
+    lines = [f"[providers.{PROVIDER}]", f"command = [{', '.join(_toml_string(arg) for arg in command)}]"]
+    if cwd is not None:
+        lines.append(f"cwd = {_toml_string(cwd)}")
+    path = directory / "bbridge.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def serve_command(config: Path, log_level: str) -> list[str]:
+    """`bbridge serve` on stdio as `bbridge run` needs it: no coalescing, any extension kind shown."""
+    options = ["--flush-ms", "0", "--open-extensions", "--log-level", log_level]
+    return [sys.executable, "-m", "bbridge", "serve", "--config", str(config), *options]
+
+
+async def _one_turn(client: Client, thread_id: str, cwd: str | None, prompt: str, declared: list[Any]) -> None:
+    """thread/start, then turn/start with the prompt; a refusal is a `DaemonError` with the daemon's message."""
+    options: dict[str, Any] = {**OPTIONS, "envVars": {}}
+    start = {"providerId": PROVIDER, "threadId": thread_id, "cwd": cwd or os.getcwd(), "options": options}
+    await client.request("thread/start", {**start, **({"dynamicTools": declared} if declared else {})})
+    text_input = [{"type": "text", "text": prompt, "mentions": []}]
+    turn = {"providerId": PROVIDER, "threadId": thread_id, "input": text_input, "options": options}
+    await client.request("turn/start", {**turn, "clientRequestId": client_request_id()})
+
+
 async def run_once(
     command: list[str],
     prompt: str,
@@ -212,45 +237,36 @@ async def run_once(
     as_json: bool,
     out: TextIO = sys.stdout,
     tools: list[RunTool] | None = None,
+    log_level: str = "warning",
 ) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
     timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
     declared = [
         {k: v for k, v in msgspec.to_builtins(tool).items() if k != "answer"} for tool in timeline.tools.values()
     ]
-    # no config declares extension kinds here: show whatever the bridge sends
-    daemon = Daemon({PROVIDER: ProviderConfig(command=command, cwd=cwd)}, text_delta_flush_ms=0, open_extensions=True)
-    daemon.add_client(timeline)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(daemon.run)
+
+    async def answer(method: str, params: dict[str, Any]) -> Any:
+        return _answer_interaction(timeline, method, params)
+
+    async def follow(client: Client) -> None:
+        async for note in client.notifications():
+            timeline.take(note)
+        timeline.closed()
+
+    with tempfile.TemporaryDirectory(prefix="bbridge-run-") as directory:
+        serve = serve_command(write_config(Path(directory), command, cwd), log_level)
         try:
-            await daemon.handle(
-                timeline,
-                "thread/start",
-                {
-                    "providerId": PROVIDER,
-                    "threadId": thread_id,
-                    "cwd": cwd or os.getcwd(),
-                    "options": {**OPTIONS, "envVars": {}},
-                    **({"dynamicTools": declared} if declared else {}),
-                },
-            )
-            text_input = [{"type": "text", "text": prompt, "mentions": []}]
-            turn = {
-                "providerId": PROVIDER,
-                "threadId": thread_id,
-                "input": text_input,
-                "clientRequestId": client_request_id(),
-                "options": {**OPTIONS, "envVars": {}},
-            }
-            await daemon.handle(timeline, "turn/start", turn)
-            with trio.move_on_after(600):
-                while not timeline.settled.is_set() and PROVIDER in daemon.bridges:
-                    with trio.move_on_after(0.2):
+            async with Client.spawn(serve, on_request=answer) as client, anyio.create_task_group() as group:
+                group.start_soon(follow, client)
+                try:
+                    await _one_turn(client, thread_id, cwd, prompt, declared)
+                    with anyio.move_on_after(600):
                         await timeline.settled.wait()
-        except rpc.RpcError as exc:
+                except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
+                    timeline.errors.append(exc.message)
+                group.cancel_scope.cancel()
+        except DaemonError as exc:  # the daemon did not start (it says why on stderr)
             timeline.errors.append(exc.message)
-        daemon.request_shutdown()
     if not as_json:
         timeline.view.line(None)
     if timeline.turn_status == "completed":

@@ -15,11 +15,12 @@ import anyio
 import pytest
 import trio
 
-from bbridge.client import LEAVE, Client, DaemonError
+from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notification
 from bbridge.daemon.config import echo_provider
-from bbridge.wire import errors
+from bbridge.wire import errors, rpc
 from tests.support import FULL, fake_provider, running
 
+SERVE = [sys.executable, "-m", "bbridge", "serve", "--flush-ms", "0", "--log-level", "warning"]
 THREAD = "thr_client"
 START = {"providerId": "echo", "threadId": THREAD, "cwd": "/tmp", "options": FULL}
 
@@ -125,3 +126,80 @@ def test_under_asyncio_events_resume_across_a_daemon_restart(tmp_path: Path) -> 
 
     seqs = anyio.run(main, backend="asyncio")
     assert seqs == list(range(1, len(seqs) + 1))  # no gap and no duplicate across the restart
+
+
+def completes(note: Notification) -> bool:
+    return note.method == "thread/events" and any(e["event"]["type"] == "turn/completed" for e in note.params["events"])
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_spawned_daemon_s_notifications_in_order_until_it_closes(backend: str, tmp_path: Path) -> None:
+    """`notifications()` yields every notification in the daemon's order and ends with the connection; errors
+    come out of the client's block as themselves, not in an exception group."""
+
+    async def main() -> tuple[list[Notification], list[Notification]]:
+        with pytest.raises(FileNotFoundError):
+            async with Client.connect(tmp_path / "absent.sock"):
+                pass
+        seen: list[Notification] = []
+        rest: list[Notification] = []
+        with anyio.fail_after(30), pytest.raises(Disconnected):
+            async with Client.spawn(SERVE) as client:
+                await client.request("thread/start", START)
+                await client.request("turn/start", turn(1, "hello notes"))
+                async for note in client.notifications():
+                    seen.append(note)
+                    if completes(note):
+                        break
+                with pytest.raises(DaemonError) as refused:
+                    await client.request("no/such/method")
+                assert refused.value.code == rpc.METHOD_NOT_FOUND
+                await client.request("shutdown")
+                rest = [note async for note in client.notifications()]  # ends: the daemon closed the connection
+                await client.status()  # a call after the close fails at once, out of the block as itself
+        return seen, rest
+
+    seen, rest = anyio.run(main, backend=backend)
+    states = [note.params["state"] for note in seen if note.method == "bridge/status"]
+    assert states == ["starting", "ready"]
+    first_events = next(i for i, note in enumerate(seen) if note.method == "thread/events")
+    assert all(note.method != "bridge/status" for note in seen[first_events:])  # the bridge was ready first
+    seqs = [entry["seq"] for note in seen if note.method == "thread/events" for entry in note.params["events"]]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert ("bridge/status", "exited") in [(note.method, note.params.get("state")) for note in rest]
+
+
+async def test_a_refused_token_is_a_daemon_error_from_connect(tmp_path: Path) -> None:
+    async with running(tmp_path, {"echo": echo_provider()}, token="s3cret") as (_, path):
+        for token in (None, "guess"):
+            with pytest.raises(DaemonError) as refused:
+                async with Client.connect(path, token=token):
+                    pass
+            assert refused.value.code == errors.UNAUTHORIZED
+        async with Client.connect(path, token="s3cret") as client:
+            assert (await client.status()).daemon["name"] == "bbridge"
+
+
+# answers `initialize`, then closes its stdout and reads on until stdin closes
+HALF_CLOSED = """import json, os, sys
+message = json.loads(sys.stdin.readline())
+result = {"daemon": {"name": "half", "version": "0"}, "protocolVersion": 1, "grammarVersions": [3, 3], "providers": []}
+print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+os.close(1)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_call_after_the_daemon_stopped_answering_fails_at_once(backend: str) -> None:
+    """The daemon closed its side but still reads: a later call is `Disconnected`, not an answer waited for."""
+
+    async def main() -> None:
+        with anyio.fail_after(10):
+            async with Client.spawn([sys.executable, "-c", HALF_CLOSED]) as client:
+                with pytest.raises(Disconnected):
+                    async for _ in client.notifications():  # ends when the daemon's side closes
+                        pass
+                    await client.status()
+
+    anyio.run(main, backend=backend)

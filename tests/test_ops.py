@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import signal
 import socket
 import subprocess
@@ -18,9 +19,10 @@ import trio
 import trio.testing
 
 from bbridge import ops
+from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, format_status
-from bbridge.wire import rpc
+from bbridge.wire.client import ThreadEventsResult
 from tests.support import FULL, TestClient, connect, running
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]
@@ -235,25 +237,32 @@ async def test_live_events_the_replay_already_held_are_dropped() -> None:
     """The race `bbridge tail` closes, made deterministic: seqs 3-5 arrive live before the replay of 1-4 answers."""
     out = io.StringIO()
     tail = Tail(out, as_json=True, thread_id="thr_x")
+    send, receive = trio.open_memory_channel[Notification](math.inf)
 
     def entries(*numbers: int) -> list[dict[str, Any]]:
         return [{"seq": n, "event": {"type": "x", "n": n}} for n in numbers]
 
-    def note(*numbers: int) -> rpc.Notification:
-        params = {"threadId": "thr_x", "providerId": "echo", "events": entries(*numbers)}
-        return rpc.Notification("thread/events", msgspec.Raw(json.dumps(params).encode()))
+    def note(*numbers: int) -> Notification:
+        return Notification("thread/events", {"threadId": "thr_x", "providerId": "echo", "events": entries(*numbers)})
 
     class Daemon:
-        async def request_raw(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
-            assert (method, params) == ("thread/events", {"threadId": "thr_x", "afterSeq": 0})
-            await tail.on_notifications([note(3, 4), note(5)])
-            return msgspec.Raw(json.dumps({"events": entries(1, 2, 3, 4), "lastSeq": 4}).encode())
+        """What `Tail` uses of a `Client`: the replay, and the connection's notifications queued meanwhile."""
+
+        async def thread_events(self, thread_id: str, after_seq: int = 0) -> ThreadEventsResult:
+            assert (thread_id, after_seq) == ("thr_x", 0)
+            send.send_nowait(note(3, 4))
+            send.send_nowait(note(5))
+            return msgspec.convert({"events": entries(1, 2, 3, 4), "lastSeq": 4}, ThreadEventsResult)
+
+        async def notifications(self) -> AsyncIterator[Notification]:
+            async for item in receive:
+                yield item
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tail.follow, Daemon(), None)
         await trio.testing.wait_all_tasks_blocked()
-        await tail.on_notifications([note(6)])
-        tail.closed()
+        send.send_nowait(note(6))
+        send.close()
     assert [json.loads(line) for line in out.getvalue().splitlines()] == [
         {"threadId": "thr_x", **entry} for entry in entries(1, 2, 3, 4, 5, 6)
     ]

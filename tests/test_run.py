@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -122,3 +123,30 @@ def test_the_errors_a_newcomer_meets_are_one_line_said_once(command: list[str], 
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("bbridge run: failed: ")]
     assert line.startswith(f"bbridge run: failed: {reason}"), line
     assert line.count(reason[:40]) == 1
+
+
+# records its pid and its parent's command line, then becomes the echo bridge
+WHO = """import os, sys
+parent = open(f"/proc/{os.getppid()}/cmdline").read().split("\\0")
+open(sys.argv[1], "w").write(" ".join([str(os.getpid()), str(os.getppid()), *parent]))
+os.execv(sys.executable, [sys.executable, "-m", "bridges.echo"])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_the_daemon_is_a_bbridge_serve_child_and_nothing_outlives_the_run(tmp_path: Path) -> None:
+    """Issue 24: run talks to `bbridge serve` (coalescing off, open extensions, its log level) through
+    bbridge.client; when it ends, neither the daemon nor the bridge is left running."""
+    who = tmp_path / "who"
+    command = shlex.join([sys.executable, "-c", WHO, str(who)])
+    result = run("--provider-cmd", command, "--prompt", "hello serve", "--log-level", "error")
+    assert result.returncode == 0, result.stderr
+    assert "    echo: hello serve" in result.stdout.splitlines()
+    bridge, daemon, *parent = who.read_text().split()
+    assert parent[1:4] == ["-m", "bbridge", "serve"]
+    assert {"--open-extensions", "--flush-ms 0", "--log-level error"} <= {
+        " ".join(parent[i : i + n]) for i in range(len(parent)) for n in (1, 2)
+    }
+    for pid in (int(bridge), int(daemon)):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
