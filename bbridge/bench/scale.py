@@ -137,8 +137,8 @@ def run_scale(
 
 
 def capacity(bridges: int, clients: int, seconds: float, rate: float, steps: tuple[int, ...]) -> dict[str, Any]:
-    """The most threads (of `steps`, then one step halfway to the first failure) with p99 first-delta under
-    `CAPACITY_P99_MS` and nothing lost, duplicated or dropped."""
+    """The most threads (of `steps`, then one step halfway to the first failure; below the first step, halving)
+    with p99 first-delta under `CAPACITY_P99_MS` and nothing lost, duplicated or dropped."""
 
     def holds(run: dict[str, Any]) -> bool:
         clean = run["events_lost"] == run["events_duplicated"] == run["clients_disconnected_slow"] == 0
@@ -156,6 +156,10 @@ def capacity(bridges: int, clients: int, seconds: float, rate: float, steps: tup
         middle = (best + failed) // 2
         runs.append(run_scale(middle, bridges, clients, seconds, rate))
         best = middle if holds(runs[-1]) else best
+    while failed and not best and failed > max(bridges, 16):  # not even the first step held: halve until one does
+        failed //= 2
+        runs.append(run_scale(failed, bridges, clients, seconds, rate))
+        best = failed if holds(runs[-1]) else 0
     brief = ("threads", "first_delta_p99_ms", "daemon_cpu_share", "daemon_peak_rss_mb", "events_lost")
     return {
         "p99_bound_ms": CAPACITY_P99_MS,
