@@ -8,12 +8,13 @@ session.ended and session.reset. Every generated batch must pass the grammar.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from bbridge.core.state import STREAMED_CHUNK, StreamedText
 from tests.support import PRES, TASK
 
 Event = dict[str, Any]
+T = TypeVar("T")
 
 ENTROPY = "E"
 PROVIDER = "codex"
@@ -123,9 +125,33 @@ class Stream:
         return self.steps[-1][1] if self.steps else 0
 
 
-def _maybe(draw: st.DrawFn, value: Any, chance: int = 3) -> Any:
-    """`value` with probability 1/chance, else None."""
-    return value if draw(st.integers(0, chance - 1)) == 0 else None
+class Picks:
+    """The choices of one step, read off one Hypothesis draw of bytes: the bytes as one number, each choice a
+    digit of it (a mixed radix, the first choices in the first bytes).
+
+    Hypothesis spends tens of microseconds on every draw, and a stream drawn field by field took ~240 of them
+    (~40 ms an example, nearly all of the soak's time); read off one bytes draw per step, a stream takes ~15.
+    Each choice is uniform over its options to within 2^-32 (STEP_BYTES keeps 32 bits spare), a repeated option
+    weighs more, and zero bytes, where the shrinker takes them, pick each choice's first option: the simplest."""
+
+    def __init__(self, data: bytes) -> None:
+        self.rest = int.from_bytes(data, "little")
+        self.span = 1  # the product of the sizes of the choices made so far
+
+    def index(self, n: int) -> int:
+        self.rest, i = divmod(self.rest, n)
+        self.span *= n
+        return i
+
+    def pick(self, options: Sequence[T]) -> T:
+        return options[self.index(len(options))]
+
+    def maybe(self, value: Any, chance: int = 3) -> Any:
+        """`value` with probability 1/chance, else None."""
+        return value if self.index(chance) == chance - 1 else None
+
+    def text(self) -> str:
+        return self.pick(TEXTS[self.pick(TEXT_LENGTHS)])
 
 
 def _put(delta: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -133,79 +159,98 @@ def _put(delta: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return delta
 
 
-TEXT = st.text(alphabet=" ab\n\u2028é\U0001f600", max_size=4)
-ANY_KEY = st.fixed_dictionaries(
-    {},
-    optional={
-        "providerItemId": st.sampled_from(PIDS),
-        "channel": st.sampled_from(CHANNEL_KEYS),
-        "parentRef": st.sampled_from(PARENTS),
-    },
-)
-CHANNEL_KEY = st.fixed_dictionaries(
-    {"channel": st.sampled_from(CHANNEL_KEYS)}, optional={"parentRef": st.sampled_from(PARENTS)}
-)
-# text keys repeat often, so streams actually accumulate (and coalesce)
+# Texts of up to 4 characters over a small alphabet, lengths weighted as Hypothesis's st.text(max_size=4) draws
+# them (its `many`: a mean of 2, a quarter empty, most often 4).
+TEXT_ALPHABET = " ab\n\u2028é\U0001f600"
+TEXTS = tuple(tuple(map("".join, itertools.product(TEXT_ALPHABET, repeat=n))) for n in range(5))
+TEXT_LENGTHS = (0,) * 5 + (1,) * 4 + (2,) * 3 + (3,) * 2 + (4,) * 6
+BATCH_SIZES = TEXT_LENGTHS  # a batch of up to 4 deltas, weighted alike (st.lists(max_size=4))
+BURST_SIZES = (0,) * 5 + (1,) * 2 + (2,) + (3,) * 2  # half the time no burst, else 1-3 more pieces
+# A key holds some of these fields: how many weighted as st.fixed_dictionaries(optional=...) draws them (its `many`:
+# 1.5 on average, most often all or none), which ones alike, each value alike.
+KEY_FIELDS = (("providerItemId", PIDS), ("channel", CHANNEL_KEYS), ("parentRef", PARENTS))
+KEY_FIELD_COUNTS = (0,) * 6 + (1,) * 4 + (2,) * 3 + (3,) * 7
+KEY_FIELD_SETS = tuple(tuple(itertools.combinations(KEY_FIELDS, n)) for n in range(len(KEY_FIELDS) + 1))
+# text keys repeat often, so streams actually accumulate (and coalesce): half the text keys are these
 COMMON_CHANNEL_KEYS = ({"channel": "assistant"}, {"channel": "thinking", "parentRef": "agent-1"})
-TEXT_KEY = st.one_of(st.sampled_from((*COMMON_CHANNEL_KEYS, {"providerItemId": "p1"})), ANY_KEY)
-TEXT_CHANNEL_KEY = st.one_of(st.sampled_from(COMMON_CHANNEL_KEYS), CHANNEL_KEY)
-SHAPE = st.one_of(st.sampled_from(STATIC_SHAPES), st.builds(lambda t: {"type": "agentMessage", "text": t}, TEXT))
+COMMON_TEXT_KEYS = (*COMMON_CHANNEL_KEYS, {"providerItemId": "p1"})
+
+
+def any_key(p: Picks) -> dict[str, str]:
+    return {name: p.pick(values) for name, values in p.pick(KEY_FIELD_SETS[p.pick(KEY_FIELD_COUNTS)])}
+
+
+def text_key(p: Picks, cfg: Config) -> dict[str, str]:
+    """Half the time a common key; else any key, or with channel-only text keys a channel and maybe a parent."""
+    if p.index(2) == 0:
+        return dict(p.pick(COMMON_TEXT_KEYS if cfg.text_pid_keys else COMMON_CHANNEL_KEYS))
+    if cfg.text_pid_keys:
+        return any_key(p)
+    return _put({"channel": p.pick(CHANNEL_KEYS)}, parentRef=p.maybe(p.pick(PARENTS), 2))
+
+
+SHAPES = STATIC_SHAPES + (None,) * len(STATIC_SHAPES)  # None: an agentMessage with a drawn text (half the shapes)
+PTID_OPTIONS = (None, None, None, *PTIDS)
 KINDS = (
     ["turn.open"] * 3 + ["turn.boundary"] * 2 + ["input.accepted"] * 2 + ["item.open"] * 3 + ["item.close"] * 2
     + ["item.progress"] * 2 + ["item.textDelta"] * 5 + ["item.textClose"] * 2 + ["item.outputDelta"] * 2
     + ["command.outputSnapshot", "session.ended", "session.reset", "provider.error", "other"]
 )  # fmt: skip
+# The most a step reads: 9.1 bits (gap, thread, batch size), up to 4 deltas of at most 43.3 bits (item.close: kind,
+# ptid, noTurnFallback, key, shape, a text's length and characters, status, resultText, presentation), a burst of
+# at most 50 bits (its size, 3 texts): 232 bits, and 32 spare.
+STEP_BYTES = 33
+STEP = st.binary(min_size=STEP_BYTES, max_size=STEP_BYTES)
 
 
-@st.composite
-def deltas(draw: st.DrawFn, cfg: Config) -> dict[str, Any]:
-    kind = draw(st.sampled_from(KINDS))
+def delta(p: Picks, cfg: Config) -> dict[str, Any]:
+    kind = p.pick(KINDS)
     d: dict[str, Any] = {"kind": kind}
-    ptid = draw(st.sampled_from((None, None, None, *PTIDS)))
-    ntf = _maybe(draw, RAW)
+    ptid = p.pick(PTID_OPTIONS)
+    ntf = p.maybe(RAW)
     if kind == "turn.open":
         if cfg.keyed_lifecycle:
-            _put(d, providerTurnId=ptid, parentRef=_maybe(draw, "agent-1"))
+            _put(d, providerTurnId=ptid, parentRef=p.maybe("agent-1"))
     elif kind == "turn.boundary":
-        d["status"] = draw(st.sampled_from(("completed", "failed", "interrupted")))
-        _put(d, claimIfIdle=_maybe(draw, True, 2), providerTurnId=ptid if cfg.keyed_lifecycle else None)
+        d["status"] = p.pick(("completed", "failed", "interrupted"))
+        _put(d, claimIfIdle=p.maybe(True, 2), providerTurnId=ptid if cfg.keyed_lifecycle else None)
     elif kind == "input.accepted":
-        _put(d, clientRequestId="creq_aaaaaaaaaa", providerTurnId=_maybe(draw, "pt-1", 4))
+        _put(d, clientRequestId="creq_aaaaaaaaaa", providerTurnId=p.maybe("pt-1", 4))
     elif kind in ("item.open", "item.close"):
-        d["key"] = draw(ANY_KEY)
-        shape = draw(SHAPE)
+        d["key"] = any_key(p)
+        shape = p.pick(SHAPES) or {"type": "agentMessage", "text": p.text()}
         if kind == "item.close":
-            d["status"] = draw(st.sampled_from(("completed", "failed", "interrupted", "pending")))
-            _put(d, resultText=_maybe(draw, "r"))
+            d["status"] = p.pick(("completed", "failed", "interrupted", "pending"))
+            _put(d, resultText=p.maybe("r"))
         d["item"] = shape
-        pres = PRES if shape["type"] == "extension" else _maybe(draw, PRES)
-        attach = _maybe(draw, "currentOrLast") if kind == "item.open" else None
+        pres = PRES if shape["type"] == "extension" else p.maybe(PRES)
+        attach = p.maybe("currentOrLast") if kind == "item.open" else None
         _put(d, presentation=pres, attach=attach, providerTurnId=ptid, noTurnFallback=ntf)
     elif kind == "item.progress":
-        d["key"] = draw(ANY_KEY)
-        snapshot = _maybe(draw, draw(st.sampled_from(SNAPSHOTS)), 2)
-        _put(d, message=_maybe(draw, "m", 2), snapshot=snapshot, flush=_maybe(draw, True, 4))
+        d["key"] = any_key(p)
+        snapshot = p.pick((None, None, *SNAPSHOTS))
+        _put(d, message=p.maybe("m", 2), snapshot=snapshot, flush=p.maybe(True, 4))
         _put(d, providerTurnId=ptid, noTurnFallback=ntf)
     elif kind in ("item.textDelta", "item.textClose"):
-        d["key"] = draw(TEXT_KEY if cfg.text_pid_keys else TEXT_CHANNEL_KEY)
-        d["channel"] = draw(st.sampled_from(("agentMessage", "reasoningSummary", "reasoningText", "plan")))
-        text = draw(TEXT) if kind == "item.textDelta" else _maybe(draw, draw(TEXT), 2)
+        d["key"] = text_key(p, cfg)
+        d["channel"] = p.pick(("agentMessage", "reasoningSummary", "reasoningText", "plan"))
+        text = p.text() if kind == "item.textDelta" or p.index(2) else None
         _put(d, text=text, providerTurnId=ptid, noTurnFallback=ntf)
     elif kind == "item.outputDelta":
-        d["key"] = draw(ANY_KEY)
-        d["channel"] = draw(st.sampled_from(("command", "fileChange")))
-        _put(d, text=draw(TEXT), providerTurnId=ptid, noTurnFallback=ntf)
+        d["key"] = any_key(p)
+        d["channel"] = p.pick(("command", "fileChange"))
+        _put(d, text=p.text(), providerTurnId=ptid, noTurnFallback=ntf)
     elif kind == "command.outputSnapshot":
-        d["key"] = draw(ANY_KEY)
-        _put(d, text=draw(st.sampled_from(("", "a", "ab", "abc", "x"))), noTurnFallback=ntf)
+        d["key"] = any_key(p)
+        _put(d, text=p.pick(("", "a", "ab", "abc", "x")), noTurnFallback=ntf)
     elif kind == "provider.error":
         d["message"] = "boom"
-        settles = _maybe(draw, True, 2)
-        ptid = _maybe(draw, "pt-2") if cfg.keyed_lifecycle or not settles else None
-        _put(d, settlesTurn=settles, willRetry=_maybe(draw, True), providerTurnId=ptid)
-        _put(d, threadScoped=_maybe(draw, True, 4))
+        settles = p.maybe(True, 2)
+        ptid = p.maybe("pt-2") if cfg.keyed_lifecycle or not settles else None
+        _put(d, settlesTurn=settles, willRetry=p.maybe(True), providerTurnId=ptid)
+        _put(d, threadScoped=p.maybe(True, 4))
     elif kind == "other":
-        return dict(draw(st.sampled_from(OTHER_DELTAS)))
+        return dict(p.pick(OTHER_DELTAS))
     return d
 
 
@@ -215,18 +260,21 @@ def streams(draw: st.DrawFn, cfg: Config = Config(), max_steps: int = 25) -> Str
     now = 1_787_000_000_000
     creq = 0
     for _ in range(draw(st.integers(1, max_steps))):
-        now += draw(st.sampled_from(GAPS))
-        thread = draw(st.sampled_from(THREADS))
-        batch = draw(st.lists(deltas(cfg), max_size=4))
-        if batch and batch[-1]["kind"] in ("item.textDelta", "item.outputDelta") and draw(st.booleans()):
+        p = Picks(draw(STEP))
+        now += p.pick(GAPS)
+        thread = p.pick(THREADS)
+        batch = [delta(p, cfg) for _ in range(p.pick(BATCH_SIZES))]
+        burst = p.pick(BURST_SIZES)
+        if batch and batch[-1]["kind"] in ("item.textDelta", "item.outputDelta") and burst:
             # a burst on the same stream: what coalescing merges
-            batch.extend({**batch[-1], "text": text} for text in draw(st.lists(TEXT, min_size=1, max_size=3)))
-        elif batch and batch[-1]["kind"] == "command.outputSnapshot" and draw(st.booleans()):
+            batch.extend({**batch[-1], "text": p.text()} for _ in range(burst))
+        elif batch and batch[-1]["kind"] == "command.outputSnapshot" and burst:
             batch.extend({**batch[-1], "text": text} for text in ("a", "ab", "abc"))
-        for delta in batch:
-            if delta["kind"] == "input.accepted":  # unique ids, so every accepted input can be followed
+        for delta_ in batch:
+            if delta_["kind"] == "input.accepted":  # unique ids, so every accepted input can be followed
                 creq += 1
-                delta["clientRequestId"] = "creq_" + _base32(creq)
+                delta_["clientRequestId"] = "creq_" + _base32(creq)
+        assert p.span <= 2 ** (8 * STEP_BYTES - 32), "a step's choices need more bytes than STEP_BYTES"
         stream.steps.append((thread, now, batch))
     return stream
 
@@ -683,13 +731,13 @@ GUARD_TYPES = (
 )  # fmt: skip
 
 
-@st.composite
-def guard_events(draw: st.DrawFn) -> Event:
-    kind = draw(st.sampled_from(GUARD_TYPES))
-    ident = draw(st.sampled_from(("a", "b", "c")))
-    event: Event = {"type": kind, "threadId": draw(st.sampled_from(("", "t2"))), "providerThreadId": ""}
+def guard_event(data: bytes) -> Event:
+    p = Picks(data)
+    kind = p.pick(GUARD_TYPES)
+    ident = p.pick(("a", "b", "c"))
+    event: Event = {"type": kind, "threadId": p.pick(("", "t2")), "providerThreadId": ""}
     if kind.startswith("turn/"):
-        event["scope"] = {"kind": "turn", "turnId": ident} if draw(st.integers(0, 5)) else {"kind": "thread"}
+        event["scope"] = {"kind": "turn", "turnId": ident} if p.index(6) else {"kind": "thread"}
     elif kind.endswith(("started", "completed")) or kind in (
         "item/backgroundTask/progress",
         "item/delegation/progress",
@@ -701,11 +749,16 @@ def guard_events(draw: st.DrawFn) -> Event:
         event["itemId"] = ident
     else:
         event["scope"] = {"kind": "thread"}
+    assert p.span <= 2 ** (8 * GUARD_EVENT_BYTES - 32)
     return event
 
 
+GUARD_EVENT_BYTES = 6  # 8.8 bits of choices (type, id, thread, scope) and 32 spare, as for a stream's steps
+GUARD_EVENTS = st.binary(min_size=GUARD_EVENT_BYTES, max_size=GUARD_EVENT_BYTES).map(guard_event)
+
+
 @settings(max_examples=max(300, settings.default.max_examples), deadline=None)
-@given(events=st.lists(guard_events(), max_size=40))
+@given(events=st.lists(GUARD_EVENTS, max_size=40))
 def test_guard_violations_leave_state_untouched(events: list[Event]) -> None:
     """Dropping any one violating event changes no other verdict: a violation never changes state (§13)."""
     guard = Guard()
