@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -70,6 +71,7 @@ def run_scale(
 ) -> dict[str, Any]:
     """One run of the phase; every process it starts is stopped before it returns."""
     timeout = seconds * 3 + 60 + threads / 100
+    before, began = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bbridge-scale-") as tmp:
         root = Path(tmp)
         socket = root / "d.sock"
@@ -105,6 +107,8 @@ def run_scale(
                 proc.wait()
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=60)
+    after, ended = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    everything_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     drive_report = reports[-1]
     window_s = (max(r["done_ns"] for r in reports) - drive_report["turns_started_ns"]) / 1e9
     latencies = [ns for r in reports for ns in r["latencies_ns"]]
@@ -124,6 +128,9 @@ def run_scale(
         "events_per_s_per_client": round(sum(r["events"] for r in reports) / clients / window_s),
         "daemon_cpu_share": round((cpu1 - cpu0) / (wall1 - wall0), 3),
         "daemon_peak_rss_mb": rss,
+        # the CPU of every process the run started (daemon, bridges, clients) over the whole run, setup included:
+        # how much of the machine's cores the phase itself took
+        "all_processes_cpu_share": round(everything_s / (ended - began), 3),
         "first_delta_samples": len(latencies),
         "first_delta_p50_ms": _ms(latencies, 0.5),
         "first_delta_p99_ms": _ms(latencies, 0.99),
