@@ -25,6 +25,15 @@ _MARK = MARK.encode()
 _DONE = DONE.encode() + b":"
 
 
+def complete_lines(carry: bytes, data: bytes) -> tuple[bytes | None, bytes]:
+    """The complete lines a read finishes (None: not one yet) and the partial line carried to the next read."""
+    cut = data.rfind(b"\n")
+    if cut < 0:
+        return None, carry + data
+    complete = data if cut + 1 == len(data) else data[: cut + 1]  # no copy in the usual case
+    return (carry + complete if carry else complete), data[cut + 1 :]
+
+
 class Client:
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -53,13 +62,9 @@ class Client:
         now = time.monotonic_ns()
         if not data:
             raise RuntimeError("the daemon closed the connection")
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self.carry += data
+        lines, self.carry = complete_lines(self.carry, data)
+        if lines is None:
             return
-        complete = data if cut + 1 == len(data) else data[: cut + 1]  # no copy in the usual case
-        lines = self.carry + complete if self.carry else complete
-        self.carry = data[cut + 1 :]
         if self.awaiting is not None and (start := lines.find(self.awaiting)) >= 0:
             self.answer = json.loads(lines[start : lines.index(b"\n", start)])
         start = lines.find(_MARK)

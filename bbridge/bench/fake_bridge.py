@@ -24,7 +24,7 @@ LATE_WAKE_NS = 1_000_000
 
 
 def _answer(out: BinaryIO, request_id: Any, result: Any) -> None:
-    out.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n")
+    out.write(stream.answer(request_id, result))
     out.flush()
 
 
@@ -93,7 +93,7 @@ def main() -> None:
             continue
         params = message.get("params") or {}
         if method == "initialize":
-            _answer(out, request_id, {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}})
+            _answer(out, request_id, stream.HANDSHAKE)
         elif method in ("thread/start", "thread/resume", "thread/fork"):
             _answer(out, request_id, {"providerThreadId": f"p-{params['threadId']}"})
         elif method == "turn/start":

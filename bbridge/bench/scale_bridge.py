@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from bbridge.bench.stream import HANDSHAKE, answer
+
 TICK_S = 0.005  # the writer's granularity: a delta is written at most this late by design
 _USAGE = {
     "totalTokens": 5400, "inputTokens": 5000, "cachedInputTokens": 4000,
@@ -108,10 +110,6 @@ class Streams:
         return b"".join(out)
 
 
-def _answer(request_id: Any, result: Any) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n"
-
-
 def main() -> None:
     out = sys.stdout.buffer
     stdin = sys.stdin.buffer
@@ -134,17 +132,15 @@ def main() -> None:
                     continue
                 params = message.get("params") or {}
                 if method == "initialize":
-                    replies.append(
-                        _answer(request_id, {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}})
-                    )
+                    replies.append(answer(request_id, HANDSHAKE))
                 elif method == "thread/start":
-                    replies.append(_answer(request_id, {"providerThreadId": f"p-{params['threadId']}"}))
+                    replies.append(answer(request_id, {"providerThreadId": f"p-{params['threadId']}"}))
                 elif method == "turn/start":
                     words = str(params["input"][0]["text"]).split()
-                    replies.append(_answer(request_id, {}))
+                    replies.append(answer(request_id, {}))
                     streams.schedule(str(params["threadId"]), float(words[1]), float(words[2]))
                 else:
-                    replies.append(_answer(request_id, {}))
+                    replies.append(answer(request_id, {}))
         chunk = b"".join(replies) + streams.due()
         if chunk:
             out.write(chunk)

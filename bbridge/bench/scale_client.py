@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from bbridge.bench.client import complete_lines
+
 
 class _Event(msgspec.Struct):
     type: str
@@ -91,12 +93,9 @@ class Checker:
         now = time.monotonic_ns()
         if not data:
             raise RuntimeError("the daemon closed the connection")
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self.carry += data
+        lines, self.carry = complete_lines(self.carry, data)
+        if lines is None:
             return
-        lines = self.carry + data[: cut + 1]
-        self.carry = data[cut + 1 :]
         start = lines.find(b"@")
         while start >= 0:
             end = lines.index(b"@", start + 1)

@@ -26,6 +26,15 @@ _USAGE = {
 _WORDS = (" the", " function", " returns", " a", " list", " of", " events", " in", " order", ",", " and", " then")
 
 
+# the benchmark bridges' answer to `initialize`
+HANDSHAKE = {"protocolVersion": 2, "capabilities": {"grammarVersions": [3, 3]}}
+
+
+def answer(request_id: Any, result: Any) -> bytes:
+    """A benchmark bridge's JSON-RPC result line."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n"
+
+
 def notification(thread_id: str, *deltas: dict[str, Any]) -> bytes:
     params = {"threadId": thread_id, "deltas": list(deltas)}
     message = {"jsonrpc": "2.0", "method": "thread/delta", "params": params}
