@@ -14,7 +14,8 @@ import trio
 import trio.testing
 
 from bbridge.bench import stream
-from bbridge.core import native
+from bbridge.core import grammar, native
+from bbridge.core.outbox import Delivery
 from bbridge.daemon import delivery, router
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ExtensionKind, ProviderConfig
@@ -531,9 +532,60 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
     await daemon.on_notifications(bridge, small)
     assert len(steps) == 1 and len(steps[0]) == len(small)  # one send, no offer
     steps.clear()
-    batch = [note for n in range(3) for note in notes(f"thr_{n}")]
+    batch = [note for n in range(delivery.EARLY_SEND_MIN // len(small) + 1) for note in notes(f"thr_{n}")]
     assert len(batch) > delivery.EARLY_SEND_MIN
     await daemon.on_notifications(bridge, batch)
     assert steps[:2] == [["turn/started"], "yield"]  # the first notification's line, then the CPU offered once
     rest = [kind for step in steps[2:] for kind in step]  # every other line after that, no second offer
     assert len(rest) == len(batch) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"
+
+
+async def test_a_bridge_with_more_than_256_open_turns_assembles_every_thread() -> None:
+    """The assembler keeps 256 thread states (the reference's bound); the daemon's never evicts a thread's state at
+    birth, so the 300th open turn on one bridge streams like the first (it used to produce nothing)."""
+    daemon = router.Daemon({"many": ProviderConfig(command=["many"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("many", daemon.providers["many"], daemon)
+    text = {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": "hi"}
+    close = {"kind": "item.textClose", "key": {"providerItemId": "m"}, "channel": "agentMessage"}
+
+    async def send(thread: str, *deltas: dict[str, Any]) -> None:
+        raw = msgspec.json.encode({"threadId": thread, "deltas": list(deltas)})
+        await daemon.on_notifications(bridge, [rpc.Notification("thread/delta", msgspec.Raw(raw))])
+
+    for n in range(300):
+        await send(f"thr_{n}", {"kind": "turn.open"})
+    for n in range(300):
+        await send(f"thr_{n}", text, close, {"kind": "turn.boundary", "status": "completed"})
+    for n in (0, 255, 256, 299):
+        entries = daemon.journal.log.thread(f"thr_{n}").entries
+        types = [msgspec.json.decode(entry)["event"]["type"] for entry in entries]
+        assert types == ["turn/started", "item/started", "item/agentMessage/delta", "item/completed", "turn/completed"]
+
+
+async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> None:
+    """A failure inside the compiled delivery (here: the extension check raising for one thread) costs that
+    notification only: it is counted and logged, and the read's other notifications are delivered in order."""
+    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+
+    def check(event: Any) -> Any:
+        if event["threadId"] == "thr_bad":
+            raise RuntimeError("a broken check")
+        return event
+
+    made = daemon.open_delivery(bridge)
+    bridge.delivery = Delivery(
+        "p", bridge.assembler, bridge.guard, daemon.journal.log, daemon.provider_threads, made.watched, check,
+        made.checked,
+    )  # fmt: skip
+    batch = [
+        rpc.Notification("thread/delta", None, grammar.decode_params(json.dumps(params).encode()))
+        for thread in ("thr_good", "thr_bad", "thr_other")
+        for params in ({"threadId": thread, "deltas": [delta]} for delta in stream.short_turn(thread))
+    ]
+    await daemon.on_notifications(bridge, batch)
+    assert daemon.counters.failed_notifications == 2  # thr_bad's item/started and item/completed met the check
+    for thread in ("thr_good", "thr_other"):
+        entries = daemon.journal.log.thread(thread).entries
+        assert [msgspec.json.decode(e)["event"]["type"] for e in entries][-1] == "turn/completed"
+    assert daemon.counters.deltas_in == len(batch)

@@ -794,6 +794,27 @@ def test_a_state_evicted_at_birth_starts_over_at_every_delta() -> None:
     assert assembler.thread_count() == 256 and assembler.get_open_turn_id("late") is None
 
 
+def test_without_eviction_at_birth_every_thread_at_work_keeps_its_state() -> None:
+    """The daemon's assemblers (`evict_at_birth=False`): past 256 pinned threads a new thread's state is kept, so a
+    bridge hosting 300 open turns assembles each of them; idle states are still evicted down to the bound."""
+    assembler = Assembler(PROVIDER, ENTROPY, text_delta_flush_ms=0, evict_at_birth=False)
+    text = {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": "hi"}
+    for n in range(300):
+        events = assembler.assemble(f"open_{n}", _batch({"kind": "turn.open"}, text, thread="x"), 0)
+        assert [event["type"] for event in events] == ["turn/started", "item/started", "item/agentMessage/delta"]
+    assert assembler.thread_count() == 300
+    for n in range(300):
+        (delta,) = assembler.assemble(f"open_{n}", _batch(text, thread="x"), 1)
+        assert delta["type"] == "item/agentMessage/delta"
+        close = {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage"}
+        closed = assembler.assemble(
+            f"open_{n}", _batch(close, {"kind": "turn.boundary", "status": "completed"}, thread="x"), 2
+        )
+        assert [event["type"] for event in closed] == ["item/completed", "turn/completed"]
+    assembler.assemble("one_more", _batch(*SHORT_TURN, thread="x"), 3)
+    assert assembler.thread_count() == 256  # nothing pinned any more: pruned back to the bound
+
+
 # -- streamed text: pieces in, the same text out, at any length -------------------------------------------
 
 

@@ -10,8 +10,8 @@ from it. One loop writes every delta that is due, for every thread, in one write
 
 from __future__ import annotations
 
-import heapq
 import json
+import math
 import os
 import random
 import select
@@ -82,32 +82,53 @@ def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
     return plan
 
 
+_THREAD = "~thread~"  # the thread id's place in a turn's encoded lines (no thread id contains `~`)
+_THREAD_BYTES = _THREAD.encode()
+
+
 class Streams:
-    """Every scheduled delta of every thread, by due time; `due()` pops what is due now."""
+    """Every scheduled delta of every thread, in `TICK_S` slots; `due()` takes every slot that is due now.
+
+    A turn's lines are encoded once per (seconds, rate) with the thread's place held open, then filled by a bytes
+    replace: a thousand turns starting within a second would otherwise cost seconds of encoding, and the bridge
+    would write their first deltas late."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[float, int, bytes]] = []
-        self.order = 0
+        self.slots: dict[int, list[bytes]] = {}
+        self.next_slot = int(time.monotonic() / TICK_S)
+        self.templates: dict[tuple[float, float], list[bytes]] = {}
+        self.stamps = 0
 
     def schedule(self, thread: str, seconds: float, rate: float) -> None:
+        template = self.templates.get((seconds, rate))
+        if template is None:
+            template = self.templates[(seconds, rate)] = [_line(_THREAD, d) for d in turn_plan(_THREAD, seconds, rate)]
         start = time.monotonic() + random.random()
-        for n, delta in enumerate(turn_plan(thread, seconds, rate)):
-            self.order += 1
-            heapq.heappush(self.heap, (start + n / rate, self.order, _line(thread, delta)))
+        name = thread.encode()
+        slots = self.slots
+        for n, line in enumerate(template):
+            slot = max(self.next_slot, math.ceil((start + n / rate) / TICK_S))
+            slots.setdefault(slot, []).append(line.replace(_THREAD_BYTES, name))
 
     def due(self) -> bytes:
-        now = time.monotonic()
+        now_slot = int(time.monotonic() / TICK_S)
         out: list[bytes] = []
-        while self.heap and self.heap[0][0] <= now:
-            out.append(heapq.heappop(self.heap)[2])
+        while self.next_slot <= now_slot:
+            lines = self.slots.pop(self.next_slot, None)
+            if lines:
+                out += lines
+            self.next_slot += 1
         if not out:
             return b""
+        chunk = b"".join(out)
+        if _STAMP not in chunk:
+            return chunk
         ns = time.monotonic_ns()
-        for n, line in enumerate(out):
-            if _STAMP in line:  # unique per stream: the send time, this bridge and a counter
-                self.order += 1
-                out[n] = line.replace(_STAMP, f"@{ns}.{_PID}.{self.order}@".encode())
-        return b"".join(out)
+        parts = chunk.split(_STAMP)  # each stamp unique per stream: the send time, this bridge and a counter
+        for n in range(1, len(parts)):
+            self.stamps += 1
+            parts[n] = f"@{ns}.{_PID}.{self.stamps}@".encode() + parts[n]
+        return b"".join(parts)
 
 
 def main() -> None:

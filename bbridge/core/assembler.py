@@ -65,6 +65,7 @@ class Assembler:
         entropy_prefix: str | None = None,
         progress_throttle_ms: float = 500,
         text_delta_flush_ms: float = 100,
+        evict_at_birth: bool = True,
     ) -> None:
         entropy = entropy_prefix if entropy_prefix is not None else "da" + str(uuid.uuid4())[:8]
         self.provider_id = provider_id
@@ -75,6 +76,10 @@ class Assembler:
         self._turns = Turns(provider_id, sink, ids)
         self._states: dict[str, ThreadState] = {}
         self._recent = ""  # the thread `_state` last moved to the end of `_states` (least recently used first)
+        # The reference's prune may evict the state it has just made when every other one is pinned (§19.5): the
+        # parity tooling keeps that; the daemon passes False, so a bridge with more than MAX_THREADS threads at work
+        # keeps each one's state (pinned states are bounded by the work in flight, idle ones still by MAX_THREADS).
+        self._evict_at_birth = evict_at_birth
 
     # -- public surface ------------------------------------------------------
 
@@ -180,15 +185,16 @@ class Assembler:
         self._recent = thread_id
         self._sink.state = s
         if len(states) > MAX_THREADS:
-            self._prune()
+            self._prune("" if self._evict_at_birth else thread_id)
             if thread_id not in states:  # pruning evicted this brand-new state: its events pass uncoalesced
                 self._sink.state = None
         return s
 
-    def _prune(self) -> None:
+    def _prune(self, keep: str) -> None:
+        """Evicts least recently used states that are not pinned (nor `keep`) down to the bound."""
         states = self._states
         while len(states) > MAX_THREADS:
-            victim = next((tid for tid, st in states.items() if not st.pinned()), None)
+            victim = next((tid for tid, st in states.items() if tid != keep and not st.pinned()), None)
             if victim is None:
                 return
             del states[victim]
@@ -346,8 +352,22 @@ class Assembler:
                 self._sink.push(started)
         if rec is not None:
             rec.stream(text, channel == "reasoningSummary")
+        kind = _TEXT_DELTA_TYPE[channel]
+        sink = self._sink
+        if bb is not None and sink.state is s and sink.text_delta_flush_ms > 0:
+            # inside a coalescing window with text already pending on this stream, the event would only lend its
+            # text to the pending one (`Sink._buffer`): add the text without making the event
+            stream = kind + "\x1f" + bb
+            pending = s.pending_text.get(stream)
+            if pending is not None:
+                last = s.text_last_emit.get(stream)
+                if last is not None:
+                    pending[1].add(text)
+                    if sink.now - last >= sink.text_delta_flush_ms:
+                        sink.flush_all_text(s)
+                    return
         event: Event = {
-            "type": _TEXT_DELTA_TYPE[channel],
+            "type": kind,
             "threadId": "",
             "providerThreadId": "",
             "scope": {"kind": "turn", "turnId": turn},
@@ -356,7 +376,7 @@ class Assembler:
         }  # `new_event` in one literal: sized once
         if parent:
             event["parentToolCallId"] = parent
-        self._sink.push(event)
+        sink.push(event)
 
     def _text_close(self, s: ThreadState, d: g.ItemTextClose) -> None:
         key = d.key

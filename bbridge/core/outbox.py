@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -128,13 +129,67 @@ class Delivery:
         self.noticed: list[tuple[str, Event]] = []
         self.dropped: list[tuple[str, Event, Violation]] = []
         self.replaced = 0
+        # Coalesced text waits for a flush the daemon schedules: `queued` holds the threads whose flush is
+        # scheduled, `to_queue` the threads that newly hold pending text, for the daemon to schedule.
+        self.queued: set[str] = set()
+        self.to_queue: list[str] = []
+        self.failed: list[tuple[str, Exception]] = []  # a notification whose assembly raised: its thread and why
+        self.deltas = 0  # deltas taken since start
 
     def take(self, thread_id: str, deltas: Sequence[g.Delta], now_ms: float) -> bytes | None:
         """One notification's deltas, assembled and delivered; None when no event passed."""
         return self.deliver(thread_id, self.assembler.assemble(thread_id, deltas, now_ms))
 
+    def take_notes(
+        self, notes: Sequence[Any], start: int, stop: int, now_ms: float, lines: list[bytes], touched: set[str]
+    ) -> int:
+        """The `thread/delta` notifications of `notes[start:stop]` whose params the framing pass decoded (`method`,
+        `decoded`: a connection's notifications), each taken as `take_params` does, in one compiled loop over a
+        read; returns the index of the first note it leaves to the caller (another method, or params not decoded),
+        `stop` when none. A note whose assembly raises is recorded in `failed`; the rest go on."""
+        i = start
+        while i < stop:
+            note = notes[i]
+            params = note.decoded
+            if params is None or note.method != "thread/delta":
+                return i
+            self.take_params(params, now_ms, lines, touched)
+            i += 1
+        return stop
+
+    def take_params(self, params: g.ThreadDeltaParams, now_ms: float, lines: list[bytes], touched: set[str]) -> None:
+        """One notification's params: its thread in `touched`, its line (if any event passed) in `lines`, its
+        thread in `to_queue` when it newly holds coalesced text."""
+        thread_id = params.threadId
+        deltas = params.deltas
+        touched.add(thread_id)
+        self.deltas += len(deltas)
+        try:
+            line = self.deliver(thread_id, self.assembler.assemble(thread_id, deltas, now_ms))
+        except Exception as exc:
+            self.failed.append((thread_id, exc))
+            return
+        if line is not None:
+            lines.append(line)
+        self.note_pending(thread_id)
+
+    def note_pending(self, thread_id: str) -> None:
+        """Puts the thread in `to_queue` when it holds coalesced text and no flush of it is queued."""
+        if thread_id not in self.queued and self.assembler.has_pending_text(thread_id):
+            self.queued.add(thread_id)
+            self.to_queue.append(thread_id)
+
+    def flush(self, thread_id: str, now_ms: float) -> bytes | None:
+        """A queued flush that fell due: the thread's text whose window has elapsed, delivered."""
+        self.queued.discard(thread_id)
+        line = self.deliver(thread_id, self.assembler.assemble(thread_id, [], now_ms))
+        self.note_pending(thread_id)
+        return line
+
     def deliver(self, thread_id: str, events: list[Event]) -> bytes | None:
         """The events' `thread/events` line, or None when none passed the guard."""
+        if not events:  # most deltas inside a coalescing window make none
+            return None
         provider_threads = self.provider_threads
         provider_thread = provider_threads.get(thread_id)
         guard, watched, check, checked = self.guard, self.watched, self.check, self.checked

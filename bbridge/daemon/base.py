@@ -82,8 +82,7 @@ class DaemonState:
     extensions: dict[str, ExtensionChecker]
     interactions: Interactions
     clients_changed: trio.Event
-    _flushing: set[tuple[int, str]]
-    _flush_queue: deque[tuple[float, tuple[int, str], BridgeProcess, str]]
+    _flush_queue: deque[tuple[float, BridgeProcess, str]]
     _flush_wake: trio.Event
     _nursery: trio.Nursery | None
     _started_at: float

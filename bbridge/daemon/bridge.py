@@ -152,7 +152,9 @@ class BridgeProcess:
         self.pid: int | None = None
         self.exit: ExitStatus | None = None
         self.capabilities = protocol.Capabilities()
-        self.assembler = Assembler(provider_id, entropy_prefix, text_delta_flush_ms=text_delta_flush_ms)
+        self.assembler = Assembler(
+            provider_id, entropy_prefix, text_delta_flush_ms=text_delta_flush_ms, evict_at_birth=False
+        )
         self.guard = Guard()
         self.delivery = host.open_delivery(self)
         self.watchdogs = Watchdogs(config.turn_start_timeout_s, config.turn_stall_timeout_s)

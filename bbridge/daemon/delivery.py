@@ -50,7 +50,7 @@ class _Replaced(msgspec.Struct):
 
 # A read of more notifications than this sends its first events before assembling the rest (`_let_writers_run`);
 # a smaller one is assembled in microseconds, and the early send would cost more than it saves.
-EARLY_SEND_MIN = 16
+EARLY_SEND_MIN = 64
 # The flusher wakes this long after the first queued entry is due, and flushes every entry due by then: late by
 # at most this much, it wakes a few hundred times a second however many threads stream.
 FLUSH_SLACK_S = 0.005
@@ -60,53 +60,60 @@ class DeliveryMixin(DaemonState):
     """How bridge output reaches the clients."""
 
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
-        """One read's notifications, in order; the `thread/events` lines they make go to the clients together."""
+        """One read's notifications, in order; the `thread/events` lines they make go to the clients together.
+
+        Runs of decoded `thread/delta` notifications go through the bridge's delivery in one compiled call
+        (`Delivery.take_notes`); this loop sees only the other notes."""
         now = trio.current_time()
         self.counters.notifications_in += len(batch)
+        delivery = bridge.delivery
         lines: list[bytes] = []
         touched: set[str] = set()  # threads heard from, for the watchdogs
-        deltas = 0
-        first = len(batch) > EARLY_SEND_MIN and bool(self.clients)
-        take, now_ms, coalescing = bridge.delivery.take, now * 1000, self.text_delta_flush_ms > 0
-        for note in batch:
-            method = note.method
-            try:
-                if method == "thread/delta":
-                    params: grammar.ThreadDeltaParams | None = note.decoded  # decoded in the framing pass
-                    if params is None:
-                        params = self._decode_delta(bridge, note.params)
-                    if params is not None:
-                        thread_id = params.threadId
-                        touched.add(thread_id)
-                        deltas += len(params.deltas)
-                        line = take(thread_id, params.deltas, now_ms)
-                        if line is not None:
-                            lines.append(line)
-                        if coalescing:
-                            self._schedule_flush(bridge, thread_id)
-                    if first and lines:  # the chunk's first events reach the clients before the rest is assembled
-                        first = False
-                        lines = self._broadcast(lines)
-                        self._take_notices(bridge, now)  # nothing else runs before the watchers have seen them
-                        await _let_writers_run()
-                    continue
-                lines = self._broadcast(lines)  # what came before goes out first
-                if method in _FORWARDED_NOTIFICATIONS:
-                    self._on_forwarded(bridge, method, note.params)
-                elif method == "error":
-                    self._on_bridge_error(bridge, note.params)
-            except Exception:
-                self.counters.failed_notifications += 1
-                log.exception(
-                    "a bridge notification failed; the rest of its batch goes on",
-                    providerId=bridge.provider_id,
-                    method=method,
-                )
+        deltas_before = delivery.deltas
+        now_ms, count, i = now * 1000, len(batch), 0
+        early = count > EARLY_SEND_MIN and bool(self.clients)  # the first events go out before the rest is assembled
+        while i < count:
+            stop = i + 1 if early else count
+            i = delivery.take_notes(batch, i, stop, now_ms, lines, touched)
+            if i < stop:
+                lines = self._take_other(bridge, batch[i], now_ms, lines, touched)
+                i += 1
+            if early and lines:
+                early = False
+                lines = self._broadcast(lines)
+                self._take_notices(bridge, now)  # nothing else runs before the watchers have seen them
+                await _let_writers_run()
         self._broadcast(lines)
         self._take_notices(bridge, now)
-        self.counters.deltas_in += deltas
+        self.counters.deltas_in += delivery.deltas - deltas_before
         bridge.threads |= touched
         bridge.watchdogs.traffic(touched, now)
+
+    def _take_other(
+        self, bridge: BridgeProcess, note: rpc.Notification, now_ms: float, lines: list[bytes], touched: set[str]
+    ) -> list[bytes]:
+        """A note `take_notes` leaves: a `thread/delta` the framing pass did not decode, or another method (what
+        came before it goes out first). Returns the lines to go on with."""
+        method = note.method
+        try:
+            if method == "thread/delta":
+                params = self._decode_delta(bridge, note.params)
+                if params is not None:
+                    bridge.delivery.take_params(params, now_ms, lines, touched)
+                return lines
+            lines = self._broadcast(lines)
+            if method in _FORWARDED_NOTIFICATIONS:
+                self._on_forwarded(bridge, method, note.params)
+            elif method == "error":
+                self._on_bridge_error(bridge, note.params)
+        except Exception:
+            self.counters.failed_notifications += 1
+            log.exception(
+                "a bridge notification failed; the rest of its batch goes on",
+                providerId=bridge.provider_id,
+                method=method,
+            )
+        return lines
 
     def _decode_delta(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> grammar.ThreadDeltaParams | None:
         """The params the framing pass left undecoded (screened or not typed): decoded here, or refused."""
@@ -156,29 +163,43 @@ class DeliveryMixin(DaemonState):
         if delivery.replaced:
             self.counters.unhandled_extensions += delivery.replaced
             delivery.replaced = 0
+        if delivery.failed:
+            failed, delivery.failed = delivery.failed, []
+            self.counters.failed_notifications += len(failed)
+            for thread_id, exc in failed:
+                log.error(
+                    "a bridge notification failed; the rest of its batch goes on",
+                    providerId=bridge.provider_id,
+                    threadId=thread_id,
+                    method="thread/delta",
+                    exc_info=exc,
+                )
+        if delivery.to_queue:
+            self._queue_flushes(bridge, now)
 
     def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event]) -> None:
         """Events made outside a notification (a due text flush, a daemon warning), through the bridge's
         delivery and out at once."""
         line = bridge.delivery.deliver(thread_id, events)
+        bridge.delivery.note_pending(thread_id)
         self._take_notices(bridge, trio.current_time())
         if line is not None:
             self._broadcast([line])
-        if self.text_delta_flush_ms > 0:
-            self._schedule_flush(bridge, thread_id)
 
-    def _schedule_flush(self, bridge: BridgeProcess, thread_id: str) -> None:
-        """Coalesced text waits for traffic in the reference; here the flusher drains it when due (when the thread
-        has text pending and is not queued yet). Every entry waits the same window, so the queue is in due order."""
-        if self._nursery is None or not bridge.assembler.has_pending_text(thread_id):
+    def _queue_flushes(self, bridge: BridgeProcess, now: float) -> None:
+        """Coalesced text waits for traffic in the reference; here the flusher drains it when due. The threads the
+        delivery found newly holding text join the queue; every entry waits the same window, so it is in due order.
+        """
+        delivery = bridge.delivery
+        threads, delivery.to_queue = delivery.to_queue, []
+        if self._nursery is None:  # no flusher runs (a daemon driven in process): the text waits for traffic
+            delivery.queued.difference_update(threads)
             return
-        key = (id(bridge), thread_id)
-        if key in self._flushing:
-            return
-        self._flushing.add(key)
-        if not self._flush_queue:
+        queue = self._flush_queue
+        if not queue:
             self._flush_wake.set()
-        self._flush_queue.append((trio.current_time() + self.text_delta_flush_ms / 1000, key, bridge, thread_id))
+        due = now + self.text_delta_flush_ms / 1000
+        queue.extend((due, bridge, thread_id) for thread_id in threads)
 
     async def flusher(self) -> None:
         """One task drains every thread's due text (a task per thread and window cost more than the text): it
@@ -192,17 +213,20 @@ class DeliveryMixin(DaemonState):
             if queue[0][0] > trio.current_time():
                 await trio.sleep_until(queue[0][0] + FLUSH_SLACK_S)
             now = trio.current_time()
+            now_ms = now * 1000
             lines: list[bytes] = []
+            flushed: dict[int, BridgeProcess] = {}
             while queue and queue[0][0] <= now:
-                _, key, bridge, thread_id = queue.popleft()
-                self._flushing.discard(key)
-                if bridge.state == "ready":
-                    events = bridge.assembler.assemble(thread_id, [], now * 1000)
-                    line = bridge.delivery.deliver(thread_id, events)
-                    self._take_notices(bridge, now)
-                    if line is not None:
-                        lines.append(line)
-                    self._schedule_flush(bridge, thread_id)
+                _, bridge, thread_id = queue.popleft()
+                if bridge.state != "ready":
+                    bridge.delivery.queued.discard(thread_id)
+                    continue
+                line = bridge.delivery.flush(thread_id, now_ms)
+                if line is not None:
+                    lines.append(line)
+                flushed[id(bridge)] = bridge
+            for bridge in flushed.values():
+                self._take_notices(bridge, now)
             self._broadcast(lines)
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:

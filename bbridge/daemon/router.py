@@ -91,8 +91,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.shutdown_requested = trio.Event()
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
-        self._flushing: set[tuple[int, str]] = set()
-        self._flush_queue: deque[tuple[float, tuple[int, str], BridgeProcess, str]] = deque()
+        self._flush_queue: deque[tuple[float, BridgeProcess, str]] = deque()
         self._flush_wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
