@@ -16,6 +16,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bbridge.core import grammar
 from bbridge.wire import rpc
 from bbridge.wire.rpc import (
     HEAD_BYTES,
@@ -807,6 +808,49 @@ async def test_typed_params_are_decoded_in_the_framing_pass_and_everything_else_
         ("point", None, _Point(3)),  # a null id is no id: still a notification
     ]
     assert [(r.id, r.method, r.params) for r in requests] == [(5, "point", msgspec.Raw(b'{"x":4}'))]
+
+
+@pytest.mark.parametrize(
+    ("odd", "whole"),
+    [
+        (None, True),  # every line typed: the read is decoded in one call
+        ('{"jsonrpc":"2.0","id":7,"method":"point","params":{"x":9}}', False),  # a request among them
+        ('{"method":"point","params":{"x":"no"}}', False),  # params that do not decode
+        ('{"method":"point","params":{"x":5,"s":"\\u001f"}}', False),  # the screen sends it to the generic path
+        ('{"method":"other","params":{"note":"point","deep":' + "[" * 254 + "]" * 254 + "}}", False),  # 257 joined
+        ("not json", False),
+    ],
+)
+async def test_a_read_of_typed_notifications_is_decoded_in_one_call(odd: str | None, whole: bool) -> None:
+    """The lines of a read that are all typed notifications decode as one JSON array; any other read takes the line
+    by line path, with the same notifications in the same order (a request still answered)."""
+    batches: list[list[Notification]] = []
+    calls: list[int] = []
+
+    async def on_notifications(batch: list[Notification]) -> None:
+        batches.append(batch)
+
+    async def on_request(request: Request) -> Any:
+        return {}
+
+    options: dict[str, Any] = {"typed_params": {"point": _Point}, "typed_screen": grammar.ESCAPED_SEPARATOR.search}
+    async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (conn, peer):
+        typed = conn._typed
+        assert typed is not None
+        many = typed.many
+        typed.many = lambda data: calls.append(1) or many(data)  # type: ignore[func-returns-value]
+        lines = [f'{{"jsonrpc":"2.0","method":"point","params":{{"x":{n}}}}}' for n in range(4)]
+        await peer.send(*lines[:2], *([odd] if odd else []), *lines[2:])
+        if odd and '"id":7' in odd:
+            assert (await peer.read())["id"] == 7
+        with trio.fail_after(5):
+            while sum(n.method == "point" and n.decoded is not None for b in batches for n in b) < 4:
+                await trio.sleep(0.01)
+    decoded = [n.decoded.x for b in batches for n in b if n.decoded is not None]
+    assert decoded == [0, 1, 2, 3]
+    if whole:
+        assert [len(batch) for batch in batches] == [4]
+    assert bool(calls) is (odd is None or ("not json" not in odd and "u001f" not in odd and "deep" not in odd))
 
 
 async def test_on_result_runs_before_the_notifications_after_the_response() -> None:

@@ -204,16 +204,21 @@ def _valid_id(value: Any) -> bool:
     return type(value) in _ID_TYPES
 
 
-def _typed_decoder(types: Mapping[str, Any]) -> tuple[Callable[[bytes], Any], dict[type, str]]:
-    """One decoder for whole messages of the given notification methods, tagged on `method`, params typed."""
-    members = {
-        msgspec.defstruct(
-            f"_Typed{index}", [("params", kind), ("id", Any, UNSET)], tag_field="method", tag=method, gc=False
-        ): method
-        for index, (method, kind) in enumerate(types.items())
-    }
-    union = functools.reduce(operator.or_, members)
-    return msgspec.json.Decoder(union).decode, members
+class _TypedDecoder:
+    """Decoders for whole messages of the given notification methods, tagged on `method`, params typed: `one` for a
+    line, `many` for a read's lines joined as one JSON array (`tags`: each method as it appears in a line)."""
+
+    def __init__(self, types: Mapping[str, Any]) -> None:
+        self.members: dict[type, str] = {
+            msgspec.defstruct(
+                f"_Typed{index}", [("params", kind), ("id", Any, UNSET)], tag_field="method", tag=method, gc=False
+            ): method
+            for index, (method, kind) in enumerate(types.items())
+        }
+        union: Any = functools.reduce(operator.or_, self.members)
+        self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union).decode
+        self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union]).decode
+        self.tags = [json.dumps(method).encode() for method in types]
 
 
 _KEY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,3})?)')
@@ -399,7 +404,7 @@ class Connection:
         self._next_id = 0
         self._pending: dict[str | int | float, _Pending] = {}
         self._nursery: trio.Nursery | None = None
-        self._typed = _typed_decoder(typed_params) if typed_params else None
+        self._typed = _TypedDecoder(typed_params) if typed_params else None
         self._typed_screen = typed_screen
         self._encode_request = encode_request
 
@@ -541,9 +546,39 @@ class Connection:
             await self._dispatch(reader.feed(data))
         await self._dispatch(reader.close())
 
+    def _typed_read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
+        """A read whose every line is a typed notification, decoded in one call as one JSON array (a read of a
+        streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
+        typed, screen = self._typed, self._typed_screen
+        if typed is None or len(lines) < 2:
+            return None
+        try:
+            joined = b",".join(lines)  # type: ignore[arg-type]  # an Overflow among them raises TypeError
+        except TypeError:
+            return None
+        if sum(joined.count(tag) for tag in typed.tags) != len(lines):
+            return None
+        if (screen is not None and screen(joined) is not None) or too_deep(joined, MAX_JSON_DEPTH - 1):
+            return None
+        try:
+            messages = typed.many(b"[" + joined + b"]")
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        members, batch = typed.members, []
+        for message in messages:
+            if type(message.id) in _ID_TYPES:
+                return None  # a request: the line by line path serves it in order
+            batch.append(Notification(members[type(message)], None, message.params))
+        return batch
+
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
+        typed_read = self._typed_read(lines)
+        if typed_read is not None:
+            await self._flush(typed_read)
+            return
         batch: list[Notification] = []
-        typed, typed_methods = self._typed or (None, {})
+        typed = self._typed.one if self._typed is not None else None
+        typed_methods = self._typed.members if self._typed is not None else {}
         screen = self._typed_screen
         for line in lines:
             if isinstance(line, Overflow):
