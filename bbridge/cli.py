@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import sys
 from collections.abc import Sequence
@@ -241,6 +242,11 @@ def _serve(args: argparse.Namespace) -> int:
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
     )
+    # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
+    # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
+    # 120 ms of stalled delivery at 1,000 streaming threads, two thirds of them the imports').
+    gc.collect()
+    gc.freeze()
     if args.socket is not None:
         trio.run(server.serve_socket, daemon, args.socket)
     else:
