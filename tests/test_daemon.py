@@ -557,7 +557,7 @@ async def test_a_bridge_with_more_than_256_open_turns_assembles_every_thread() -
     for n in range(300):
         await send(f"thr_{n}", text, close, {"kind": "turn.boundary", "status": "completed"})
     for n in (0, 255, 256, 299):
-        entries = daemon.journal.log.thread(f"thr_{n}").entries
+        entries = daemon.journal.log.thread(f"thr_{n}").entries()
         types = [msgspec.json.decode(entry)["event"]["type"] for entry in entries]
         assert types == ["turn/started", "item/started", "item/agentMessage/delta", "item/completed", "turn/completed"]
 
@@ -586,6 +586,6 @@ async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> Non
     await daemon.on_notifications(bridge, batch)
     assert daemon.counters.failed_notifications == 2  # thr_bad's item/started and item/completed met the check
     for thread in ("thr_good", "thr_other"):
-        entries = daemon.journal.log.thread(thread).entries
+        entries = daemon.journal.log.thread(thread).entries()
         assert [msgspec.json.decode(e)["event"]["type"] for e in entries][-1] == "turn/completed"
     assert daemon.counters.deltas_in == len(batch)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event
 from bbridge.core.guard import Guard
-from bbridge.core.outbox import Delivery, EventLog, ThreadLog
+from bbridge.core.outbox import CHUNK, Delivery, EventLog, ThreadLog
 
 WATCHED = frozenset({"turn/started", "turn/completed"})
 
@@ -44,7 +48,7 @@ def test_seqs_count_per_thread_and_the_line_is_framed_from_the_entries() -> None
     assert [(e["seq"], e["event"]["n"]) for e in message["params"]["events"]] == [(1, 1), (2, 2)]
     assert [e["seq"] for e in json.loads(single)["params"]["events"]] == [3]
     assert single.endswith(b"]}}") and b"\n" not in single
-    held = list(log.threads["a"].entries)
+    held = log.threads["a"].entries()
     assert [json.loads(e)["seq"] for e in held] == [1, 2, 3] and log.threads["a"].last_seq == 3
     assert first.endswith(b",".join(held[:2]) + b"]}}") and single.endswith(held[2] + b"]}}")  # the same bytes
     assert log.recorded == 4
@@ -62,7 +66,7 @@ def test_the_bound_keeps_the_newest_entries_and_the_seq_goes_on() -> None:
     log = EventLog(2)
     entries = log.append("a", [event("provider/warning", n=n) for n in range(5)])
     held = log.threads["a"]
-    assert list(held.entries) == entries[-2:] and held.last_seq == 5 and held.first_held() == 4
+    assert held.entries() == entries[-2:] and held.last_seq == 5 and held.first_held() == 4
 
 
 def test_the_opener_sees_each_new_thread_once_and_its_writer_every_batch() -> None:
@@ -130,3 +134,34 @@ def test_take_assembles_and_notices_the_watched_lifecycle_events_in_order() -> N
     assert types[0] == "turn/started" and types[-1] == "turn/completed"
     assert [(thread, e["type"]) for thread, e in made.noticed] == [("thr", "turn/started"), ("thr", "turn/completed")]
     assert made.take("thr", [], 0.0) is None  # nothing assembled, nothing journaled
+
+
+@given(
+    bound=st.integers(1, 3 * CHUNK),
+    batches=st.lists(st.integers(0, 2 * CHUNK + 3), max_size=12),
+    skip=st.integers(0, 4 * CHUNK),
+)
+def test_a_thread_log_holds_the_newest_bound_entries_in_order(bound: int, batches: list[int], skip: int) -> None:
+    """Held in chunks, the log answers as a deque of `bound` would: the newest entries, in order, from any skip."""
+    log = ThreadLog(bound)
+    appended: list[bytes] = []
+    for size in batches:
+        batch = [str(len(appended) + n).encode() for n in range(size)]
+        appended += batch
+        log.extend(batch)
+        log.last_seq = len(appended)
+        held = appended[len(appended) - min(bound, len(appended)) :]
+        assert log.entries() == held and log.held == len(held)
+        assert log.first_held() == len(appended) - len(held) + 1
+        assert log.entries(skip) == held[skip:]
+
+
+def test_held_entries_are_out_of_the_collectors_sight() -> None:
+    """A full collection visits each chunk of entries at most, not each entry: the chunks are untracked tuples."""
+    log = EventLog(10_000)
+    for n in range(40):
+        log.append("a", [event("provider/warning", n=n * CHUNK + k) for k in range(CHUNK)])
+    gc.collect()
+    held = log.threads["a"]
+    assert len(held.chunks) == 40 and not held.tail
+    assert not any(gc.is_tracked(chunk) for chunk in held.chunks)

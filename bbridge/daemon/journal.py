@@ -28,7 +28,6 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import IO, Any
 
@@ -157,7 +156,7 @@ class Journal:
             self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
         if scan is None:
             return
-        log.entries.extend(raw for _, raw in scan.entries)
+        log.extend([raw for _, raw in scan.entries])
         if scan.entries:
             log.last_seq = scan.entries[-1][0]
         health = self.health_counts
@@ -205,7 +204,7 @@ class Journal:
             return Replay([], 0)
         first_held = log.first_held()
         skip = max(0, after_seq + 1 - first_held)
-        entries = list(zip(range(first_held + skip, log.last_seq + 1), islice(log.entries, skip, None), strict=True))
+        entries = list(zip(range(first_held + skip, log.last_seq + 1), log.entries(skip), strict=True))
         if self.directory is not None and after_seq + 1 < first_held:
             entries = [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
             first_held = entries[0][0] if entries else log.last_seq + 1
