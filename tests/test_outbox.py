@@ -163,5 +163,5 @@ def test_held_entries_are_out_of_the_collectors_sight() -> None:
         log.append("a", [event("provider/warning", n=n * CHUNK + k) for k in range(CHUNK)])
     gc.collect()
     held = log.threads["a"]
-    assert len(held.chunks) == 40 and not held.tail
+    assert held.chunks is not None and len(held.chunks) == 40 and not held.tail
     assert not any(gc.is_tracked(chunk) for chunk in held.chunks)

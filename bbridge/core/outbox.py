@@ -45,7 +45,7 @@ class ThreadLog:
         self.last_seq = 0
         self.bound = bound
         self.held = 0  # entries held (`bound` at most)
-        self.chunks: deque[tuple[bytes, ...]] = deque()
+        self.chunks: deque[tuple[bytes, ...]] | None = None  # made with the first full chunk: most threads never
         self.skip = 0  # entries of the oldest chunk already dropped
         self.tail: list[bytes] = []
         self.write: Callable[[list[bytes]], None] | None = None  # the journal file's taker of new entries
@@ -60,8 +60,11 @@ class ThreadLog:
         tail.extend(entries)
         if len(tail) >= CHUNK:
             full = len(tail) - len(tail) % CHUNK
+            chunks = self.chunks
+            if chunks is None:
+                chunks = self.chunks = deque()
             for start in range(0, full, CHUNK):
-                self.chunks.append(tuple(tail[start : start + CHUNK]))
+                chunks.append(tuple(tail[start : start + CHUNK]))
             del tail[:full]
         self.held += len(entries)
         excess = self.held - self.bound
@@ -71,7 +74,7 @@ class ThreadLog:
     def _drop(self, count: int) -> None:
         self.held -= count
         chunks = self.chunks
-        while count > 0 and chunks:
+        while count > 0 and chunks is not None and chunks:
             left = len(chunks[0]) - self.skip
             if count < left:
                 self.skip += count
@@ -86,7 +89,7 @@ class ThreadLog:
         """The held entries, oldest first, from the `skip`-th on."""
         out: list[bytes] = []
         start = self.skip + skip
-        for chunk in self.chunks:
+        for chunk in self.chunks or ():
             if start >= len(chunk):
                 start -= len(chunk)
                 continue

@@ -3,7 +3,7 @@ notifications, daemon-made events (warnings, flushes, settlements), and the broa
 
 Bridge `thread/delta` notifications flow decode → assemble → stamp → check (extension payloads, grammar guard)
 → journal → every client, one `thread/events` message per notification; all but the decode is one compiled
-call per notification (`bbridge.core.outbox.Delivery`).
+call per read (`bbridge.core.outbox.Delivery.take_notes`).
 """
 
 from __future__ import annotations
