@@ -66,6 +66,7 @@ class Checker:
         self.gaps = self.duplicates = 0
         self.stamps: set[bytes] = set()
         self.latencies_ns: list[int] = []
+        self.received_ns: list[int] = []  # when each latency sample arrived
 
     def send(self, method: str, params: dict[str, Any]) -> int:
         self.next_id += 1
@@ -103,6 +104,7 @@ class Checker:
             if token not in self.stamps:
                 self.stamps.add(token)
                 self.latencies_ns.append(now - int(token.split(b".", 1)[0]))
+                self.received_ns.append(now)
             start = lines.find(b"@", end + 1)
         for line in lines.split(b"\n"):
             if line:
@@ -147,6 +149,7 @@ class Checker:
             "gaps": self.gaps,
             "duplicates": self.duplicates,
             "latencies_ns": self.latencies_ns,
+            "received_ns": self.received_ns,
         }
 
 
