@@ -540,45 +540,6 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
     assert len(rest) == len(batch) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"
 
 
-async def test_the_cpu_is_not_offered_for_a_while_after_an_offer_kept_the_daemon_waiting(
-    monkeypatch: pytest.MonkeyPatch, mock_clock: trio.testing.MockClock
-) -> None:
-    """A `sched_yield` that took `YIELD_COSTLY_S` or more (other processes wanted the CPU) withholds the next offers
-    for `YIELD_BACKOFF_S`; the early send itself goes on."""
-    offers: list[float] = []
-
-    def costly_yield() -> None:
-        offers.append(trio.current_time())
-        mock_clock.jump(delivery.YIELD_COSTLY_S * 2)
-
-    class Sink:
-        name = "probe"
-        sends = 0
-
-        def enqueue(self, lines: list[bytes]) -> None:
-            Sink.sends += 1
-
-        async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
-            raise AssertionError("nothing is relayed here")
-
-    monkeypatch.setattr(os, "sched_yield", costly_yield)
-    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
-    daemon.add_client(Sink())
-    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
-
-    def read(first: int) -> list[rpc.Notification]:
-        threads = range(first, first + delivery.EARLY_SEND_MIN // 7 + 1)
-        params = [{"threadId": f"t{n}", "deltas": [d]} for n in threads for d in stream.short_turn(f"t{n}")]
-        return [rpc.Notification("thread/delta", msgspec.Raw(json.dumps(p).encode())) for p in params]
-
-    await daemon.on_notifications(bridge, read(0))
-    await daemon.on_notifications(bridge, read(100))
-    assert len(offers) == 1 and Sink.sends == 4  # the second read sent early too, but did not offer the CPU
-    mock_clock.jump(delivery.YIELD_BACKOFF_S)
-    await daemon.on_notifications(bridge, read(200))
-    assert len(offers) == 2
-
-
 async def test_a_bridge_with_more_than_256_open_turns_assembles_every_thread() -> None:
     """The assembler keeps 256 thread states (the reference's bound); the daemon's never evicts a thread's state at
     birth, so the 300th open turn on one bridge streams like the first (it used to produce nothing)."""

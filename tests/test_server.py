@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 import trio
-import trio.testing
 
-from bbridge.daemon import server
-from bbridge.daemon.router import Daemon
 from bbridge.daemon.server import open_socket_listener
 from bbridge.wire import errors, rpc
 from tests.support import FULL, connect, fake_provider, running
@@ -218,42 +215,3 @@ def test_a_stdio_client_that_closes_stdin_right_away_still_gets_every_answer(tmp
         answers = [json.loads(line) for line in done.stdout.splitlines() if b'"id"' in line]
         assert sorted(answer["id"] for answer in answers) == [1, 2, 3], done.stderr[-2000:]
         assert all("result" in answer for answer in answers)
-
-
-class _CountingSend(trio.abc.SendStream):
-    def __init__(self) -> None:
-        self.sends: list[bytes] = []
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        self.sends.append(bytes(data))
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-
-async def test_a_clients_writer_sends_at_most_once_per_interval(mock_clock: trio.testing.MockClock) -> None:
-    """Lines queued within `SEND_INTERVAL_S` of a send wait for it to pass and go out together in one send; after a
-    quiet spell a line goes out at once."""
-    sink = _CountingSend()
-    client = server.Client(Daemon({}), sink, trio.testing.memory_stream_pair()[0], "c", queue_bytes=1 << 20)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(client._writer)
-        client.enqueue([b'{"n":1}'])
-        await trio.testing.wait_all_tasks_blocked()
-        assert sink.sends == [b'{"n":1}\n']
-        client.enqueue([b'{"n":2}'])
-        client.enqueue([b'{"n":3}'])
-        await trio.testing.wait_all_tasks_blocked()
-        assert len(sink.sends) == 1  # within the interval: held
-        mock_clock.jump(server.SEND_INTERVAL_S)
-        await trio.testing.wait_all_tasks_blocked()
-        assert sink.sends[1:] == [b'{"n":2}\n{"n":3}\n']
-        mock_clock.jump(1)
-        client.enqueue([b'{"n":4}'])
-        await trio.testing.wait_all_tasks_blocked()
-        assert sink.sends[2:] == [b'{"n":4}\n']
-        nursery.cancel_scope.cancel()

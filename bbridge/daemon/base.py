@@ -84,6 +84,5 @@ class DaemonState:
     clients_changed: trio.Event
     _flush_queue: deque[tuple[float, BridgeProcess, str]]
     _flush_wake: trio.Event
-    _yield_after: float  # `_let_writers_run` offers the CPU again from then on
     _nursery: trio.Nursery | None
     _started_at: float

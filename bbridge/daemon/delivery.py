@@ -54,8 +54,6 @@ EARLY_SEND_MIN = 64
 # The flusher wakes this long after the first queued entry is due, and flushes every entry due by then: late by
 # at most this much, it wakes a few hundred times a second however many threads stream.
 FLUSH_SLACK_S = 0.005
-YIELD_COSTLY_S = 0.0005
-YIELD_BACKOFF_S = 1.0
 
 
 class DeliveryMixin(DaemonState):
@@ -84,33 +82,12 @@ class DeliveryMixin(DaemonState):
                 early = False
                 lines = self._broadcast(lines)
                 self._take_notices(bridge, now)  # nothing else runs before the watchers have seen them
-                await self._let_writers_run()
+                await _let_writers_run()
         self._broadcast(lines)
         self._take_notices(bridge, now)
         self.counters.deltas_in += delivery.deltas - deltas_before
         bridge.threads |= touched
         bridge.watchdogs.traffic(touched, now)
-
-    async def _let_writers_run(self) -> None:
-        """Two checkpoints: trio runs each batch of ready tasks in random order, so after the second one every
-        client writer woken before the first has had its turn, and a writer sends in its first turn (`rpc`'s write
-        lock is taken without a checkpoint when free).
-
-        Then the CPU is offered to whoever those sends woke. Linux tends to wake a reader on its writer's CPU, and
-        there the scheduler lets the writer run on until its time slice ends or it blocks: the client would read
-        its first events only after the daemon has assembled the rest of the read (measured: most of the 50 %-load
-        p99 in `make bench`). One `sched_yield` per read lets a client sharing the daemon's CPU take them now; with
-        nothing else runnable it returns at once. When other processes want the CPU it does not: a yield that kept
-        the daemon off the CPU for `YIELD_COSTLY_S` withholds the offer for `YIELD_BACKOFF_S` (on a saturated
-        machine each cost the daemon ~2 ms, and a daemon behind makes larger reads, which offered it more often)."""
-        await trio.lowlevel.checkpoint()
-        await trio.lowlevel.checkpoint()
-        now = trio.current_time()
-        if now < self._yield_after:
-            return
-        os.sched_yield()
-        if trio.current_time() - now > YIELD_COSTLY_S:
-            self._yield_after = now + YIELD_BACKOFF_S
 
     def _take_other(
         self, bridge: BridgeProcess, note: rpc.Notification, now_ms: float, lines: list[bytes], touched: set[str]
@@ -300,6 +277,21 @@ class DeliveryMixin(DaemonState):
         if details is not None:
             event["details"] = details
         self._deliver(bridge, thread_id, [event])
+
+
+async def _let_writers_run() -> None:
+    """Two checkpoints: trio runs each batch of ready tasks in random order, so after the second one every
+    client writer woken before the first has had its turn, and a writer sends in its first turn (`rpc`'s write
+    lock is taken without a checkpoint when free).
+
+    Then the CPU is offered to whoever those sends woke. Linux tends to wake a reader on its writer's CPU, and
+    there the scheduler lets the writer run on until its time slice ends or it blocks: the client would read its
+    first events only after the daemon has assembled the rest of the read (measured: most of the 50 %-load p99
+    in `make bench`). One `sched_yield` per read lets a client sharing the daemon's CPU take them now; with
+    nothing else runnable it returns at once."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
+    os.sched_yield()
 
 
 class _Message(msgspec.Struct):

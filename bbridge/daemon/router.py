@@ -93,7 +93,6 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self._starting: dict[str, trio.Lock] = {}
         self._flush_queue: deque[tuple[float, BridgeProcess, str]] = deque()
         self._flush_wake = trio.Event()
-        self._yield_after = 0.0
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
 

@@ -22,11 +22,6 @@ import trio
 from bbridge.daemon.router import Daemon
 from bbridge.wire import errors, rpc
 
-# A client's writer sends at most this often: each send to a local socket costs a system call and a wake-up of the
-# client (tens of microseconds on a virtual machine), and many bridges streaming at once make a read, and so a
-# send per client, every half millisecond; what is queued within the interval goes out in one send.
-SEND_INTERVAL_S = 0.001
-
 log = structlog.get_logger("bbridge.daemon.server")
 
 # A client's unsent backlog, in bytes, before it is disconnected (it catches up from the journal). Bytes, not lines:
@@ -104,19 +99,14 @@ class Client:
             self._log.info("client disconnected")
 
     async def _writer(self) -> None:
-        """One write per wake-up: everything queued goes out in a single send, at most one send per
-        `SEND_INTERVAL_S` (what queues meanwhile joins the next)."""
-        sent = -SEND_INTERVAL_S
+        """One write per wake-up: everything queued goes out in a single send."""
         try:
             while True:
                 await self._outbox_ready.wait()
                 self._outbox_ready = trio.Event()
-                if sent + SEND_INTERVAL_S > trio.current_time():
-                    await trio.sleep_until(sent + SEND_INTERVAL_S)
                 batch, self._outbox, self._outbox_bytes = self._outbox, [], 0
                 if batch:
                     await self.conn.send_lines(batch)
-                    sent = trio.current_time()
                     if self.conn.closed:
                         return
                 if self._outbox_closed and not self._outbox:
