@@ -354,18 +354,8 @@ class Assembler:
             rec.stream(text, channel == "reasoningSummary")
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
-        if bb is not None and sink.state is s and sink.text_delta_flush_ms > 0:
-            # inside a coalescing window with text already pending on this stream, the event would only lend its
-            # text to the pending one (`Sink._buffer`): add the text without making the event
-            stream = kind + "\x1f" + bb
-            pending = s.pending_text.get(stream)
-            if pending is not None:
-                last = s.text_last_emit.get(stream)
-                if last is not None:
-                    pending[1].add(text)
-                    if sink.now - last >= sink.text_delta_flush_ms:
-                        sink.flush_all_text(s)
-                    return
+        if bb is not None and sink.absorb_text(s, kind, bb, text):  # inside the window: no event needed
+            return
         event: Event = {
             "type": kind,
             "threadId": "",

@@ -221,7 +221,7 @@ class Delivery:
         touched.add(thread_id)
         self.deltas += len(deltas)
         try:
-            line = self.deliver(thread_id, self.assembler.assemble(thread_id, deltas, now_ms))
+            line = self.take(thread_id, deltas, now_ms)
         except Exception as exc:
             self.failed.append((thread_id, exc))
             return
@@ -238,7 +238,7 @@ class Delivery:
     def flush(self, thread_id: str, now_ms: float) -> bytes | None:
         """A queued flush that fell due: the thread's text whose window has elapsed, delivered."""
         self.queued.discard(thread_id)
-        line = self.deliver(thread_id, self.assembler.assemble(thread_id, [], now_ms))
+        line = self.take(thread_id, [], now_ms)
         self.note_pending(thread_id)
         return line
 

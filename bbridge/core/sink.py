@@ -57,6 +57,21 @@ class Sink:
                 self.flush_all_text(s)
                 return
 
+    def absorb_text(self, s: ThreadState, kind: str, item_id: str, text: str) -> bool:
+        """A text delta's text added to its stream's pending text, when text is already pending there inside the
+        window: all `_buffer` would take of its event, so the caller need not make one. False when it was not."""
+        if self.state is not s or self.text_delta_flush_ms <= 0:
+            return False
+        stream = kind + "\x1f" + item_id
+        pending = s.pending_text.get(stream)
+        last = s.text_last_emit.get(stream)
+        if pending is None or last is None:
+            return False
+        pending[1].add(text)
+        if self.now - last >= self.text_delta_flush_ms:
+            self.flush_all_text(s)
+        return True
+
     def _buffer(self, s: ThreadState, event: Event) -> None:
         stream = event["type"] + "\x1f" + event["itemId"]
         last = s.text_last_emit.get(stream)
