@@ -187,6 +187,22 @@ async def test_garbage_oversize_lines_and_invalid_deltas_are_survived(tmp_path: 
         assert "hel\x1flo" in texts  # U+001F is only refused in key parts
 
 
+async def test_integral_doubles_in_opaque_payloads_reach_clients_as_integers(tmp_path: Path) -> None:
+    """`1.0` from a bridge is the integer 1 to the reference (`JSON.parse` + `JSON.stringify`): so on every path a
+    line takes (a line of its own, a read of many lines decoded in one call)."""
+    card = ExtensionKind(item={"type": "object"}, state={"type": "object"})
+    provider = fake_provider("floats", extension_kinds={"fake/card": card})
+    async with running(tmp_path, {"fake": provider}) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client))
+        events = client.events(THREAD)
+        card = next(e["item"] for e in events if e["type"] == "item/started" and e["item"]["type"] == "extension")
+        states = [e["payload"] for e in events if e["type"] == "thread/extensionState/updated"]
+    assert card["payload"] == {"n": 1, "half": 0.5} and type(card["payload"]["n"]) is int
+    assert states == [{"n": 2}, {"n": 3}] and all(type(state["n"]) is int for state in states)
+
+
 @pytest.mark.parametrize(
     ("modes", "code", "words"),
     [

@@ -42,6 +42,12 @@ TERMINATE_GRACE_S = 5.0
 KILL_GRACE_S = 1.0
 INITIALIZE_TIMEOUT_S = 30.0
 CLIENT_INFO = {"name": "bbridge", "version": "0.1.0"}
+
+# A bridge's hot path: each `thread/delta` line parsed once, as `grammar.decode_params` would (its float hook); a
+# line that may hold U+001F goes to the generic path and that decoder, which checks key parts.
+DELTA_LINES = rpc.TypedDecoder(
+    {"thread/delta": grammar.ThreadDeltaParams}, screen=grammar.ESCAPED_SEPARATOR.search, float_hook=grammar.js_float
+)
 RUNTIME_GRAMMAR = (3, 3)
 
 
@@ -208,8 +214,7 @@ class BridgeProcess:
             on_request=self._on_request,
             on_notifications=self._on_notifications,
             on_junk=self._on_junk,
-            typed_params={"thread/delta": grammar.ThreadDeltaParams},  # the hot path: each line parsed once
-            typed_screen=grammar.ESCAPED_SEPARATOR.search,  # a line that may hold U+001F: `grammar.decode_params`
+            typed=DELTA_LINES,
         )
         self.host.on_status(self)
         self._log.info("bridge spawned", command=self.config.command)

@@ -204,11 +204,21 @@ def _valid_id(value: Any) -> bool:
     return type(value) in _ID_TYPES
 
 
-class _TypedDecoder:
+class TypedDecoder:
     """Decoders for whole messages of the given notification methods, tagged on `method`, params typed: `one` for a
-    line, `many` for a read's lines joined as one JSON array (`tags`: each method as it appears in a line)."""
+    line, `many` for a read's lines joined as one JSON array (`tags`: each method as it appears in a line).
 
-    def __init__(self, types: Mapping[str, Any]) -> None:
+    `screen`: a line (or read) for which it returns anything but None is not decoded here; it takes the generic path,
+    for the handler's own decoder. `float_hook`: msgspec's, for the untyped values in the params, as that decoder
+    has it (the same line must decode to the same values on either path)."""
+
+    def __init__(
+        self,
+        types: Mapping[str, Any],
+        *,
+        screen: Callable[[bytes], object] | None = None,
+        float_hook: Callable[[str], Any] | None = None,
+    ) -> None:
         self.members: dict[type, str] = {
             msgspec.defstruct(
                 f"_Typed{index}", [("params", kind), ("id", Any, UNSET)], tag_field="method", tag=method, gc=False
@@ -216,9 +226,10 @@ class _TypedDecoder:
             for index, (method, kind) in enumerate(types.items())
         }
         union: Any = functools.reduce(operator.or_, self.members)
-        self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union).decode
-        self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union]).decode
+        self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union, float_hook=float_hook).decode
+        self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union], float_hook=float_hook).decode
         self.tags = [json.dumps(method).encode() for method in types]
+        self.screen = screen
 
 
 _KEY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,3})?)')
@@ -377,13 +388,11 @@ class Connection:
         answer_junk: bool = False,
         default_timeout: float | None = 30.0,
         max_line: int = MAX_LINE_BYTES,
-        typed_params: Mapping[str, Any] | None = None,
-        typed_screen: Callable[[bytes], object] | None = None,
+        typed: TypedDecoder | None = None,
         encode_request: RequestEncoder = encode_request,
     ) -> None:
-        """`typed_params` maps notification methods to params types decoded in the framing pass: such a line is
-        parsed once instead of twice (a line that does not decode so takes the generic path unchanged). A line
-        for which `typed_screen` returns anything but None takes the generic path, for the handler's own decoder.
+        """`typed` decodes its notification methods in the framing pass: such a line is parsed once instead of
+        twice (a line that does not decode so, or that its screen sends on, takes the generic path unchanged).
         `encode_request` writes our requests: the runtime's member order by default, `encode_bridge_request` for
         a bridge."""
         self.name = name
@@ -404,8 +413,7 @@ class Connection:
         self._next_id = 0
         self._pending: dict[str | int | float, _Pending] = {}
         self._nursery: trio.Nursery | None = None
-        self._typed = _TypedDecoder(typed_params) if typed_params else None
-        self._typed_screen = typed_screen
+        self._typed = typed
         self._encode_request = encode_request
 
     @property
@@ -549,9 +557,10 @@ class Connection:
     def _typed_read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
         """A read whose every line is a typed notification, decoded in one call as one JSON array (a read of a
         streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
-        typed, screen = self._typed, self._typed_screen
+        typed = self._typed
         if typed is None or len(lines) < 2:
             return None
+        screen = typed.screen
         for line in lines:  # the line path's own checks (an array around them adds one level: msgspec takes it)
             if type(line) is not bytes or (len(line) > MAX_JSON_DEPTH and too_deep(line)):
                 return None
@@ -579,7 +588,7 @@ class Connection:
         batch: list[Notification] = []
         typed = self._typed.one if self._typed is not None else None
         typed_methods = self._typed.members if self._typed is not None else {}
-        screen = self._typed_screen
+        screen = self._typed.screen if self._typed is not None else None
         for line in lines:
             if isinstance(line, Overflow):
                 reason = f"discarded an oversized JSON-RPC line ({line.size} bytes, limit {self._max_line})"

@@ -20,6 +20,9 @@ Modes change one behaviour each; with none the bridge is well behaved:
   ask             sends interaction/request before finishing the turn and reports the answer as text
   extension       emits an extension item of kind "fake/card" with payload {"n": 1}
   bad-extension   emits an extension item of kind "fake/card" with payload {"n": "x"}
+  floats          emits an extension item with payload {"n": 1.0, "half": 0.5} in a write of its own, then two
+                  extension.state deltas with payloads {"n": 2.0} and {"n": 3.0} in one write (Python writes 1.0
+                  where JavaScript writes 1)
   bad-requests    sends a schema-invalid interaction/request and item/tool/call first and reports the
                   error codes it got back as the turn's text
   deep            writes a line nested 100,000 levels deep on stdout before answering turn/start
@@ -268,6 +271,25 @@ def handle(msg):
                     **tf,
                 },
             )
+        if "floats" in MODES:
+            delta(
+                thread,
+                {
+                    "kind": "item.open",
+                    "key": {"providerItemId": f"ext-{turns}"},
+                    "item": {"type": "extension", "kind": "fake/card", "payload": {"n": 1.0, "half": 0.5}},
+                    "presentation": {"label": {"pending": "Card", "completed": "Card"}, "icon": {"glyph": "Card"}},
+                    **tf,
+                },
+            )
+            states = [
+                {"kind": "extension.state", "extensionKind": "fake/card", "payload": {"n": n}} for n in (2.0, 3.0)
+            ]
+            note = {"jsonrpc": "2.0", "method": "thread/delta"}
+            out.write(
+                "".join(json.dumps({**note, "params": {"threadId": thread, "deltas": [d]}}) + "\n" for d in states)
+            )
+            out.flush()
         delta(
             thread,
             {
