@@ -57,7 +57,9 @@ def _js_numbers(obj: Struct, names: tuple[str, ...]) -> None:
     """Numbers as JavaScript holds them: non-finite values are invalid, integral ones are integers.
 
     A double like `1.0` or `-0.0` is the integer 1 or 0 to the reference (`JSON.stringify` writes `1`,
-    `0`); storing it as an int makes the encoder write the same bytes.
+    `0`); storing it as an int makes the encoder write the same bytes. A `__post_init__` calls this only
+    once one of its fields holds a float: most numbers arrive as integers, and a type test per field costs
+    a fifth of this loop.
     """
     for name in names:
         value = getattr(obj, name)
@@ -128,7 +130,8 @@ class RawEvent(Wire, kw_only=True):
     params: Any | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("id",))
+        if type(self.id) is float:
+            _js_numbers(self, ("id",))
 
 
 class NoTurnFallback(Wire, kw_only=True):
@@ -142,7 +145,8 @@ class ErrorInfo(Wire, kw_only=True):
     httpStatusCode: Number | None
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("httpStatusCode",))
+        if type(self.httpStatusCode) is float:
+            _js_numbers(self, ("httpStatusCode",))
 
 
 class TokenBreakdown(Wire, kw_only=True):
@@ -153,7 +157,16 @@ class TokenBreakdown(Wire, kw_only=True):
     reasoningOutputTokens: Number
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens"))
+        if (
+            type(self.totalTokens) is float
+            or type(self.inputTokens) is float
+            or type(self.cachedInputTokens) is float
+            or type(self.outputTokens) is float
+            or type(self.reasoningOutputTokens) is float
+        ):
+            _js_numbers(
+                self, ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
+            )
 
 
 class PlanStep(Wire, kw_only=True):
@@ -167,7 +180,8 @@ class TaskUsage(Wire, kw_only=True):
     durationMs: Number
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("totalTokens", "toolUses", "durationMs"))
+        if type(self.totalTokens) is float or type(self.toolUses) is float or type(self.durationMs) is float:
+            _js_numbers(self, ("totalTokens", "toolUses", "durationMs"))
 
 
 class WorkflowPhase(Wire, kw_only=True):
@@ -200,7 +214,15 @@ class WorkflowAgent(Wire, kw_only=True):
     durationMs: Number | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("lastProgressAt", "queuedAt", "startedAt", "tokens", "toolCalls", "durationMs"))
+        if (
+            type(self.lastProgressAt) is float
+            or type(self.queuedAt) is float
+            or type(self.startedAt) is float
+            or type(self.tokens) is float
+            or type(self.toolCalls) is float
+            or type(self.durationMs) is float
+        ):
+            _js_numbers(self, ("lastProgressAt", "queuedAt", "startedAt", "tokens", "toolCalls", "durationMs"))
 
 
 class Workflow(Wire, kw_only=True):
@@ -253,7 +275,8 @@ class CommandShape(Shape, tag="command", kw_only=True):
     durationMs: Number | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("exitCode", "durationMs"))
+        if type(self.exitCode) is float or type(self.durationMs) is float:
+            _js_numbers(self, ("exitCode", "durationMs"))
 
 
 class FileChangeShape(Shape, tag="fileChange", kw_only=True):
@@ -269,7 +292,8 @@ class ToolShape(Shape, tag="tool", kw_only=True):
     durationMs: Number | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("durationMs",))
+        if type(self.durationMs) is float:
+            _js_numbers(self, ("durationMs",))
 
 
 class CompactionShape(Shape, tag="compaction", kw_only=True):
@@ -379,8 +403,9 @@ class TurnBoundary(Delta, tag="turn.boundary", kw_only=True):
     providerTurnId: KeyPart | UnsetType = UNSET
 
 
-def _require_extension_presentation(item: Shape, presentation: Presentation | UnsetType) -> None:
-    if presentation is UNSET and type(item) is ExtensionShape:
+def _require_presentation(presentation: Presentation | UnsetType) -> None:
+    """An extension item's rule (its caller tests the item's type: the common case costs one test)."""
+    if presentation is UNSET:
         raise ValueError("an extension item needs a presentation")
 
 
@@ -393,7 +418,8 @@ class ItemOpen(Delta, tag="item.open", kw_only=True):
     noTurnFallback: NoTurnFallback | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _require_extension_presentation(self.item, self.presentation)
+        if type(self.item) is ExtensionShape:
+            _require_presentation(self.presentation)
 
 
 class ItemClose(Delta, tag="item.close", kw_only=True):
@@ -409,8 +435,10 @@ class ItemClose(Delta, tag="item.close", kw_only=True):
     noTurnFallback: NoTurnFallback | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("exitCode",))
-        _require_extension_presentation(self.item, self.presentation)
+        if type(self.exitCode) is float:
+            _js_numbers(self, ("exitCode",))
+        if type(self.item) is ExtensionShape:
+            _require_presentation(self.presentation)
 
 
 class ItemProgress(Delta, tag="item.progress", kw_only=True):
@@ -459,7 +487,8 @@ class Usage(Delta, tag="usage", kw_only=True):
     providerTurnId: KeyPart | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("modelContextWindow",))
+        if type(self.modelContextWindow) is float:
+            _js_numbers(self, ("modelContextWindow",))
 
 
 class ContextWindow(Delta, tag="contextWindow", kw_only=True):
@@ -470,7 +499,8 @@ class ContextWindow(Delta, tag="contextWindow", kw_only=True):
     providerTurnId: KeyPart | UnsetType = UNSET
 
     def __post_init__(self) -> None:
-        _js_numbers(self, ("used", "size"))
+        if type(self.used) is float or type(self.size) is float:
+            _js_numbers(self, ("used", "size"))
 
 
 class ContextCompacted(Delta, tag="context.compacted", kw_only=True):
