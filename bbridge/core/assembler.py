@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, cast
-
-from msgspec import UNSET
+from typing import Any, Final, cast
 
 from bbridge.core import grammar as g
 from bbridge.core import items as it
 from bbridge.core.events import Event, new_event
 from bbridge.core.ids import Ids
+from bbridge.core.items import BACKGROUND_TASK_SHAPE, COMPACTION_SHAPE, DELEGATION_SHAPE, UNSET
 from bbridge.core.sink import Sink
 from bbridge.core.state import (
     MAX_MAP,
@@ -33,21 +32,24 @@ from bbridge.core.turns import Turns
 
 __all__ = ["Assembler", "diff_cumulative_text", "item_key"]
 
-_TEXT_DELTA_TYPE = {
+_TEXT_DELTA_TYPE: Final = {
     "agentMessage": "item/agentMessage/delta",
     "reasoningSummary": "item/reasoning/summaryTextDelta",
     "reasoningText": "item/reasoning/textDelta",
     "plan": "item/plan/delta",
 }
-_OUTPUT_DELTA_TYPE = {"command": "item/commandExecution/outputDelta", "fileChange": "item/fileChange/outputDelta"}
-_FLUSH_BEFORE = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
-_SESSION_RESET = g.SessionReset
-_TEXT_DELTA = g.ItemTextDelta
+_OUTPUT_DELTA_TYPE: Final = {
+    "command": "item/commandExecution/outputDelta",
+    "fileChange": "item/fileChange/outputDelta",
+}
+_FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
+_SESSION_RESET: Final = g.SessionReset
+_TEXT_DELTA: Final = g.ItemTextDelta
 
 
 def _thread_attached(shape: g.Shape) -> bool:
     t = type(shape)
-    return t is g.BackgroundTaskShape or (t is g.DelegationShape and shape.background is True)  # type: ignore[attr-defined]
+    return t is BACKGROUND_TASK_SHAPE or (t is DELEGATION_SHAPE and shape.background is True)  # type: ignore[attr-defined]
 
 
 class Assembler:
@@ -215,7 +217,7 @@ class Assembler:
         k = item_key(key)
         s.settled_keys.pop(k, None)
         shape = d.item
-        if type(shape) is not g.CompactionShape and s.open_items:
+        if type(shape) is not COMPACTION_SHAPE and s.open_items:
             parent_ref = key.parentRef
             released = [
                 ok
@@ -298,7 +300,7 @@ class Assembler:
             bb = self._ids.item()
         parent = self._ids.parent(s, key.parentRef)
         snap = d.snapshot
-        if type(snap) is g.DelegationShape:
+        if type(snap) is DELEGATION_SHAPE:
             opened = rec.item if rec is not None else None
             if parent is None and opened is not None:
                 parent = opened.get("parentToolCallId")
@@ -308,7 +310,7 @@ class Assembler:
             pres = opened.get("presentation", UNSET) if opened is not None else UNSET
             event = new_event("item/delegation/progress", None)
             event["item"] = it.delegation_item(bb, snap, "pending", summary, parent, pres)
-        elif type(snap) is g.BackgroundTaskShape:
+        elif type(snap) is BACKGROUND_TASK_SHAPE:
             event = new_event("item/backgroundTask/progress", None)
             event["item"] = it.task_item(bb, snap, parent)
         else:
@@ -597,7 +599,7 @@ def _via_turns(handler: Callable[[Turns, ThreadState, Any], None]) -> _Handler:
 
 # One table for every assembler: plain functions, so an assembler holds no cycle through bound methods
 # and is freed by reference counting alone.
-_HANDLERS: dict[type, _Handler] = {
+_HANDLERS: Final[dict[type, _Handler]] = {
     g.InputAccepted: _via_turns(Turns.input_accepted),
     g.TurnOpen: _via_turns(Turns.turn_open),
     g.TurnBoundary: _via_turns(Turns.turn_boundary),

@@ -7,14 +7,14 @@ whole event as compact JSON identical to the reference's `JSON.stringify`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 Event = dict[str, Any]
 
 # The 30 event types the assembler can emit.
-EVENT_TYPES = (
+EVENT_TYPES: Final = (
     "turn/started", "turn/completed", "turn/input/accepted", "item/started", "item/completed",
     "item/agentMessage/delta", "item/reasoning/summaryTextDelta", "item/reasoning/textDelta",
     "item/plan/delta", "item/commandExecution/outputDelta", "item/fileChange/outputDelta",
@@ -27,7 +27,7 @@ EVENT_TYPES = (
 )  # fmt: skip
 
 # Streamed-text events: the only ones text coalescing may merge.
-TEXT_EVENT_TYPES = frozenset(
+TEXT_EVENT_TYPES: Final = frozenset(
     {
         "item/agentMessage/delta",
         "item/reasoning/textDelta",
@@ -58,7 +58,7 @@ def stamp(event: Event, thread_id: str, provider_thread_id: str | None) -> Event
     return event
 
 
-_encoder = msgspec.json.Encoder()
+_encoder: Final = msgspec.json.Encoder()
 
 
 def encode_event(event: Event) -> bytes:

@@ -6,11 +6,11 @@ a violating event leaves the state untouched and the caller drops it.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
-MAX_ITEM_IDS = 512
+MAX_ITEM_IDS: Final = 512
 
-RULES = (
+RULES: Final = (
     "item/opens-before-delta",
     "item/settles-once",
     "turn/starts-once",
@@ -18,9 +18,9 @@ RULES = (
     "turn/known",
 )
 
-_COMPLETIONS = frozenset({"item/completed", "item/backgroundTask/completed", "item/delegation/completed"})
-_SNAPSHOT_PROGRESS = frozenset({"item/backgroundTask/progress", "item/delegation/progress"})
-_ITEM_DELTAS = frozenset(
+_COMPLETIONS: Final = frozenset({"item/completed", "item/backgroundTask/completed", "item/delegation/completed"})
+_SNAPSHOT_PROGRESS: Final = frozenset({"item/backgroundTask/progress", "item/delegation/progress"})
+_ITEM_DELTAS: Final = frozenset(
     {
         "item/agentMessage/delta",
         "item/plan/delta",

@@ -6,8 +6,9 @@ assembler (never reset); provider ids are only ever join keys.
 
 from __future__ import annotations
 
-from msgspec import UNSET, UnsetType
+from msgspec import UnsetType
 
+from bbridge.core.items import UNSET
 from bbridge.core.state import MAX_MAP, ThreadState, trim
 
 

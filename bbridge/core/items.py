@@ -7,18 +7,39 @@ stay msgspec Structs; the event encoder writes them in schema order.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, cast
 
-from msgspec import UNSET
+import msgspec
 
 from bbridge.core import grammar as g
 from bbridge.core import js
 
 Item = dict[str, Any]
 
+# Module constants of the compiled core are `Final`: mypyc keeps them in C statics (or inlines them), where a
+# module name is a dict lookup at each use (an imported one too). `UNSET` is msgspec's, held here for that.
+UNSET: Final = msgspec.UNSET
+# The shapes the builders test a type against (`type(shape) is g.X` would read `g`, then its `X`).
+AGENT_MESSAGE_SHAPE: Final = g.AgentMessageShape
+BACKGROUND_TASK_SHAPE: Final = g.BackgroundTaskShape
+COMMAND_SHAPE: Final = g.CommandShape
+COMPACTION_SHAPE: Final = g.CompactionShape
+DELEGATION_SHAPE: Final = g.DelegationShape
+EXTENSION_SHAPE: Final = g.ExtensionShape
+FILE_CHANGE_SHAPE: Final = g.FileChangeShape
+FILE_READ_SHAPE: Final = g.FileReadShape
+IMAGE_VIEW_SHAPE: Final = g.ImageViewShape
+PLAN_SHAPE: Final = g.PlanShape
+PLAN_STEPS_SHAPE: Final = g.PlanStepsShape
+REASONING_SHAPE: Final = g.ReasoningShape
+SEARCH_SHAPE: Final = g.SearchShape
+TOOL_SHAPE: Final = g.ToolShape
+WEB_FETCH_SHAPE: Final = g.WebFetchShape
+WEB_SEARCH_SHAPE: Final = g.WebSearchShape
+
 # -- the line diff built from oldText/newText --------------------------------
 
-_LCS_CELL_LIMIT = 1_000_000
+_LCS_CELL_LIMIT: Final = 1_000_000
 
 
 def _lines(text: str) -> list[str]:
@@ -157,16 +178,16 @@ def delegation_item(
 def _status_shape(bb_id: str, shape: g.Shape, status: str) -> Item | None:
     """Items of the v3 kinds that carry a status and are built the same at open and close."""
     t = type(shape)
-    if t is g.FileReadShape:
+    if t is FILE_READ_SHAPE:
         item: Item = {"type": "fileRead", "id": bb_id, "path": shape.path}  # type: ignore[attr-defined]
         _copy_present(item, shape, ("cmd",))
-    elif t is g.SearchShape:
+    elif t is SEARCH_SHAPE:
         item = {"type": "search", "id": bb_id, "mode": shape.mode, "query": shape.query}  # type: ignore[attr-defined]
         _copy_present(item, shape, ("path", "cmd"))
-    elif t is g.PlanStepsShape:
+    elif t is PLAN_STEPS_SHAPE:
         item = {"type": "planSteps", "id": bb_id, "steps": shape.steps}  # type: ignore[attr-defined]
         _copy_present(item, shape, ("explanation",))
-    elif t is g.ExtensionShape:
+    elif t is EXTENSION_SHAPE:
         return {"type": "extension", "id": bb_id, "kind": shape.kind, "payload": shape.payload, "status": status}  # type: ignore[attr-defined]
     else:
         return None
@@ -177,15 +198,15 @@ def _status_shape(bb_id: str, shape: g.Shape, status: str) -> Item | None:
 def _plain_shape(bb_id: str, shape: g.Shape) -> Item:
     """Shapes without status, identical at open and close."""
     t = type(shape)
-    if t is g.AgentMessageShape:
+    if t is AGENT_MESSAGE_SHAPE:
         return {"type": "agentMessage", "id": bb_id, "text": shape.text}  # type: ignore[attr-defined]
-    if t is g.ReasoningShape:
+    if t is REASONING_SHAPE:
         return {"type": "reasoning", "id": bb_id, "summary": shape.summary, "content": shape.content}  # type: ignore[attr-defined]
-    if t is g.PlanShape:
+    if t is PLAN_SHAPE:
         return {"type": "plan", "id": bb_id, "text": shape.text}  # type: ignore[attr-defined]
-    if t is g.ImageViewShape:
+    if t is IMAGE_VIEW_SHAPE:
         return {"type": "imageView", "id": bb_id, "path": shape.path}  # type: ignore[attr-defined]
-    if t is g.CompactionShape:
+    if t is COMPACTION_SHAPE:
         return {"type": "contextCompaction", "id": bb_id}
     raise AssertionError(f"no plain builder for {t.__name__}")
 
@@ -196,19 +217,19 @@ def _plain_shape(bb_id: str, shape: g.Shape) -> Item:
 def open_item(bb_id: str, shape: g.Shape, parent: str | None, pres: Any) -> Item:
     """B-open: the pending item an `item.open` announces."""
     t = type(shape)
-    if t is g.CommandShape:
-        assert isinstance(shape, g.CommandShape)
+    if t is COMMAND_SHAPE:
+        shape = cast("g.CommandShape", shape)
         item: Item = {"type": "commandExecution", "id": bb_id, "command": shape.command, "cwd": shape.cwd}
         _copy_present(item, shape, ("aggregatedOutput", "exitCode", "durationMs"))
         item["status"] = "pending"
         item["approvalStatus"] = None
-    elif t is g.ToolShape:
-        assert isinstance(shape, g.ToolShape)
+    elif t is TOOL_SHAPE:
+        shape = cast("g.ToolShape", shape)
         item = {"type": "toolCall", "id": bb_id}
         _tool_core(item, shape, "pending")
         _copy_present(item, shape, ("result", "error", "durationMs"))
-    elif t is g.FileChangeShape:
-        assert isinstance(shape, g.FileChangeShape)
+    elif t is FILE_CHANGE_SHAPE:
+        shape = cast("g.FileChangeShape", shape)
         item = {
             "type": "fileChange",
             "id": bb_id,
@@ -216,19 +237,19 @@ def open_item(bb_id: str, shape: g.Shape, parent: str | None, pres: Any) -> Item
             "status": "pending",
             "approvalStatus": None,
         }
-    elif t is g.WebSearchShape:
-        assert isinstance(shape, g.WebSearchShape)
+    elif t is WEB_SEARCH_SHAPE:
+        shape = cast("g.WebSearchShape", shape)
         item = {"type": "webSearch", "id": bb_id, "queries": shape.queries, "resultText": None}
-    elif t is g.WebFetchShape:
-        assert isinstance(shape, g.WebFetchShape)
+    elif t is WEB_FETCH_SHAPE:
+        shape = cast("g.WebFetchShape", shape)
         item = _web_fetch(bb_id, shape, None)
-    elif t is g.BackgroundTaskShape:
-        assert isinstance(shape, g.BackgroundTaskShape)
+    elif t is BACKGROUND_TASK_SHAPE:
+        shape = cast("g.BackgroundTaskShape", shape)
         return _finish(task_item(bb_id, shape, None), parent, pres)
-    elif t is g.DelegationShape:
-        assert isinstance(shape, g.DelegationShape)
+    elif t is DELEGATION_SHAPE:
+        shape = cast("g.DelegationShape", shape)
         return delegation_item(bb_id, shape, "pending", shape.summary, parent, pres)
-    elif t is g.ExtensionShape:
+    elif t is EXTENSION_SHAPE:
         item = _status_shape(bb_id, shape, "pending")  # type: ignore[assignment]
         item["presentation"] = pres
         return _finish(item, parent, UNSET)
@@ -262,8 +283,8 @@ def close_item(
     t = type(shape)
     status = close.status
     result_text = None if close.resultText is UNSET else close.resultText
-    if t is g.CommandShape:
-        assert isinstance(shape, g.CommandShape)
+    if t is COMMAND_SHAPE:
+        shape = cast("g.CommandShape", shape)
         item: Item = {"type": "commandExecution", "id": bb_id, "command": shape.command, "cwd": shape.cwd}
         out = close.aggregatedOutput if close.aggregatedOutput is not UNSET else shape.aggregatedOutput
         if out is not UNSET:
@@ -275,8 +296,8 @@ def close_item(
             item["durationMs"] = shape.durationMs
         item["status"] = status
         item["approvalStatus"] = None if close.approvalStatus is UNSET else close.approvalStatus
-    elif t is g.ToolShape:
-        assert isinstance(shape, g.ToolShape)
+    elif t is TOOL_SHAPE:
+        shape = cast("g.ToolShape", shape)
         item = {"type": "toolCall", "id": bb_id}
         _tool_core(item, shape, status)
         if shape.result is not UNSET and shape.result is not None:
@@ -284,8 +305,8 @@ def close_item(
         elif result_text is not None:
             item["result"] = result_text
         _copy_present(item, shape, ("error", "durationMs"))
-    elif t is g.FileChangeShape:
-        assert isinstance(shape, g.FileChangeShape)
+    elif t is FILE_CHANGE_SHAPE:
+        shape = cast("g.FileChangeShape", shape)
         approval = None if close.approvalStatus is UNSET else close.approvalStatus
         item = {
             "type": "fileChange",
@@ -294,20 +315,20 @@ def close_item(
             "status": status,
             "approvalStatus": approval,
         }
-    elif t is g.WebSearchShape:
-        assert isinstance(shape, g.WebSearchShape)
+    elif t is WEB_SEARCH_SHAPE:
+        shape = cast("g.WebSearchShape", shape)
         item = {"type": "webSearch", "id": bb_id, "queries": shape.queries, "resultText": result_text}
-    elif t is g.WebFetchShape:
-        assert isinstance(shape, g.WebFetchShape)
+    elif t is WEB_FETCH_SHAPE:
+        shape = cast("g.WebFetchShape", shape)
         item = _web_fetch(bb_id, shape, result_text)
-    elif t is g.BackgroundTaskShape:
-        assert isinstance(shape, g.BackgroundTaskShape)
+    elif t is BACKGROUND_TASK_SHAPE:
+        shape = cast("g.BackgroundTaskShape", shape)
         return _finish(task_item(bb_id, shape, None), parent, pres)
-    elif t is g.DelegationShape:
-        assert isinstance(shape, g.DelegationShape)
+    elif t is DELEGATION_SHAPE:
+        shape = cast("g.DelegationShape", shape)
         summary = shape.summary if shape.summary is not UNSET else opened_summary
         return delegation_item(bb_id, shape, status, summary, parent, pres)
-    elif t is g.ExtensionShape:
+    elif t is EXTENSION_SHAPE:
         item = _status_shape(bb_id, shape, status)  # type: ignore[assignment]
         item["presentation"] = pres
         return _finish(item, parent, UNSET)
@@ -318,7 +339,7 @@ def close_item(
 
 
 # shape tag -> canonical item type, for the dual-settle match test
-SHAPE_ITEM_TYPE = {
+SHAPE_ITEM_TYPE: Final = {
     "command": "commandExecution", "fileChange": "fileChange", "tool": "toolCall",
     "compaction": "contextCompaction", "agentMessage": "agentMessage", "reasoning": "reasoning",
     "plan": "plan", "webSearch": "webSearch", "webFetch": "webFetch", "imageView": "imageView",
@@ -334,12 +355,12 @@ def shape_tag(shape: g.Shape) -> str:
 def shape_matches(shape: g.Shape, opened: Item) -> bool:
     if SHAPE_ITEM_TYPE[shape_tag(shape)] != opened["type"]:
         return False
-    return type(shape) is not g.ExtensionShape or shape.kind == opened["kind"]
+    return type(shape) is not EXTENSION_SHAPE or shape.kind == opened["kind"]
 
 
 # -- B-echo / B-text / B-bare-text --------------------------------------------
 
-_REBUILT = ("fileRead", "search", "planSteps", "delegation", "extension")
+_REBUILT: Final = ("fileRead", "search", "planSteps", "delegation", "extension")
 
 
 def echo_item(opened: Item, status: str, close: g.ItemClose | None, parent: str | None) -> Item:
@@ -417,7 +438,7 @@ def synthesized_text_item(bb_id: str, channel: str, parent: str | None) -> Item:
     return _finish(item, parent, UNSET)
 
 
-_JS_WHITESPACE = frozenset(js.WHITESPACE)
+_JS_WHITESPACE: Final = frozenset(js.WHITESPACE)
 
 
 def is_js_blank(text: str) -> bool:

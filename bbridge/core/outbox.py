@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -25,10 +25,10 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event, stamp
 from bbridge.core.guard import Guard, Violation
 
-_encoder = msgspec.json.Encoder()
-_TAIL = b"]}}"
-MAX_CACHED_HEADS = 1024
-CHUNK = 64  # journal entries per tuple (`ThreadLog`)
+_encoder: Final = msgspec.json.Encoder()
+_TAIL: Final = b"]}}"
+MAX_CACHED_HEADS: Final = 1024
+CHUNK: Final = 64  # journal entries per tuple (`ThreadLog`)
 
 
 class ThreadLog:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from bbridge.core import grammar as g
 from bbridge.core import items as it
 from bbridge.core.events import Event
 
-MAX_THREADS = 256
-MAX_MAP = 1024
-MAX_SETTLED = 512
+MAX_THREADS: Final = 256
+MAX_MAP: Final = 1024
+MAX_SETTLED: Final = 512
 
 
 def trim(mapping: dict[Any, Any], bound: int) -> None:
@@ -35,7 +35,7 @@ def diff_cumulative_text(next_text: str, previous_text: str | None = None) -> tu
     return next_text, next_text, True
 
 
-STREAMED_CHUNK = 256  # streamed pieces joined into one string at a time
+STREAMED_CHUNK: Final = 256  # streamed pieces joined into one string at a time
 
 
 class StreamedText:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from msgspec import UNSET, UnsetType
+from msgspec import UnsetType
 
 from bbridge.core import grammar as g
 from bbridge.core.events import Event, new_event, scope
 from bbridge.core.ids import Ids
+from bbridge.core.items import UNSET
 from bbridge.core.sink import Sink
 from bbridge.core.state import ThreadState
 
