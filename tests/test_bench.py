@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from bbridge.bench import stream
-from bbridge.bench.core import DECLARED_PARAMS, decode_declared, events_per_1000_tokens
+from bbridge.bench.core import DECLARED_PARAMS, decode_declared, delta_params, events_per_1000_tokens
 from bbridge.bench.daemon import percentile
 from bbridge.core import grammar
 
@@ -123,6 +123,37 @@ def test_the_yardstick_decodes_the_grammar_with_the_key_part_rule_as_a_msgspec_p
         assert ours == declared
     assert "matching regex" in declared  # the last one, refused by msgspec's own pattern check
     assert msgspec.structs.fields(DECLARED_PARAMS)[1].type != msgspec.structs.fields(grammar.ThreadDeltaParams)[1].type
+
+
+def test_the_measured_parse_decides_every_line_as_the_grammar_does() -> None:
+    """The core phase parses a line as the daemon's connection does (one typed pass, the screen, the fallback):
+    the same params as the envelope and `grammar.decode_params`, the same refusal, whichever path a line takes."""
+    bad_key = {"kind": "item.open", "key": {"providerItemId": "a\x1fb"}, "item": {"type": "plan", "text": ""}}
+    bad_kind = {"kind": "item.nope"}
+    fine_escape = {"kind": "item.textDelta", "key": {}, "channel": "plan", "text": "a\x1fb"}  # U+001F in text is fine
+    float_usage = {"kind": "contextWindow", "used": 1.0, "size": 2.5, "estimated": False, "attach": "open"}
+    opaque_float = {"kind": "extension.state", "extensionKind": "a/b", "payload": {"n": 1.0}}  # `float_hook`
+    lines = [*stream.interleaved_lines("y", 2, 2), stream.probe_line("p", 1)]
+    for deltas in ([bad_key], [bad_kind], [fine_escape], [float_usage], [opaque_float]):
+        note = {"jsonrpc": "2.0", "method": "thread/delta", "params": {"threadId": "t", "deltas": deltas}}
+        lines.append(msgspec.json.encode(note))
+    outcomes = []
+    for line in lines:
+        try:
+            expected: Any = msgspec.to_builtins(
+                grammar.decode_params(msgspec.json.decode(line, type=_Notification).params)
+            )
+        except grammar.GrammarError as exc:
+            expected = str(exc)
+        try:
+            measured: Any = msgspec.to_builtins(delta_params(line))
+        except grammar.GrammarError as exc:
+            measured = str(exc)
+        assert measured == expected
+        outcomes.append(measured)
+    assert [type(outcome) for outcome in outcomes[-5:]] == [str, str, dict, dict, dict]
+    assert outcomes[-2]["deltas"][0]["used"] == 1 and type(outcomes[-2]["deltas"][0]["used"]) is int
+    assert type(outcomes[-1]["deltas"][0]["payload"]["n"]) is int
 
 
 class _Notification(msgspec.Struct):
