@@ -26,6 +26,7 @@ from bbridge.core.state import (
     ThreadState,
     diff_cumulative_text,
     item_key,
+    stream_key,
     trim,
 )
 from bbridge.core.turns import Turns
@@ -356,8 +357,10 @@ class Assembler:
             rec.stream(text, channel == "reasoningSummary")
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
-        if bb is not None and sink.absorb_text(s, kind, bb, text):  # inside the window: no event needed
-            return
+        if bb is not None:
+            stream = rec.stream_key(kind) if rec is not None else stream_key(kind, bb)
+            if sink.absorb_text(s, stream, text):  # inside the window: no event needed
+                return
         event: Event = {
             "type": kind,
             "threadId": "",

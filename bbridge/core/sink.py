@@ -9,7 +9,7 @@ merged; every other event is a barrier that flushes buffered text first.
 from __future__ import annotations
 
 from bbridge.core.events import TEXT_EVENT_TYPES, Event
-from bbridge.core.state import MAX_MAP, StreamedText, ThreadState, trim
+from bbridge.core.state import MAX_MAP, ThreadState, stream_key, trim
 
 
 class Sink:
@@ -41,10 +41,9 @@ class Sink:
     def flush_all_text(self, s: ThreadState) -> None:
         now = self.now
         last_emit = s.text_last_emit
-        for stream, (first, text) in s.pending_text.items():
-            merged = dict(first)
-            merged["delta"] = text.value()
-            self.out.append(merged)
+        for stream, (first, texts) in s.pending_text.items():
+            first["delta"] = "".join(texts)  # the held event is the sink's alone: it becomes the merged one
+            self.out.append(first)
             last_emit[stream] = now
         s.pending_text.clear()
         trim(last_emit, MAX_MAP)
@@ -57,23 +56,22 @@ class Sink:
                 self.flush_all_text(s)
                 return
 
-    def absorb_text(self, s: ThreadState, kind: str, item_id: str, text: str) -> bool:
+    def absorb_text(self, s: ThreadState, stream: str, text: str) -> bool:
         """A text delta's text added to its stream's pending text, when text is already pending there inside the
         window: all `_buffer` would take of its event, so the caller need not make one. False when it was not."""
         if self.state is not s or self.text_delta_flush_ms <= 0:
             return False
-        stream = kind + "\x1f" + item_id
         pending = s.pending_text.get(stream)
         last = s.text_last_emit.get(stream)
         if pending is None or last is None:
             return False
-        pending[1].add(text)
+        pending[1].append(text)
         if self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
         return True
 
     def _buffer(self, s: ThreadState, event: Event) -> None:
-        stream = event["type"] + "\x1f" + event["itemId"]
+        stream = stream_key(event["type"], event["itemId"])
         last = s.text_last_emit.get(stream)
         if last is None or event.get("reset") is True:
             if s.pending_text:
@@ -84,11 +82,9 @@ class Sink:
             return
         pending = s.pending_text.get(stream)
         if pending is None:
-            buffered = StreamedText()
-            buffered.add(event["delta"])
-            s.pending_text[stream] = (event, buffered)
+            s.pending_text[stream] = (event, [event["delta"]])
         else:
-            pending[1].add(event["delta"])
+            pending[1].append(event["delta"])
         if self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
 

@@ -71,8 +71,13 @@ class StreamedText:
         return chunks[0] if chunks else ""
 
 
+def stream_key(kind: str, item_id: str) -> str:
+    """The sink's key of one text stream: the text event's type and its item."""
+    return kind + "\x1f" + item_id
+
+
 class OpenItem:
-    __slots__ = ("bb_id", "item", "key", "streamed", "streamed_summary", "thread_attached")
+    __slots__ = ("bb_id", "item", "key", "stream_keys", "streamed", "streamed_summary", "thread_attached")
 
     def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
         self.bb_id = bb_id
@@ -81,6 +86,18 @@ class OpenItem:
         self.thread_attached = thread_attached
         self.streamed: StreamedText | None = None  # made by the first piece: most items stream nothing
         self.streamed_summary: StreamedText | None = None
+        self.stream_keys: dict[str, str] | None = None  # event type -> `stream_key`, made once per stream
+
+    def stream_key(self, kind: str) -> str:
+        """This item's `stream_key` for `kind`, the same string each time (its hash is kept: a key made anew at
+        each delta was a new string to hash, twice, in the coalescing window's lookups)."""
+        keys = self.stream_keys
+        if keys is None:
+            keys = self.stream_keys = {}
+        key = keys.get(kind)
+        if key is None:
+            key = keys[kind] = stream_key(kind, self.bb_id)
+        return key
 
     def stream(self, piece: str, summary: bool) -> None:
         """Add a streamed piece to the main text, or to the reasoning summary."""
@@ -135,8 +152,9 @@ class ThreadState:
         self.settled_keys: dict[str, None] = {}
         self.progress_last_emit: dict[str, float] = {}
         self.pending_progress: dict[str, tuple[Event, bool]] = {}
-        self.text_last_emit: dict[str, float] = {}
-        self.pending_text: dict[str, tuple[Event, StreamedText]] = {}  # stream key -> (first event, its text)
+        self.text_last_emit: dict[str, float] = {}  # by `stream_key`
+        # stream key -> (its first held event, the texts held since, that one's first): joined once, at the flush
+        self.pending_text: dict[str, tuple[Event, list[str]]] = {}
 
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""
