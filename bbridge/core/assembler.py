@@ -14,7 +14,7 @@ from typing import Any, Final, cast
 
 from bbridge.core import grammar as g
 from bbridge.core import items as it
-from bbridge.core.events import Event, new_event
+from bbridge.core.events import Event, new_event, scope
 from bbridge.core.ids import Ids
 from bbridge.core.items import BACKGROUND_TASK_SHAPE, COMPACTION_SHAPE, DELEGATION_SHAPE, UNSET
 from bbridge.core.sink import Sink
@@ -44,6 +44,7 @@ _OUTPUT_DELTA_TYPE: Final = {
     "fileChange": "item/fileChange/outputDelta",
 }
 _FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
+_TEXT_EVENT: Final[Event] = {"type": "", "threadId": "", "providerThreadId": "", "scope": {}, "itemId": "", "delta": ""}
 _SESSION_RESET: Final = g.SessionReset
 _TEXT_DELTA: Final = g.ItemTextDelta
 
@@ -357,18 +358,15 @@ class Assembler:
             rec.stream(text, channel == "reasoningSummary")
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
-        if bb is not None:
+        if bb is not None and sink.coalesces(s):
             stream = rec.stream_key(kind) if rec is not None else stream_key(kind, bb)
             if sink.absorb_text(s, stream, text):  # inside the window: no event needed
                 return
-        event: Event = {
-            "type": kind,
-            "threadId": "",
-            "providerThreadId": "",
-            "scope": {"kind": "turn", "turnId": turn},
-            "itemId": bb,
-            "delta": text,
-        }  # `new_event` in one literal: sized once
+        event = _TEXT_EVENT.copy()  # as `new_event` does, with the text event's own keys in the copied table
+        event["type"] = kind
+        event["scope"] = scope(turn)
+        event["itemId"] = bb
+        event["delta"] = text
         if parent:
             event["parentToolCallId"] = parent
         sink.push(event)

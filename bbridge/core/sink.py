@@ -56,11 +56,14 @@ class Sink:
                 self.flush_all_text(s)
                 return
 
+    def coalesces(self, s: ThreadState) -> bool:
+        """Whether text pushed for `s` now is held in a coalescing window (the batch's own thread, a window set)."""
+        return self.state is s and self.text_delta_flush_ms > 0
+
     def absorb_text(self, s: ThreadState, stream: str, text: str) -> bool:
         """A text delta's text added to its stream's pending text, when text is already pending there inside the
-        window: all `_buffer` would take of its event, so the caller need not make one. False when it was not."""
-        if self.state is not s or self.text_delta_flush_ms <= 0:
-            return False
+        window: all `_buffer` would take of its event, so the caller need not make one. False when it was not.
+        The caller has checked that the sink `coalesces` for `s`."""
         pending = s.pending_text.get(stream)
         last = s.text_last_emit.get(stream)
         if pending is None or last is None:
