@@ -348,6 +348,57 @@ async def test_a_client_that_never_reads_is_disconnected_without_blocking_the_br
             nursery.cancel_scope.cancel()
 
 
+class _GatedSend(trio.abc.SendStream):
+    """A client's socket that takes nothing until `gate` opens; records each write."""
+
+    def __init__(self) -> None:
+        self.gate = trio.Event()
+        self.waiting = trio.Event()  # a write is waiting at the gate
+        self.writes: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.waiting.set()
+        await self.gate.wait()
+        self.writes.append(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.gate.wait()
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_answers_go_out_with_the_events_queued_before_them(tmp_path: Path) -> None:
+    """A request's answer joins the client's outbox: while the writer waits on the socket, the answers that come
+    meanwhile go out in its next write, after the events queued before them (each answer used to be a write of
+    its own, and a client with many requests in flight had its events wait behind every one)."""
+    from bbridge.daemon.server import Client
+
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
+        socket_out = _GatedSend()
+        requests_in, client_in = trio.testing.memory_stream_one_way_pair()
+        gated = Client(daemon, socket_out, client_in, "gated", queue_bytes=1 << 20)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gated.run)
+            with trio.fail_after(5):
+                while gated not in daemon.clients:
+                    await trio.sleep(0.01)
+                gated.enqueue([b'{"event":1}'])
+                await socket_out.waiting.wait()  # the writer holds the event line at the gate
+                status = [{"jsonrpc": "2.0", "id": n, "method": "daemon/status"} for n in (1, 2)]
+                await requests_in.send_all(b"".join(json.dumps(r).encode() + b"\n" for r in status))
+                await trio.testing.wait_all_tasks_blocked()
+                gated.enqueue([b'{"event":2}'])
+                socket_out.gate.set()
+                while sum(write.count(b"\n") for write in socket_out.writes) < 4:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    first, second = socket_out.writes
+    assert first == b'{"event":1}\n'
+    lines = second.splitlines()
+    assert [json.loads(line).get("id") for line in lines[:2]] == [1, 2] and lines[2] == b'{"event":2}'
+
+
 async def test_bad_json_from_a_client_gets_an_answer_and_the_connection_lives(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
         stream = await trio.open_unix_socket(str(path))

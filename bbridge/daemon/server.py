@@ -29,6 +29,7 @@ log = structlog.get_logger("bbridge.daemon.server")
 # that pauses for half a second; 64 MiB is seconds of that, and bounds memory whatever the lines hold.
 DEFAULT_QUEUE_BYTES = 64 << 20
 FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before connections close
+CLOSE_FLUSH_S = 5.0  # a client that half-closed gets what is queued for it (its answers among it) within this long
 
 
 class Client:
@@ -46,6 +47,7 @@ class Client:
             on_request=self._on_request,
             on_junk=self._on_junk,
             answer_junk=True,
+            respond=self._respond,
         )
         self._queue_bytes = queue_bytes
         self._outbox_bytes = 0  # the unsent lines' size
@@ -73,6 +75,12 @@ class Client:
         outbox.extend(lines)
         self._outbox_bytes += size
 
+    def _respond(self, answer: bytes) -> None:
+        """A request's answer joins the outbox: the writer sends it with the events queued before it, in one write.
+        Written apart, a client with many requests in flight had its events wait behind each answer's own write
+        (the scale driver's first events: a p99 of ~50 ms, against 2-3 ms for clients that only watched)."""
+        self.enqueue([answer])
+
     def _close_outbox(self) -> None:
         self._outbox_closed = True
         self._outbox_ready.set()
@@ -91,7 +99,9 @@ class Client:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
                 await self.conn.run(drain=True)  # a client that half-closes still gets its answers
-                nursery.cancel_scope.cancel()
+                self.daemon.remove_client(self)  # nothing new is sent or relayed to it: what is queued still goes
+                self._close_outbox()  # out (its answers among it), then the writer closes the connection
+                nursery.cancel_scope.deadline = trio.current_time() + CLOSE_FLUSH_S
         finally:
             self._nursery = None
             self.daemon.remove_client(self)
@@ -107,13 +117,13 @@ class Client:
                 batch, self._outbox, self._outbox_bytes = self._outbox, [], 0
                 if batch:
                     await self.conn.send_lines(batch)
-                    if self.conn.closed:
+                    if self.conn.write_closed:
                         return
                 if self._outbox_closed and not self._outbox:
                     break
         finally:
             self._outbox_closed = True
-        # the queue was closed because the client fell behind: drop the connection
+        # the queue was closed (the client fell behind, or its reading side ended and all is sent): close
         await self.conn.aclose()
 
     def _on_junk(self, line: bytes, reason: str) -> None:

@@ -390,11 +390,13 @@ class Connection:
         max_line: int = MAX_LINE_BYTES,
         typed: TypedDecoder | None = None,
         encode_request: RequestEncoder = encode_request,
+        respond: Callable[[bytes], None] | None = None,
     ) -> None:
         """`typed` decodes its notification methods in the framing pass: such a line is parsed once instead of
         twice (a line that does not decode so, or that its screen sends on, takes the generic path unchanged).
         `encode_request` writes our requests: the runtime's member order by default, `encode_bridge_request` for
-        a bridge."""
+        a bridge. `respond` takes each answer to a request (one encoded line, no terminator) for the owner to write
+        in order with its own queued lines; without it an answer is written at once."""
         self.name = name
         self._send = send
         self._receive = receive
@@ -415,11 +417,18 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self._typed = typed
         self._encode_request = encode_request
+        self._respond = respond
 
     @property
     def closed(self) -> bool:
         """True once the peer closed, `aclose` ran, or writing failed: no round trip is possible any more."""
         return self._closed or self._write_closed
+
+    @property
+    def write_closed(self) -> bool:
+        """True once writing failed or `aclose` ran: nothing more reaches the peer (a peer that only closed its
+        writing side still reads)."""
+        return self._write_closed or self._aclosed
 
     # -- outbound ------------------------------------------------------------
 
@@ -688,4 +697,7 @@ class Connection:
         except Exception as exc:
             self._log.exception("request handler failed", method=request.method)
             answer = encode_error(request.id, RpcError(BRIDGE_ERROR, str(exc) or type(exc).__name__))
-        await self._write(answer)
+        if self._respond is not None:
+            self._respond(answer)
+        else:
+            await self._write(answer)
