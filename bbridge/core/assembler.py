@@ -79,7 +79,7 @@ class Assembler:
         # that is a native call, where a bound method stored on the instance is a generic Python call.
         self._turns = Turns(provider_id, sink, ids)
         self._states: dict[str, ThreadState] = {}
-        self._recent = ""  # the thread `_state` last moved to the end of `_states` (least recently used first)
+        self._uses = 0  # `_state` calls so far: a state's `used` is the count when it was last served
         # The reference's prune may evict the state it has just made when every other one is pinned (§19.5): the
         # parity tooling keeps that; the daemon passes False, so a bridge with more than MAX_THREADS threads at work
         # keeps each one's state (pinned states are bounded by the work in flight, idle ones still by MAX_THREADS).
@@ -177,16 +177,14 @@ class Assembler:
     def _state(self, thread_id: str) -> ThreadState:
         """The thread's state, made newest in LRU order and set as the sink's batch state."""
         states = self._states
+        self._uses += 1
         s = states.get(thread_id)
         if s is not None:
-            if thread_id != self._recent:  # `_recent`, when still held, is already the newest key
-                del states[thread_id]
-                states[thread_id] = s
-                self._recent = thread_id
+            s.used = self._uses  # recency as a count: moving the key to the dict's end cost a delete and an insert
             self._sink.state = s
             return s
         s = states[thread_id] = ThreadState()
-        self._recent = thread_id
+        s.used = self._uses
         self._sink.state = s
         if len(states) > MAX_THREADS:
             self._prune("" if self._evict_at_birth else thread_id)
@@ -198,10 +196,10 @@ class Assembler:
         """Evicts least recently used states that are not pinned (nor `keep`) down to the bound."""
         states = self._states
         while len(states) > MAX_THREADS:
-            victim = next((tid for tid, st in states.items() if tid != keep and not st.pinned()), None)
-            if victim is None:
+            unpinned = [(st.used, tid) for tid, st in states.items() if tid != keep and not st.pinned()]
+            if not unpinned:
                 return
-            del states[victim]
+            del states[min(unpinned)[1]]
 
     # -- items ---------------------------------------------------------------
 

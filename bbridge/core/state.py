@@ -137,9 +137,11 @@ class ThreadState:
         "settled_keys",
         "text_last_emit",
         "turn_by_ptid",
+        "used",
     )  # fmt: skip
 
     def __init__(self) -> None:
+        self.used = 0  # the assembler's use count when it last served this thread (least recently used: lowest)
         self.current_turn: str | None = None
         self.last_turn: str | None = None
         self.pending_accepted: list[str] = []
