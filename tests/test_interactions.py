@@ -92,7 +92,7 @@ async def test_with_nobody_connected_the_timeout_declines_by_policy(tmp_path: Pa
     journal = Journal(directory=tmp_path / "journal")
     provider = fake_provider("ask", interaction_timeout_s=0.5)
     async with running(tmp_path, {"fake": provider}, journal=journal) as (daemon, path):
-        async with connect(path) as owner:
+        async with connect(path, answer=hang) as owner:  # asked before it leaves (or not): it never answers
             await owner.request("thread/start", START)
             await owner.request("turn/start", TURN)
         started = trio.current_time()
