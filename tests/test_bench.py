@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,15 +113,8 @@ def test_the_yardstick_decodes_the_grammar_with_the_key_part_rule_as_a_msgspec_p
     bad = {"kind": "item.open", "key": {"providerItemId": "a\x1fb"}, "item": {"type": "plan", "text": ""}}
     checks.append(msgspec.json.encode({"threadId": "t", "deltas": [bad]}))
     for raw in checks:
-        try:
-            ours: Any = msgspec.to_builtins(grammar.decode_params(raw))
-        except grammar.GrammarError as exc:
-            ours = str(exc)
-        try:
-            declared: Any = msgspec.to_builtins(decode_declared(raw))
-        except msgspec.ValidationError as exc:
-            declared = str(exc)
-        assert ours == declared
+        declared = _outcome(decode_declared, raw)
+        assert _outcome(grammar.decode_params, raw) == declared
     assert "matching regex" in declared  # the last one, refused by msgspec's own pattern check
     assert msgspec.structs.fields(DECLARED_PARAMS)[1].type != msgspec.structs.fields(grammar.ThreadDeltaParams)[1].type
 
@@ -139,21 +133,20 @@ def test_the_measured_parse_decides_every_line_as_the_grammar_does() -> None:
         lines.append(msgspec.json.encode(note))
     outcomes = []
     for line in lines:
-        try:
-            expected: Any = msgspec.to_builtins(
-                grammar.decode_params(msgspec.json.decode(line, type=_Notification).params)
-            )
-        except grammar.GrammarError as exc:
-            expected = str(exc)
-        try:
-            measured: Any = msgspec.to_builtins(delta_params(line))
-        except grammar.GrammarError as exc:
-            measured = str(exc)
-        assert measured == expected
+        measured = _outcome(delta_params, line)
+        assert measured == _outcome(grammar.decode_params, msgspec.json.decode(line, type=_Notification).params)
         outcomes.append(measured)
     assert [type(outcome) for outcome in outcomes[-5:]] == [str, str, dict, dict, dict]
     assert outcomes[-2]["deltas"][0]["used"] == 1 and type(outcomes[-2]["deltas"][0]["used"]) is int
     assert type(outcomes[-1]["deltas"][0]["payload"]["n"]) is int
+
+
+def _outcome(decode: Callable[[Any], Any], data: Any) -> Any:
+    """What a decoder makes of `data`: its value as builtins, or the message of its refusal."""
+    try:
+        return msgspec.to_builtins(decode(data))
+    except (grammar.GrammarError, msgspec.ValidationError) as exc:
+        return str(exc)
 
 
 class _Notification(msgspec.Struct):
