@@ -14,7 +14,7 @@ from typing import Any, Final, cast
 
 from bbridge.core import grammar as g
 from bbridge.core import items as it
-from bbridge.core.events import Event, new_event, scope
+from bbridge.core.events import Event, delta_event, new_event
 from bbridge.core.ids import Ids
 from bbridge.core.items import BACKGROUND_TASK_SHAPE, COMPACTION_SHAPE, DELEGATION_SHAPE, UNSET
 from bbridge.core.sink import Sink
@@ -44,7 +44,6 @@ _OUTPUT_DELTA_TYPE: Final = {
     "fileChange": "item/fileChange/outputDelta",
 }
 _FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
-_TEXT_EVENT: Final[Event] = {"type": "", "threadId": "", "providerThreadId": "", "scope": {}, "itemId": "", "delta": ""}
 _SESSION_RESET: Final = g.SessionReset
 _TEXT_DELTA: Final = g.ItemTextDelta
 
@@ -340,10 +339,12 @@ class Assembler:
         parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
         channel, text = d.channel, d.text
         if rec is not None:
-            bb: str | None = rec.bb_id
+            bb = rec.bb_id
         else:
-            bb = None if pid is UNSET else s.item_by_pid.get(pid)
-            if bb is None:
+            known = None if pid is UNSET else s.item_by_pid.get(pid)
+            if known is not None:
+                bb = known
+            else:
                 bb = self._ids.item()
                 if pid is not UNSET:
                     self._ids.register(s, pid, bb)
@@ -356,15 +357,11 @@ class Assembler:
             rec.stream(text, channel == "reasoningSummary")
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
-        if bb is not None and sink.coalesces(s):
+        if sink.coalesces(s):
             stream = rec.stream_key(kind) if rec is not None else stream_key(kind, bb)
             if sink.absorb_text(s, stream, text):  # inside the window: no event needed
                 return
-        event = _TEXT_EVENT.copy()  # as `new_event` does, with the text event's own keys in the copied table
-        event["type"] = kind
-        event["scope"] = scope(turn)
-        event["itemId"] = bb
-        event["delta"] = text
+        event = delta_event(kind, turn, bb, text)
         if parent:
             event["parentToolCallId"] = parent
         sink.push(event)
@@ -422,9 +419,7 @@ class Assembler:
         rec = s.open_items.get(item_key(key))
         bb = rec.bb_id if rec is not None else self._ids.known_or_mint(s, key.providerItemId)
         parent = self._ids.parent(s, key.parentRef)
-        event = new_event(_OUTPUT_DELTA_TYPE[d.channel], turn)
-        event["itemId"] = bb
-        event["delta"] = d.text
+        event = delta_event(_OUTPUT_DELTA_TYPE[d.channel], turn, bb, d.text)
         if parent:
             event["parentToolCallId"] = parent
         self._sink.push(event)
@@ -444,9 +439,7 @@ class Assembler:
             return
         delta, s.cmd_snapshots[k], reset = step
         parent = self._ids.parent(s, key.parentRef)
-        event = new_event("item/commandExecution/outputDelta", turn)
-        event["itemId"] = rec.bb_id
-        event["delta"] = delta
+        event = delta_event("item/commandExecution/outputDelta", turn, rec.bb_id, delta)
         if reset:
             event["reset"] = True
         if parent:

@@ -71,6 +71,20 @@ def new_event(kind: str, turn_id: str | None) -> Event:
     return event
 
 
+_DELTA_ENVELOPE: Final[Event] = {**_ENVELOPE, "itemId": "", "delta": ""}
+
+
+def delta_event(kind: str, turn_id: str, item_id: str, delta: str) -> Event:
+    """A streamed-text event of a turn: `new_event` with its item and text, copied from a template that holds
+    their keys too (adding them to `new_event`'s copy would grow its table)."""
+    event = _DELTA_ENVELOPE.copy()
+    event["type"] = kind
+    event["scope"] = scope(turn_id)
+    event["itemId"] = item_id
+    event["delta"] = delta
+    return event
+
+
 def stamp(event: Event, thread_id: str, provider_thread_id: str | None) -> Event:
     """Replace the unstamped ids in place (key positions kept), as the runtime does."""
     event["threadId"] = thread_id
