@@ -280,9 +280,10 @@ class DeliveryMixin(DaemonState):
 
 
 async def _let_writers_run() -> None:
-    """Two checkpoints: trio runs each batch of ready tasks in random order, so after the second one every
-    client writer woken before the first has had its turn, and a writer sends in its first turn (`rpc`'s write
-    lock is taken without a checkpoint when free).
+    """Two checkpoints: an idle client's lines went out in `_broadcast` itself (`rpc.Connection.write_now`); a
+    busy one's writer was woken, and trio runs each batch of ready tasks in random order, so after the second
+    checkpoint every writer woken before the first has had its turn, and a writer sends in its first turn
+    (`rpc`'s write lock is taken without a checkpoint when free).
 
     Then the CPU is offered to whoever those sends woke. Linux tends to wake a reader on its writer's CPU, and
     there the scheduler lets the writer run on until its time slice ends or it blocks: the client would read its

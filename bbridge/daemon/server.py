@@ -1,8 +1,8 @@
 """Client transports: the daemon on stdio or on a Unix socket (daemon.md §1).
 
-Each client gets a bounded outbound queue drained by its own writer task, so a
-slow client never blocks a bridge: when the queue is full the client is
-disconnected with a logged reason and catches up from the journal later.
+Each client's lines go out at once while its socket takes them (`rpc.Connection.write_now`); otherwise they join
+a bounded outbound queue drained by its own writer task, so a slow client never blocks a bridge: when the queue
+is full the client is disconnected with a logged reason and catches up from the journal later.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 import socket as stdlib_socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class Client:
             on_junk=self._on_junk,
             answer_junk=True,
             respond=self._respond,
+            fileno=_fileno(send),
         )
         self._queue_bytes = queue_bytes
         self._outbox_bytes = 0  # the unsent lines' size
@@ -71,6 +73,10 @@ class Client:
             self._disconnect()
             return
         if not outbox:
+            if self.conn.write_now(lines):  # the writer is idle: sent now, without waking it
+                if self.conn.unsent or self.conn.write_closed:
+                    self._outbox_ready.set()  # it sends the rest, or closes
+                return
             self._outbox_ready.set()
         outbox.extend(lines)
         self._outbox_bytes += size
@@ -109,16 +115,15 @@ class Client:
             self._log.info("client disconnected")
 
     async def _writer(self) -> None:
-        """One write per wake-up: everything queued goes out in a single send."""
+        """One write per wake-up: everything queued (after what a direct write left) goes out in a single send."""
         try:
             while True:
                 await self._outbox_ready.wait()
                 self._outbox_ready = trio.Event()
                 batch, self._outbox, self._outbox_bytes = self._outbox, [], 0
-                if batch:
-                    await self.conn.send_lines(batch)
-                    if self.conn.write_closed:
-                        return
+                await self.conn.send_lines(batch)  # after what `write_now` left unsent
+                if self.conn.write_closed:
+                    return
                 if self._outbox_closed and not self._outbox:
                     break
         finally:
@@ -146,6 +151,15 @@ class Client:
     async def _close_soon(self) -> None:
         await trio.sleep(0.05)
         await self.conn.aclose()
+
+
+def _fileno(stream: trio.abc.SendStream) -> Callable[[], int] | None:
+    """The descriptor behind a socket or pipe stream, for `rpc.Connection.write_now`: None for any other stream."""
+    if isinstance(stream, trio.SocketStream):
+        return stream.socket.fileno
+    if isinstance(stream, trio.lowlevel.FdStream):
+        return stream.fileno
+    return None
 
 
 async def _watch_signals(daemon: Daemon) -> None:
