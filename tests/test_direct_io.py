@@ -1,4 +1,5 @@
-"""Direct writes: `rpc.Connection.write_now` and the client outbox that uses it, over real socket pairs."""
+"""Direct I/O: `rpc.Connection.write_now` and the client outbox that uses it, over real socket pairs; the bridge
+stdout reader that waits before it reads, over real pipes."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import os
 import random
 import socket
 
+import pytest
 import trio
 import trio.testing
 
+from bbridge.daemon.bridge import _PipeReceive
 from bbridge.daemon.router import Daemon
 from bbridge.daemon.server import Client
 from bbridge.wire.rpc import Connection
@@ -136,3 +139,46 @@ async def test_a_client_gets_every_line_in_order_whether_its_socket_keeps_up_or_
         received += await _read_until(peer, len(expected) - len(received))
         nursery.cancel_scope.cancel()
     assert bytes(received) == expected
+
+
+def _pipe() -> tuple[_PipeReceive, int]:
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    return _PipeReceive(trio.lowlevel.FdStream(read_end)), write_end
+
+
+async def test_a_bridge_pipe_gives_each_chunk_as_it_comes_then_eof() -> None:
+    pipe, write_end = _pipe()
+    async with trio.open_nursery() as nursery:
+
+        async def write_later() -> None:
+            for chunk in (b'{"a":1}\n', b'{"b":2}\n{"c"'):
+                await trio.sleep(0.01)
+                os.write(write_end, chunk)
+            os.close(write_end)
+
+        nursery.start_soon(write_later)
+        with trio.fail_after(5):
+            got = [await pipe.receive_some(), await pipe.receive_some(), await pipe.receive_some()]
+    assert got == [b'{"a":1}\n', b'{"b":2}\n{"c"', b""]
+    await pipe.aclose()
+
+
+async def test_a_bridge_pipe_closed_while_waiting_or_before_raises_closed() -> None:
+    pipe, write_end = _pipe()
+    outcome: list[type[BaseException]] = []
+
+    async def wait() -> None:
+        try:
+            await pipe.receive_some()
+        except trio.ClosedResourceError as exc:
+            outcome.append(type(exc))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        await pipe.aclose()
+    assert outcome == [trio.ClosedResourceError]
+    with pytest.raises(trio.ClosedResourceError):
+        await pipe.receive_some()
+    os.close(write_end)
