@@ -108,8 +108,8 @@ async def test_a_peer_that_closed_is_written_off_and_a_closed_connection_writes_
     conn = _connection(stream)
     await conn.aclose()
     assert not conn.write_now([b'{"refused":1}'])  # its descriptor is gone (-1), never a reused number
-    _, receive = trio.testing.memory_stream_one_way_pair()
-    without = Connection(trio.testing.memory_stream_one_way_pair()[0], receive, name="memory")
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    without = Connection(send, receive, name="memory")
     assert not without.write_now([b'{"no descriptor":1}'])
 
 

@@ -507,8 +507,10 @@ class Connection:
 
         A client's writer task woke, took the lock, and yielded to the scheduler twice around each send; at a
         thousand streaming threads that was a tenth of the daemon's CPU."""
-        fd = -1 if self._fileno is None or self._write_lock.locked() or self._unsent or self._torn else self._fileno()
-        if fd < 0 or self._write_closed or self._aclosed:
+        if self._fileno is None or self._write_closed or self._aclosed or self._unsent or self._torn:
+            return False
+        fd = -1 if self._write_lock.locked() else self._fileno()
+        if fd < 0:
             return False
         data = b"\n".join([*lines, b""])
         try:
