@@ -11,8 +11,12 @@
   `initialize` is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
 * Calls are typed with the daemon's own wire types (`bbridge.wire.client`): `initialize`, `status`,
   `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
-  carrying the daemon's code (`bbridge.wire.errors`); a call on a connection that has ended fails at once
-  with `Disconnected`.
+  carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
+  `data` gives (a -32602's `[{path, message}]`); a call on a connection that has ended fails at once with
+  `Disconnected`.
+* `turn/start` and `turn/steer` need a `clientRequestId` (`^creq_[23456789a-km-z]{10}$`; the events'
+  `turn/input/accepted` carries it back): `request` mints one (`client_request_id()`) when the params leave it
+  out. Mint it yourself to know which `turn/input/accepted` is your input's.
 * `events(thread_id, after_seq=0)` yields a thread's events once each, in `seq` order: the journal's replay,
   then the live `thread/events`; when the connection drops (the daemon restarted, with `--journal`) it
   reconnects (bounded retries) and resumes after the last `seq` it yielded — no gap, no duplicate.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,14 +50,42 @@ from bbridge.wire import client as api
 LEAVE = object()  # an `on_request` answer: not mine, leave it pending for another client
 RETRIES = 50
 RETRY_S = 0.1
+REASON_MAX = 500  # characters of an error's `data` shown in its text
+CLIENT_REQUEST_ID_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"  # protocol.md §3.2: no 0, 1, l or o
+MINTS_CLIENT_REQUEST_ID = ("turn/start", "turn/steer")  # the daemon methods whose params need one
 Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
+def client_request_id() -> str:
+    """A fresh `clientRequestId` for `turn/start` or `turn/steer`: `creq_` and 10 random characters of the
+    protocol's alphabet (50 bits), the form the bridges refuse any other of (`-32602`)."""
+    return "creq_" + "".join(secrets.choice(CLIENT_REQUEST_ID_ALPHABET) for _ in range(10))
+
+
+def error_reason(data: Any) -> str:
+    """A refusal's reason from its `data`, one line: a -32602's `[{path, message}]` issues (what the bridges'
+    kit sends) as `path.to.field: message`, a string as itself, anything else as compact JSON."""
+    if data is None:
+        return ""
+    if isinstance(data, list) and data and all(isinstance(issue, dict) and "message" in issue for issue in data):
+        parts = []
+        for issue in data:
+            path = issue.get("path")
+            dotted = ".".join(map(str, path)) if isinstance(path, list) else ""
+            parts.append(f"{dotted}: {issue['message']}" if dotted else str(issue["message"]))
+        text = "; ".join(parts)
+    else:
+        text = data if isinstance(data, str) else msgspec.json.encode(data).decode()
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "…"
+
+
 class DaemonError(Exception):
-    """The daemon refused a request: its JSON-RPC error code, message and data."""
+    """The daemon refused a request: its JSON-RPC error code, message and data; the text adds the reason `data`
+    gives (`Invalid params for turn/start (-32602): clientRequestId: Expected ...`)."""
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{message} ({code})")
+        reason = error_reason(data)
+        super().__init__(f"{message} ({code})" + (f": {reason}" if reason else ""))
         self.code, self.message, self.data = code, message, data
 
 
@@ -166,7 +199,10 @@ class Client:
     # -- calls ------------------------------------------------------------------------------------------------
 
     async def request(self, method: str, params: Any = None) -> Any:
-        """The result of one request; `DaemonError` with the daemon's code when it refuses."""
+        """The result of one request; `DaemonError` with the daemon's code when it refuses. A `turn/start` or
+        `turn/steer` without a `clientRequestId` gets a fresh one (the caller's params are not changed)."""
+        if method in MINTS_CLIENT_REQUEST_ID and isinstance(params, dict) and params.get("clientRequestId") is None:
+            params = {**params, "clientRequestId": client_request_id()}
         ident = next(self._ids)
         done = anyio.Event()
         box: list[Any] = []

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from bbridge.client import Client, DaemonError, Notification
+from bbridge.client import Client, DaemonError, Notification, client_request_id
 from bbridge.wire import client as api
 
 PROVIDER = "bridge"
@@ -35,7 +35,6 @@ TEXT_TYPES = {
     "item/commandExecution/outputDelta": "",
     "item/fileChange/outputDelta": "",
 }
-_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"
 # bbridge run is a bridge author's tool: the permissive, no-approval policy (protocol.md §3.2)
 OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 
@@ -53,11 +52,6 @@ class RunTool(msgspec.Struct, forbid_unknown_fields=True):
 def read_tools(raw: bytes) -> list[RunTool]:
     """The `--tools` file; `msgspec.ValidationError`/`DecodeError` say what is wrong."""
     return msgspec.json.decode(raw, type=list[RunTool])
-
-
-def client_request_id() -> str:
-    raw = uuid.uuid4().int
-    return "creq_" + "".join(_ALPHABET[(raw >> (5 * i)) & 31] for i in range(10))
 
 
 def _label(item: dict[str, Any], done: bool) -> str:

@@ -5,6 +5,7 @@ dropped connection and a daemon restart with no gap and no duplicate."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import trio
 
-from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notification
+from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notification, client_request_id
+from bbridge.core.grammar import ClientRequestId
 from bbridge.daemon.config import echo_provider
 from bbridge.wire import errors, rpc
 from tests.support import FULL, fake_provider, running
@@ -203,3 +206,64 @@ def test_a_call_after_the_daemon_stopped_answering_fails_at_once(backend: str) -
                     await client.status()
 
     anyio.run(main, backend=backend)
+
+
+CREQ = re.compile(r"creq_[23456789a-km-z]{10}")  # the README's form (protocol.md §3.2)
+
+
+def test_a_minted_client_request_id_has_the_protocol_s_form() -> None:
+    minted = {client_request_id() for _ in range(2000)}
+    assert len(minted) == 2000  # 50 random bits each
+    for creq in minted:
+        assert CREQ.fullmatch(creq), creq
+        assert msgspec.convert(creq, ClientRequestId) == creq  # what the bridges decode turn/start with
+    assert set("".join(creq[5:] for creq in minted)) == set("23456789abcdefghijkmnpqrstuvwxyz")
+
+
+async def test_turn_start_and_steer_without_a_client_request_id_get_one_minted(tmp_path: Path) -> None:
+    """The daemon (its bridge) refuses a turn without one; the client mints it, and the events carry it back."""
+    hold = {key: value for key, value in turn(1, "hold hello").items() if key != "clientRequestId"}
+    async with running(tmp_path, {"echo": echo_provider()}) as (_, path), Client.connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", hold)
+        accepted: list[str] = []
+        with anyio.fail_after(30):
+            async for entry in client.events(THREAD):
+                event = entry.event
+                if event["type"] == "turn/input/accepted":
+                    accepted.append(event["clientRequestId"])
+                if event["type"] == "turn/started":
+                    steer = {**hold, "input": [{"type": "text", "text": "finish", "mentions": []}]}
+                    await client.request("turn/steer", {**steer, "expectedTurnId": event["scope"]["turnId"]})
+                if event["type"] == "turn/completed":
+                    break
+    assert len(accepted) == 2 and len(set(accepted)) == 2, accepted
+    assert all(CREQ.fullmatch(creq) for creq in accepted), accepted
+
+
+async def test_a_refusal_s_text_says_the_reason_its_data_gives(tmp_path: Path) -> None:
+    """`-32602 Invalid params for turn/start` keeps the reason in `data`; `str()` of the error shows it."""
+    async with running(tmp_path, {"echo": echo_provider()}) as (_, path), Client.connect(path) as client:
+        await client.request("thread/start", START)
+        with pytest.raises(DaemonError) as refused:
+            await client.request("turn/start", {**turn(1, "hello"), "clientRequestId": "creq_123"})
+    assert refused.value.code == rpc.INVALID_PARAMS and refused.value.message == "Invalid params for turn/start"
+    text = str(refused.value)
+    assert text.startswith("Invalid params for turn/start (-32602): clientRequestId: Expected `str` matching regex")
+    assert "creq_[23456789abcdefghijkmnpqrstuvwxyz]{10}" in text
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (None, "Refused (-32000)"),
+        ("the bridge is gone", "Refused (-32000): the bridge is gone"),
+        ([{"path": ["input", 0, "text"], "message": "Expected `str`"}, {"path": [], "message": "two"}],
+         "Refused (-32000): input.0.text: Expected `str`; two"),
+        ({"answeredBy": "socket-1"}, 'Refused (-32000): {"answeredBy":"socket-1"}'),
+        ("x" * 600, "Refused (-32000): " + "x" * 499 + "…"),
+    ],
+)  # fmt: skip
+def test_the_reason_in_a_daemon_error_s_text(data: Any, text: str) -> None:
+    error = DaemonError(-32000, "Refused", data)
+    assert (str(error), error.message, error.data) == (text, "Refused", data)

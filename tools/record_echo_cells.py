@@ -20,10 +20,11 @@ from typing import Any
 import msgspec
 import trio
 
+from bbridge.client import client_request_id
 from bbridge.daemon.config import echo_provider
 from bbridge.daemon.router import Daemon
 from bbridge.replay.cells import replay_cell
-from bbridge.run import OPTIONS, client_request_id
+from bbridge.run import OPTIONS
 from bbridge.wire.recording import DIRECTIONS
 
 PROVIDER = "echo"
