@@ -146,14 +146,17 @@ clean:
 # The TypeScript client (clients/typescript): its package.json pins typescript, @types/node and the declaration
 # generator json-schema-to-typescript; they install into the cache, linked as the package's node_modules, so
 # `npm run build` there works as it would for a TypeScript user (tests/test_typescript_client.py builds a copy).
+# A package.json whose devDependencies are the cache's (only its scripts changed) reinstalls nothing.
 TS_CACHE := .cache/ts
 TS_STAMP := $(TS_CACHE)/.installed
+TS_SAME_TOOLS := node -e 'const pins = (f) => JSON.stringify(JSON.parse(require("fs").readFileSync(f, "utf8")).devDependencies); \
+	process.exit(pins(process.argv[1]) === pins(process.argv[2]) ? 0 : 1)'
 
 ts-client: $(TS_STAMP)
 
 $(TS_STAMP): clients/typescript/package.json
-	rm -rf $(TS_CACHE) && mkdir -p $(TS_CACHE)
-	cp clients/typescript/package.json $(TS_CACHE)/
-	npm install --prefix $(TS_CACHE) --no-audit --no-fund --loglevel=error
+	if [ -d $(TS_CACHE)/node_modules ] && $(TS_SAME_TOOLS) clients/typescript/package.json $(TS_CACHE)/package.json; then :; else \
+		rm -rf $(TS_CACHE) && mkdir -p $(TS_CACHE) && cp clients/typescript/package.json $(TS_CACHE)/ && \
+		npm install --prefix $(TS_CACHE) --no-audit --no-fund --loglevel=error; fi
 	ln -sfn ../../$(TS_CACHE)/node_modules clients/typescript/node_modules
 	touch $@

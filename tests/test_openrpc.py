@@ -4,6 +4,7 @@ methods the daemon routes, and committed as `clients/openrpc.json`, regenerated 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,18 @@ def test_the_committed_document_is_what_bbridge_schema_writes(tmp_path: Path) ->
     assert written == json.loads(COMMITTED.read_text()), (
         "clients/openrpc.json is stale: copy the openrpc.json `bbridge schema --out DIR` writes"
     )
+
+
+def test_client_request_id_is_a_named_component_with_its_pattern() -> None:
+    """What a client mints for `turn/start`/`turn/steer` is one component a generator can name and type."""
+    document = json.loads(COMMITTED.read_text())
+    component = document["components"]["schemas"]["ClientRequestId"]
+    assert component["type"] == "string" and "creq_" in component["description"]
+    for name in ("turn/start", "turn/steer"):
+        (method,) = [m for m in document["methods"] if m["name"] == name]
+        (param,) = [p for p in method["params"] if p["name"] == "clientRequestId"]
+        assert param["schema"] == {"$ref": "#/components/schemas/ClientRequestId"}, name
+    pattern = re.compile(component["pattern"])  # ECMA-262 and Python agree on it (test_schema)
+    assert pattern.search("creq_abcdefghjk") and pattern.search("creq_23456789mz")
+    for wrong in ("creq_abcdefghjk\n", "creq_abcdefghj", "creq_abcdefghjkm", "creq_abcdefghj1", "creq_abcdefghjl"):
+        assert not pattern.search(wrong), wrong

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from tests.support import make_or_skip
 
 PACKAGE = REPO / "clients" / "typescript"
 MODULES = REPO / ".cache" / "ts" / "node_modules"
+CREQ = re.compile(r"creq_[23456789a-km-z]{10}")  # the README's form (protocol.md §3.2)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +94,82 @@ def test_the_client_compiles_strict_and_runs_against_a_live_daemon(
     summary = run_node(root / "dist" / "examples" / "echo.js", "--socket", str(socket), "--token-file", str(token))
     assert summary["ok"] is True and summary["dropped"] is True and summary["approvals"] == ["command"], summary
     spawned = run_node(root / "dist" / "examples" / "spawn.js", sys.executable, "-m", "bbridge", "serve")
+    accepted = spawned.pop("accepted")  # the turn/start left it out: the client minted it
     assert spawned == {"ok": True, "providers": ["echo"], "text": "echo: hello over stdio"}
+    assert isinstance(accepted, str) and CREQ.fullmatch(accepted), accepted
+
+
+# A wrong literal fails tsc (an unused @ts-expect-error would too); 2,000 minted ids; a turn/start the daemon's
+# bridge refuses, and one without an id it accepts.
+IDS = """import { readFileSync } from "node:fs";
+
+import { Client, DaemonError, clientRequestId, isClientRequestId, type ClientRequestId } from "../src/client.js";
+
+// @ts-expect-error a literal of another form is not a ClientRequestId
+export const wrong: ClientRequestId = "req_2345678923";
+const [socket, tokenFile] = process.argv.slice(2) as [string, string];
+const ids = Array.from({ length: 2000 }, () => clientRequestId());
+const client = await Client.connect(socket, { token: readFileSync(tokenFile, "utf8").trim() });
+const options = { permissionMode: "full", permissionScope: "full", approvalReviewer: null, permissionEscalation: null } as const;
+const { providerThreadId } = await client.request("thread/start", { providerId: "echo", threadId: "thr_ids", cwd: "/tmp", options });
+const turn = { providerId: "echo", threadId: "thr_ids", providerThreadId, input: [], options: { ...options, envVars: {} } };
+let refused: unknown = null;
+try {
+  await client.request("turn/start", { ...turn, clientRequestId: "creq_123" });
+} catch (error) {
+  if (error instanceof DaemonError) refused = { message: error.message, daemonMessage: error.daemonMessage, code: error.code };
+}
+await client.request("turn/start", turn);
+let accepted = "";
+for await (const { event } of client.events("thr_ids")) {
+  if (event.type === "turn/input/accepted") accepted = String(event.clientRequestId);
+  if (event.type === "turn/completed") break;
+}
+client.close();
+console.log(JSON.stringify({ ids, guarded: ids.every(isClientRequestId) && !isClientRequestId("creq_2345678901"), refused, accepted }));
+"""
+
+
+def test_client_request_ids_minted_typed_and_a_refusal_s_reason(
+    tools: None, tmp_path: Path, daemon: tuple[Path, Path]
+) -> None:
+    root = tmp_path / "ts"
+    compiled = build(root, exported_openrpc(tmp_path / "schema"), extra={"examples/ids.ts": IDS})
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    api = (root / "src" / "api.ts").read_text()
+    assert "@pattern ^creq_[23456789abcdefghijkmnpqrstuvwxyz]{10}$" in api
+    assert "export type ClientRequestId = `creq_${string}`;" in api
+    socket, token = daemon
+    out = run_node(root / "dist" / "examples" / "ids.js", str(socket), str(token))
+    ids = out["ids"]
+    assert isinstance(ids, list) and len(set(ids)) == 2000 and all(CREQ.fullmatch(i) for i in ids)
+    assert out["guarded"] is True
+    assert out["refused"] == {
+        "message": "Invalid params for turn/start (-32602): clientRequestId: Expected `str` matching regex "
+        r"'^creq_[23456789abcdefghijkmnpqrstuvwxyz]{10}\\Z'",  # msgspec's message shows the pattern's repr
+        "daemonMessage": "Invalid params for turn/start",
+        "code": -32602,
+    }
+    assert isinstance(out["accepted"], str) and CREQ.fullmatch(out["accepted"]), out
+
+
+@pytest.mark.parametrize("modules", ["absent", "dangling link"])
+def test_npm_run_build_without_the_tools_says_what_to_run(modules: str, tmp_path: Path) -> None:
+    """No `make ts-client` yet (or its cache gone): the build stops at once, naming the two ways to install."""
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    root = tmp_path / "clients" / "typescript"
+    shutil.copytree(PACKAGE, root, ignore=shutil.ignore_patterns("node_modules", "dist", "api.ts"))
+    shutil.copy(PACKAGE.parent / "openrpc.json", root.parent)
+    if modules == "dangling link":
+        (root / "node_modules").symlink_to(tmp_path / ".cache" / "ts" / "node_modules")
+    ran = subprocess.run(["npm", "run", "build"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert ran.returncode != 0
+    assert (
+        f"@bbridge/client: @types/node, json-schema-to-typescript, typescript not installed in {root}/node_modules. "
+        "Run `make ts-client` from the repository root (or `npm install` here), then `npm run build` again."
+    ) in ran.stderr, ran.stdout + ran.stderr
+    assert not (root / "src" / "api.ts").exists()
 
 
 def test_a_schema_change_the_client_does_not_follow_breaks_the_build(tools: None, tmp_path: Path) -> None:

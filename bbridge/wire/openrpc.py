@@ -5,15 +5,20 @@ methods it forwards (`bbridge.wire.protocol.RUNTIME_REQUESTS` but `initialize`, 
 that picks the bridge). Params are by name (one content descriptor per member of the params object). What
 OpenRPC has no place for is in extensions: `x-notifications` (daemon → client notifications) and
 `x-client-requests` (daemon → client requests a client answers: relayed bridge requests).
+
+A constrained string the client mints itself is a named component (`ClientRequestId`, with its pattern and what
+it is for), not a pattern repeated inline, so a client's generated types can name it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bbridge.core.grammar import ThreadDeltaParams
+import msgspec
+
+from bbridge.core.grammar import ClientRequestId, ThreadDeltaParams
 from bbridge.wire import client, errors, interactions, protocol
-from bbridge.wire.schema import Schema, _components
+from bbridge.wire.schema import Schema, _components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
 REF = "#/components/schemas/"
@@ -43,6 +48,10 @@ CLIENT_REQUESTS: dict[str, tuple[Any, Any, str]] = {
     "item/tool/call": (client.RelayedToolCall, interactions.ToolCallResult, "A client tool call relayed to this client."),
 }  # fmt: skip
 
+NAMED_STRINGS: dict[str, tuple[Any, str]] = {
+    "ClientRequestId": (ClientRequestId, "The client's id of one turn input (`turn/start`, `turn/steer`), echoed by the `turn/input/accepted` event that accepts it: `creq_` and 10 characters of `23456789abcdefghijkmnpqrstuvwxyz` (no 0, 1, l or o); anything else is refused `-32602 Invalid params`. The bbridge clients mint one when it is left out."),
+}  # fmt: skip
+
 ERRORS = [
     {"code": value, "message": name}
     for name, value in sorted(vars(errors).items(), key=lambda item: -item[1] if isinstance(item[1], int) else 0)
@@ -63,6 +72,18 @@ def _rewrite_refs(node: Any, mapping: bool = False) -> Any:
         }
     if isinstance(node, list):
         return [_rewrite_refs(item) for item in node]
+    return node
+
+
+def _name_strings(node: Any, named: dict[str, Schema]) -> Any:
+    """Every inline schema equal to a named string's becomes a `$ref` to its component."""
+    if isinstance(node, dict):
+        for name, schema in named.items():
+            if node == schema:
+                return {"$ref": REF + name}
+        return {key: _name_strings(value, named) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_name_strings(item, named) for item in node]
     return node
 
 
@@ -91,7 +112,9 @@ def openrpc_document() -> Schema:
         types += [params, result]
     types.append(ThreadDeltaParams)
     roots, defs = _components(types)
-    roots, defs = _rewrite_refs(roots), _rewrite_refs(defs)
+    named = {name: ecma_patterns(msgspec.json.schema(kind)) for name, (kind, _) in NAMED_STRINGS.items()}
+    roots, defs = _name_strings(_rewrite_refs(roots), named), _name_strings(_rewrite_refs(defs), named)
+    defs |= {name: {**named[name], "title": name, "description": text} for name, (_, text) in NAMED_STRINGS.items()}
     taken = iter(roots)
     methods = []
     for name, (_, _, summary) in DAEMON_METHODS.items():

@@ -1,11 +1,13 @@
 /**
- * The client on stdio: it spawns the daemon itself and runs one echo turn.
+ * The client on stdio: it spawns the daemon itself and runs one echo turn, leaving the `clientRequestId` to the
+ * client (it mints one).
  *
  *     node dist/examples/spawn.js python -m bbridge serve
  *
- * Prints the daemon's providers and the turn's answer as one JSON line; the exit status says whether it worked.
+ * Prints the daemon's providers, the turn's answer and the minted id its `turn/input/accepted` carried back as
+ * one JSON line; the exit status says whether it worked.
  */
-import { Client } from "../src/client.js";
+import { Client, isClientRequestId } from "../src/client.js";
 
 const argv = process.argv.slice(2);
 const client = await Client.spawn(argv);
@@ -18,18 +20,19 @@ try {
     providerId: "echo",
     threadId: "thr_spawned",
     providerThreadId,
-    clientRequestId: "creq_sp23456789",
     input: [{ type: "text", text: "hello over stdio", mentions: [] }],
     options: { ...options, envVars: {} },
   });
   let text = "";
+  let accepted = "";
   for await (const { event } of client.events("thr_spawned")) {
+    if (event.type === "turn/input/accepted") accepted = String(event.clientRequestId);
     if (event.type === "item/agentMessage/delta") text += String(event.delta);
     if (event.type === "turn/completed") break;
   }
   const providers = status.providers.map((provider) => provider.providerId);
-  const ok = text === "echo: hello over stdio" && providers.includes("echo");
-  console.log(JSON.stringify({ ok, providers, text }));
+  const ok = text === "echo: hello over stdio" && providers.includes("echo") && isClientRequestId(accepted);
+  console.log(JSON.stringify({ ok, providers, text, accepted }));
   process.exitCode = ok ? 0 : 1;
 } finally {
   client.close();

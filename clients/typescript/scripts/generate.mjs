@@ -5,6 +5,11 @@
 // `Methods` (client -> daemon: method -> {params, result}), `Notifications` (daemon -> client: method -> params)
 // and `ClientRequests` (daemon -> client requests: method -> {params, result}). The client module types its calls
 // by these maps, so a schema change that breaks the client breaks `tsc`.
+//
+// A named string with a pattern (`ClientRequestId`) keeps the pattern as a `@pattern` tag in its doc comment
+// (TypeScript has no regex types), and one whose pattern starts with a literal prefix is typed by it as a template
+// literal (`` `creq_${string}` ``): a string from elsewhere must pass the client's `isClientRequestId` guard (or
+// come from `clientRequestId()`) before it types as one, and a literal of another form fails `tsc`.
 import { readFileSync, writeFileSync } from "node:fs";
 import { compile } from "json-schema-to-typescript";
 
@@ -14,6 +19,12 @@ if (!source || !target) {
   process.exit(2);
 }
 const doc = JSON.parse(readFileSync(source, "utf8"));
+for (const schema of Object.values(doc.components.schemas)) {
+  if (schema.type !== "string" || typeof schema.pattern !== "string") continue;
+  schema.description = `${schema.description ?? ""}\n\n@pattern ${schema.pattern}`.trim();
+  const prefix = /^\^([A-Za-z0-9_-]+)(?=[[(.\\])/.exec(schema.pattern)?.[1];
+  if (prefix !== undefined) schema.tsType = `\`${prefix}\${string}\``;
+}
 const local = (node) => JSON.parse(JSON.stringify(node).replaceAll('"#/components/schemas/', '"#/definitions/'));
 const entry = (properties) => ({
   type: "object",

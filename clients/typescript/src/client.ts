@@ -7,7 +7,11 @@
  *     for await (const entry of client.events("thr_1")) console.log(entry.seq, entry.event.type);
  *
  * - `request(method, params)` is typed by `Methods`: the params the daemon decodes, the result it answers. A
- *   refusal rejects with `DaemonError` carrying the daemon's code (`ErrorCodes`).
+ *   refusal rejects with `DaemonError` carrying the daemon's code (`ErrorCodes`), its `data`, and a `message`
+ *   that adds the reason `data` gives (a -32602's `[{path, message}]`).
+ * - `turn/start` and `turn/steer` need a `clientRequestId` (`ClientRequestId`: `^creq_[23456789a-km-z]{10}$`,
+ *   echoed by the `turn/input/accepted` that accepts the input); `request` mints one (`clientRequestId()`) when
+ *   the params leave it out. Mint it yourself to know which `turn/input/accepted` is your input's.
  * - `events(threadId, afterSeq)` yields the thread's events once each, in `seq` order: the journal's replay,
  *   then the live `thread/events`. When the socket drops it reconnects (bounded retries) and resumes after the
  *   last `seq` it yielded (`thread/events {afterSeq}`): no gap, no duplicate.
@@ -15,15 +19,40 @@
  *   answer, and `LEAVE` (or no handler) leaves the request pending for any client's `interaction/respond`.
  */
 import { spawn as spawnProcess, type ChildProcess } from "node:child_process";
+import { randomInt } from "node:crypto";
 import { createConnection } from "node:net";
 
-import type { ClientRequests, Methods, Notifications } from "./api.js";
+import type { ClientRequestId, ClientRequests, Methods, Notifications } from "./api.js";
 
 export * from "./api.js";
 
 export type MethodName = keyof Methods;
 export type Params<M extends MethodName> = Methods[M]["params"];
 export type Result<M extends MethodName> = Methods[M]["result"];
+
+/** The methods whose `clientRequestId` the client mints when the caller leaves it out. */
+export type MintedMethod = "turn/start" | "turn/steer";
+const MINTED: ReadonlySet<string> = new Set<MintedMethod>(["turn/start", "turn/steer"]);
+
+/** What `request` takes: the daemon's `Params`, with `clientRequestId` optional where the client mints it. */
+export type CallParams<M extends MethodName> = M extends MintedMethod
+  ? Omit<Params<M>, "clientRequestId"> & { clientRequestId?: ClientRequestId }
+  : Params<M>;
+
+const ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"; // protocol.md §3.2: no 0, 1, l or o
+const CLIENT_REQUEST_ID = /^creq_[23456789a-km-z]{10}$/;
+
+/** A fresh `clientRequestId`: `creq_` and 10 random characters of the protocol's alphabet (50 bits). */
+export function clientRequestId(): ClientRequestId {
+  let id = "";
+  for (let i = 0; i < 10; i++) id += ALPHABET[randomInt(ALPHABET.length)];
+  return `creq_${id}`;
+}
+
+/** Whether a string is a `clientRequestId` the bridges accept (a string from elsewhere, before it is sent). */
+export function isClientRequestId(value: string): value is ClientRequestId {
+  return CLIENT_REQUEST_ID.test(value);
+}
 
 /** One notification from the daemon, discriminated by `method`. */
 export type Notification = { [M in keyof Notifications]: { method: M; params: Notifications[M] } }[keyof Notifications];
@@ -54,16 +83,42 @@ export interface Options {
 const DISCONNECTED = -32099;
 const RETRIES = 50;
 const RETRY_MS = 100;
+const REASON_MAX = 500; // characters of an error's `data` shown in its message
 
-/** The daemon refused a request: its JSON-RPC error code, message and data. */
+/** A refusal's reason from its `data`, one line: a -32602's `[{path, message}]` issues (what the bridges' kit
+ * sends) as `path.to.field: message`, a string as itself, anything else as JSON. */
+export function errorReason(data: unknown): string {
+  if (data === undefined || data === null) return "";
+  const issues = Array.isArray(data) && data.length > 0 && data.every((i) => typeof i === "object" && i && "message" in i);
+  let text: string;
+  if (issues) {
+    text = (data as { path?: unknown; message: unknown }[])
+      .map(({ path, message }) => {
+        const dotted = Array.isArray(path) ? path.join(".") : "";
+        return dotted ? `${dotted}: ${String(message)}` : String(message);
+      })
+      .join("; ");
+  } else {
+    text = typeof data === "string" ? data : JSON.stringify(data);
+  }
+  return text.length <= REASON_MAX ? text : `${text.slice(0, REASON_MAX - 1)}…`;
+}
+
+/** The daemon refused a request: its JSON-RPC error code, message and data. `message` adds the reason `data`
+ * gives (`Invalid params for turn/start (-32602): clientRequestId: Expected ...`); `daemonMessage` is the
+ * daemon's message alone. */
 export class DaemonError extends Error {
+  readonly daemonMessage: string;
+
   constructor(
     readonly code: number,
     message: string,
     readonly data?: unknown,
   ) {
-    super(`${message} (${code})`);
+    const reason = errorReason(data);
+    super(`${message} (${code})${reason ? `: ${reason}` : ""}`);
     this.name = "DaemonError";
+    this.daemonMessage = message;
   }
 }
 
@@ -238,9 +293,12 @@ export class Client {
 
   // -- calls ---------------------------------------------------------------------------------------------------
 
-  /** The result of one request; rejects with `DaemonError` (the daemon's code) when it refuses. */
-  async request<M extends MethodName>(method: M, params: Params<M>): Promise<Result<M>> {
-    return (await this.connection.request(method, params)) as Result<M>;
+  /** The result of one request; rejects with `DaemonError` (the daemon's code) when it refuses. A `turn/start` or
+   * `turn/steer` without a `clientRequestId` gets a fresh one (the caller's params are not changed). */
+  async request<M extends MethodName>(method: M, params: CallParams<M>): Promise<Result<M>> {
+    const given = params as { clientRequestId?: string | null };
+    const sent = MINTED.has(method) && given.clientRequestId == null ? { ...params, clientRequestId: clientRequestId() } : params;
+    return (await this.connection.request(method, sent)) as Result<M>;
   }
 
   initialize(): Promise<Result<"initialize">> {
