@@ -1,5 +1,7 @@
 """README "Embedding bbridge": its Python and TypeScript examples, taken from the README as written, run against
-a live daemon on a socket with a token (the TypeScript one compiled with `tsc --strict` first)."""
+a live daemon on a socket with a token (the TypeScript one, committed as `clients/typescript/examples/readme.ts`,
+compiled with `tsc --strict` first); neither gives a `clientRequestId` (the clients mint it). And every file of the
+TypeScript package the READMEs name exists."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tests.test_typescript_client import build, daemon, exported_openrpc, tools
+from tests.test_typescript_client import PACKAGE, build, daemon, exported_openrpc, tools
 
 __all__ = ["daemon", "tools"]  # the fixtures, shared with the TypeScript client's tests
 
@@ -32,11 +34,29 @@ def test_the_python_example(tmp_path: Path, daemon: tuple[Path, Path]) -> None:
 
 
 def test_the_typescript_example(tools: None, tmp_path: Path, daemon: tuple[Path, Path]) -> None:
+    assert (PACKAGE / "examples" / "readme.ts").read_text() == readme_example("typescript"), (
+        "clients/typescript/examples/readme.ts differs from the README's TypeScript example: make them one text"
+    )
     root = tmp_path / "ts"
     openrpc = exported_openrpc(tmp_path / "schema")
-    compiled = build(root, openrpc, extra={"examples/readme.ts": readme_example("typescript")})
+    compiled = build(root, openrpc)
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
     socket, token = daemon
     ran = subprocess.run(["node", str(root / "dist" / "examples" / "readme.js"), str(socket), str(token)],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert (ran.returncode, ran.stdout) == (0, EXPECTED), ran.stderr
+
+
+# a file of the package, as the READMEs name it: `clients/typescript/examples/echo.ts`, or `examples/echo.ts` (the
+# TypeScript README and the README's TypeScript paragraph speak from the package)
+PACKAGE_PATH = re.compile(r"(?<![\w/.-])(?:clients/typescript/)?((?:examples|scripts|src)/[\w./-]*\w\.(?:ts|mjs))")
+GENERATED = {"src/api.ts"}  # written by `npm run build` (and ignored by git)
+
+
+def test_every_package_file_the_readmes_name_exists() -> None:
+    named = set()
+    for readme in (REPO / "README.md", PACKAGE / "README.md"):
+        named |= set(PACKAGE_PATH.findall(readme.read_text()))
+    assert {"examples/echo.ts", "examples/spawn.ts", "examples/readme.ts", "src/client.ts"} <= named
+    assert sorted(path for path in named - GENERATED if not (PACKAGE / path).is_file()) == []
+    assert "/src/api.ts" in (PACKAGE / ".gitignore").read_text().splitlines()
