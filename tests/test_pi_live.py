@@ -363,6 +363,13 @@ async def test_a_provider_without_credentials_is_a_legible_failure(live: Live) -
         assert refused.value.message.startswith("No API key found for anthropic")
         await client.wait_for(lambda: bool(client.of(THREAD, "provider/error")), timeout=10)
     assert live.api.posts() == []
+    # pi's advice kept word for word, and how to follow it through bbridge after it (issue 31, item 2)
+    (error,) = client.of(THREAD, "provider/error")
+    for text in (refused.value.message, error["detail"]):
+        advice, bbridge_way = text.split("\n\nThrough bbridge ")
+        assert "Use /login to log into a provider via OAuth or API key." in advice
+        assert "run `pi`, then /login" in bbridge_way and "$PI_CODING_AGENT_DIR, default ~/.pi/agent" in bbridge_way
+        assert 'env_passthrough = ["ANTHROPIC_API_KEY"]' in bbridge_way
 
 
 def pi_estimate(message: dict[str, Any]) -> int:

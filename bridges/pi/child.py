@@ -28,6 +28,7 @@ import trio
 from bbridge.core import js
 from bbridge.kit import record_child_io
 from bbridge.wire import rpc
+from bridges.pi import launch
 
 log = structlog.get_logger("bridges.pi")
 
@@ -118,7 +119,7 @@ class PiChild:
         if answer is None:
             raise PiError(f"pi did not answer {kind} within {timeout:g}s")
         if answer.get("success") is not True:
-            raise PiError(str(answer.get("error") or f"pi refused {kind}"))
+            raise PiError(launch.through_bbridge(str(answer.get("error") or f"pi refused {kind}")))
         return answer.get("data")
 
     async def write(self, message: dict[str, Any]) -> None:
