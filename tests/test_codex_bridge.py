@@ -419,6 +419,32 @@ async def test_a_steer_is_accepted_before_its_answer(fake: Fake, tmp_path: Path)
     ]  # fmt: skip
 
 
+CODEX_BINARY = """#!{python}
+import json, os, runpy, sys
+with open(os.environ["FAKE_CODEX_ARGV"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1:] != ["app-server"]:  # what codex does without its subcommand: the interactive TUI
+    sys.exit("Error: stdin is not a terminal")
+sys.argv = [{script!r}]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+async def test_a_command_without_arguments_runs_as_the_app_server(fake: Fake, tmp_path: Path) -> None:
+    """Issue 31: `BB_CODEX_BRIDGE_APP_SERVER_COMMAND` alone names a codex binary; it gets `app-server` (the spec's
+    bare command started codex's TUI, which died on `stdin is not a terminal` with a Rust backtrace)."""
+    binary = tmp_path / "codex"
+    binary.write_text(CODEX_BINARY.format(python=sys.executable, script=str(fake.script)))
+    binary.chmod(0o755)
+    record = tmp_path / "argv.log"
+    env = {k: v for k, v in fake.env.items() if k != launch.ARGS_ENV}
+    env |= {launch.COMMAND_ENV: str(binary), "FAKE_CODEX_ARGV": str(record)}
+    async with running(env) as runtime:
+        assert (await runtime.call("thread/start", start(tmp_path)))["providerThreadId"] == CODEX_THREAD
+        assert await runtime.call("turn/start", turn("hi")) == {"threadId": THREAD}
+    assert [json.loads(line) for line in record.read_text().splitlines()] == [["app-server"]]
+
+
 async def test_a_missing_codex_is_explained(fake: Fake, tmp_path: Path) -> None:
     env = {**fake.env, launch.COMMAND_ENV: str(tmp_path / "no-such-codex"), launch.ARGS_ENV: ""}
     async with running(env) as runtime:

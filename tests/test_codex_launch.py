@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
 
 def test_argv_from_the_replay_seam() -> None:
     assert launch.argv({}) == ["codex", "app-server"]
-    assert launch.argv({launch.COMMAND_ENV: "python", launch.ARGS_ENV: ""}) == ["python"]
+    # beyond the spec (issue 31): a command alone is a codex binary, run as the app-server; `[]` runs it bare
+    assert launch.argv({launch.COMMAND_ENV: "/opt/codex"}) == ["/opt/codex", "app-server"]
+    assert launch.argv({launch.COMMAND_ENV: "/opt/codex", launch.ARGS_ENV: ""}) == ["/opt/codex", "app-server"]
+    assert launch.argv({launch.COMMAND_ENV: "python", launch.ARGS_ENV: "[]"}) == ["python"]
     assert launch.argv({launch.COMMAND_ENV: "python", launch.ARGS_ENV: '["-m","fake"]'}) == ["python", "-m", "fake"]
     with pytest.raises(launch.LaunchError):
         launch.argv({launch.COMMAND_ENV: "python", launch.ARGS_ENV: '["-m", 1]'})

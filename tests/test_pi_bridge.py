@@ -82,3 +82,12 @@ async def test_a_node_too_old_for_pi_is_a_legible_refusal(tmp_path: Path) -> Non
         await runtime.call("initialize", INIT)
         error = await runtime.error("thread/start", start(tmp_path))
         assert error.message == f"pi needs node >= 22.19, but {node} is 20.20; install node 22 or set BB_PI_NODE."
+
+
+def test_pis_login_advice_says_how_to_follow_it_through_bbridge() -> None:
+    """pi's words stay as pi wrote them; the bbridge way follows (issue 31): no terminal for /login here."""
+    pis = "No API key found for anthropic.\n\nUse /login to log into a provider via OAuth or API key. See:\n  /d/x.md"
+    advised = launch.through_bbridge(pis)
+    assert advised.startswith(pis + "\n\nThrough bbridge pi has no terminal, so /login cannot run here")
+    assert "$PI_CODING_AGENT_DIR, default ~/.pi/agent" in advised and "[providers.pi]" in advised
+    assert launch.through_bbridge("Agent is already processing.") == "Agent is already processing."

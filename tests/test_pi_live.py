@@ -363,3 +363,41 @@ async def test_a_provider_without_credentials_is_a_legible_failure(live: Live) -
         assert refused.value.message.startswith("No API key found for anthropic")
         await client.wait_for(lambda: bool(client.of(THREAD, "provider/error")), timeout=10)
     assert live.api.posts() == []
+    # pi's advice kept word for word, and how to follow it through bbridge after it (issue 31, item 2)
+    (error,) = client.of(THREAD, "provider/error")
+    for text in (refused.value.message, error["detail"]):
+        advice, bbridge_way = text.split("\n\nThrough bbridge ")
+        assert "Use /login to log into a provider via OAuth or API key." in advice
+        assert "run `pi`, then /login" in bbridge_way and "$PI_CODING_AGENT_DIR, default ~/.pi/agent" in bbridge_way
+        assert 'env_passthrough = ["ANTHROPIC_API_KEY"]' in bbridge_way
+
+
+def pi_estimate(message: dict[str, Any]) -> int:
+    """pi's `estimateTokens` for a tool result's text (⌈UTF-16 units / 4⌉), to check the usage independently."""
+    units = sum(len(b["text"].encode("utf-16-le")) // 2 for b in message["content"] if b.get("type") == "text")
+    return -(-units // 4)
+
+
+async def test_context_usage_after_a_tool_does_not_count_a_steer_sent_during_it(live: Live) -> None:
+    """The reference reads pi's context usage in-process at `turn_end`, before pi takes the queued steer in: the
+    usage after the tool's turn is the tool call's usage plus its result, not the steer (issue 31, item 13)."""
+    live.api.push(chat.bash("sleep 1"), chat.text("steered"))
+    steer_text = "Then, once the sleep is over, say the single word steered and nothing else at all."
+    async with running(live.root, {PI: live.provider}) as (_, path), connect(path) as client:
+        await client.request("thread/start", live.start())
+        await client.request("turn/start", live.turn(THREAD, "Sleep a second."))
+        await client.wait_for(lambda: bool(client.of(THREAD, "item/started")), timeout=30)
+        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
+        steer = {**live.turn(THREAD, steer_text, n=2), "expectedTurnId": turn_id}
+        assert await client.request("turn/steer", steer) == {"threadId": THREAD}
+        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+    assert len(client.of(THREAD, "turn/started")) == 1 and client.text(THREAD) == "steered"
+    entries = [json.loads(line) for line in (live.sessions / f"{THREAD}.jsonl").read_text().splitlines()]
+    messages = [e["message"] for e in entries if e.get("type") == "message"]
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "toolResult", "user", "assistant"], roles
+    call, result, steered = messages[1], messages[2], messages[3]
+    before_steer = call["usage"]["totalTokens"] + pi_estimate(result)
+    used = [e["contextWindowUsage"]["usedTokens"] for e in client.of(THREAD, "thread/contextWindowUsage/updated")]
+    assert used[0] == before_steer, (used, before_steer, pi_estimate(steered))
+    assert used[-1] == messages[4]["usage"]["totalTokens"]

@@ -16,8 +16,10 @@ session event as `JSON.stringify` wrote it, `bridge→provider` every dispatch (
 * **What the events cannot carry** (pi-bridge.md §9) comes from the recorded `bridge→runtime` lane, as the
   current lanes took it: `get_entries` answers the leaf id the recording shows next after the last played
   `agent_end` (a boundary's or a stop result's `providerCheckpointId`), `get_session_stats` the next
-  `contextWindow` after the last played `turn_end`/`compaction_end`. `get_state` names the `--model` it was
-  given; any other command gets an empty success.
+  `contextWindow` after the last played `turn_end`/`compaction_end`. That value is the usage *at* the event
+  (the reference read it in-process there), so after a `turn_end`/`compaction_end` the script waits (bounded)
+  until the bridge asked: pi would count a message it ends meanwhile (a steer), which the recorded value does
+  not. `get_state` names the `--model` it was given; any other command gets an empty success.
 * **Client tools.** The bridge's tool extension (`-e FILE`) runs inside pi; here, when a played
   `tool_execution_start` names one of its tools, the child relays the call as the extension would (its socket,
   token and `tools/call`), and plays on only once the bridge answered it.
@@ -44,6 +46,7 @@ from bbridge.wire.recording import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, lane_p
 log = structlog.get_logger("bbridge.replay.pi_rpc")
 
 EMIT_GAP_S = 0.002
+USAGE_WAIT_S = 5.0  # how long the script waits for a bridge to ask for the usage after a `turn_end`
 POLL_S = 0.005
 CONFIG = re.compile(r"^const CONFIG = (.*);$", re.MULTILINE)
 
@@ -144,6 +147,7 @@ class FakePi:
         self.compacting: dict[str, Any] | None = None  # the live `compact` waiting for its `compaction_end`
         self.last_end = script[0].seq - 1 if script else 0.0  # the last played agent_end (or the start)
         self.last_turn_end = self.last_end
+        self.usage_asked = trio.Event()
         self.relay: _Relay | None = None
         self.write_lock = trio.Lock()
         self.done = False
@@ -175,6 +179,7 @@ class FakePi:
             await self.respond(command, {"entries": [], "leafId": self.recorded.leaf(self.last_end)})
         elif kind == "get_session_stats":
             await self.respond(command, {"contextUsage": self.recorded.context(self.last_turn_end)})
+            self.usage_asked.set()
         elif kind in ("prompt", "compact", "abort") and not self.done:
             self.inbox.append(command)
             self.changed.set()
@@ -232,6 +237,7 @@ class FakePi:
             self.last_end = step.seq
         elif kind in ("turn_end", "compaction_end"):
             self.last_turn_end = step.seq
+            self.usage_asked = trio.Event()
         await self.write(_slim(step.text))
         if kind == "compaction_end" and self.compacting is not None:
             command, self.compacting = self.compacting, None
@@ -240,6 +246,9 @@ class FakePi:
         if kind == "tool_execution_start" and self.tools is not None and event.get("toolName") in self.tools["names"]:
             self.relay = self.relay or await _Relay.open(self.tools)
             await self.relay.call(str(event["toolName"]), event.get("args"))
+        if kind in ("turn_end", "compaction_end"):
+            with trio.move_on_after(USAGE_WAIT_S):
+                await self.usage_asked.wait()
 
     async def _idle(self) -> None:
         with trio.move_on_after(POLL_S):

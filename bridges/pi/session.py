@@ -8,8 +8,9 @@ The reference wraps an in-process `AgentSession`; here the same rules run over `
 * **Settlement** ([S2] step 4, [T24]): the run a prompt started is settled at pi's `agent_settled`; the session
   then sends the `pi/prompt/settled` boundary. A queued prompt has none of its own.
 * **Order** ([O4]): the pump handles one event at a time, and may ask pi for the leaf id (`get_entries`) at an
-  `agent_end` and for the context usage (`get_session_stats`) after a `turn_end`/`compaction_end` before it
-  reads on; nothing pi writes after the session starts closing is translated ([P6]).
+  `agent_end` and for the context usage (`get_session_stats`, read as of the event: `estimate.py`) after a
+  `turn_end`/`compaction_end` before it reads on; nothing pi writes after the session starts closing is
+  translated ([P6]).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import trio
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge
 from bridges.acp.mcp_host import McpHost, Tool
-from bridges.pi import launch, tools
+from bridges.pi import estimate, launch, tools
 from bridges.pi.child import Pending, PiChild, PiError
 from bridges.pi.translate import Translator
 
@@ -359,14 +360,14 @@ class Session:
                     if hold.blocks(number):
                         await hold.released.wait()
                 if not self.closing:
-                    await self._handle(child, event)
+                    await self._handle(child, number, event)
                 async with self._caught_up:
                     self._handled = number
                     self._caught_up.notify_all()
         if not self.closing:  # pi went away on its own
             await self._gone(child)
 
-    async def _handle(self, child: PiChild, event: Any) -> None:
+    async def _handle(self, child: PiChild, number: int, event: Any) -> None:
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "queue_update":
             self._observe(event)
@@ -388,12 +389,7 @@ class Session:
             checkpoint = await self._read_leaf(child)
         await self._emit(self.translator.event(self.thread_id, event, checkpoint))
         if kind in ("turn_end", "compaction_end"):
-            try:
-                stats = await child.command("get_session_stats")
-            except PiError:
-                stats = None
-            usage = stats.get("contextUsage") if isinstance(stats, dict) else None
-            await self._emit(self.translator.context_window(usage))
+            await self._emit(self.translator.context_window(await self._context_usage(child, number)))
         if kind == "agent_settled":
             if self._queues[STEERING] and not self._retrying:
                 self._reject(STEERING, STEER_UNDELIVERED)
@@ -423,6 +419,17 @@ class Session:
                     if taken is not None:
                         self._drop(taken)
                         taken.settle()
+
+    async def _context_usage(self, child: PiChild, number: int) -> Any:
+        """pi's context usage as of event `number` ([T3]): pi answers once its loop yields, after the messages it
+        took in meanwhile (a queued steer), so those are taken back out (`estimate.as_of_event`)."""
+        pending = await child.send("get_session_stats")
+        try:
+            stats = await child.answer(pending, "get_session_stats")
+        except PiError:
+            return None
+        usage = stats.get("contextUsage") if isinstance(stats, dict) else None
+        return estimate.as_of_event(usage, child.messages_between(number, pending.after))
 
     async def _read_leaf(self, child: PiChild) -> str | None:
         """pi's leaf (checkpoint) id: the newest entry of the active branch ([F4])."""
