@@ -1,0 +1,92 @@
+"""What an operator meets around a running daemon (issue 31): journaled threads after a restart, a provider that
+failed to start or was refused, a stop that loses its race with an approval, advice about `BB_*` variables."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bbridge.client import Client
+from bbridge.daemon.journal import Journal
+from bbridge.ops import Tail
+from bbridge.wire import rpc
+from tests.support import TestClient, connect, creq, fake_provider, running
+
+START = {"providerId": "fake", "cwd": "/tmp", "options": {}}
+
+
+async def hang(request: rpc.Request) -> Any:
+    """A client asked, who never answers (a person away from the screen)."""
+    await trio.sleep_forever()
+
+
+async def one_turn(client: TestClient, thread_id: str, n: int = 1) -> None:
+    await client.request("thread/start", {**START, "threadId": thread_id})
+    turn = {"providerId": "fake", "threadId": thread_id, "input": [], "clientRequestId": creq(n)}
+    await client.request("turn/start", turn)
+    await client.wait_for(lambda: client.settled(thread_id))
+
+
+# -- item 6: every journaled thread is listed and replayed after a restart ----------------------------------------
+
+
+async def test_every_journaled_thread_is_listed_and_replayed_after_a_restart(tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    threads = [f"thr_j{n}" for n in range(5)] + ["é" * 43 + "-hashed"]  # a hashed file name among them
+    async with running(tmp_path, {"fake": fake_provider("ask")}, journal=Journal(directory=folder)) as (_, path):
+        async with connect(path, answer=lambda request: {"ok": True}) as client:
+            for n, thread_id in enumerate(threads):
+                await one_turn(client, thread_id, n)
+            before = {thread_id: client.entries[thread_id] for thread_id in threads}
+    assert any(name.endswith(".interactions.ndjson") for name in map(str, folder.iterdir()))  # not a thread's
+    async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (_, path):
+        async with connect(path) as client:
+            status = await client.request("daemon/status")
+        listed = {thread["threadId"]: thread["lastSeq"] for thread in status["threads"]}
+        assert listed == {thread_id: entries[-1]["seq"] for thread_id, entries in before.items()}
+        out = io.StringIO()
+        tail = Tail(out, as_json=True, thread_id=None)  # `bbridge tail --after-seq 0 --json`
+        async with Client.connect(path) as ops_client, trio.open_nursery() as nursery:
+            nursery.start_soon(tail.follow, ops_client, 0)
+            with trio.fail_after(10):
+                while out.getvalue().count("\n") < sum(map(len, before.values())):
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    replayed: dict[str, list[object]] = {}
+    for line in out.getvalue().splitlines():
+        record = json.loads(line)
+        replayed.setdefault(record["threadId"], []).append({"seq": record["seq"], "event": record["event"]})
+    assert replayed == before
+
+
+# -- item 12: a stop that loses its race with a declined approval ---------------------------------------------------
+
+
+async def test_a_stop_whose_interrupt_the_bridge_refuses_after_the_decline_ended_the_turn_succeeds(
+    tmp_path: Path,
+) -> None:
+    """The stop declines the pending approval; the bridge ends the turn on the decline, then refuses the interrupt
+    (`no active turn`): the thread is stopped, so the stop succeeds and says the turn had already ended."""
+    thread = "thr_race"
+    async with (
+        running(tmp_path, {"fake": fake_provider("approval,strict-stop")}) as (_, path),
+        connect(path, answer=hang) as client,
+    ):
+        await client.request("thread/start", {**START, "threadId": thread})
+        turn = {"providerId": "fake", "threadId": thread, "input": [], "clientRequestId": creq(1)}
+        await client.request("turn/start", turn)
+        await client.wait_for(lambda: any(method == "interaction/opened" for method, _ in client.notes))
+        turn_id = client.of(thread, "turn/started")[0]["scope"]["turnId"]
+        stop = {"providerId": "fake", "threadId": thread, "intent": "interrupt", "activeTurnId": turn_id}
+        assert await client.request("thread/stop", stop) == {"turnAlreadyEnded": True}
+        assert [e["status"] for e in client.of(thread, "turn/completed")] == ["interrupted"]
+        (resolved,) = [params for method, params in client.notes if method == "interaction/resolved"]
+        assert resolved["resolvedBy"] == "daemon:thread-stop" and resolved["result"] == {"decision": "deny"}
+        with pytest.raises(rpc.RpcError) as refused:  # a stop with no turn open at all gets the bridge's answer
+            await client.request("thread/stop", stop)
+        assert refused.value.code == -32001 and "no active turn" in refused.value.message
