@@ -43,6 +43,7 @@ FORWARDED = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridg
 # The methods the daemon answers itself (`Daemon.handle`); with FORWARDED, what `openrpc.json` describes.
 OWN_METHODS = ("initialize", "daemon/status", "thread/events", "thread/pending", "interaction/respond", "shutdown")
 _THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
+_DAEMON_MADE = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
 # Maintenance methods whose own params carry providerId (one bridge may serve several ids): never stripped.
 _KEEP_PROVIDER_ID = frozenset(
     {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
@@ -292,6 +293,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                 declared = await self.tools.declare(params.get("dynamicTools"))  # refused before the bridge is asked
             except DeclarationError as exc:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
+        interrupting = method == "thread/stop" and params.get("intent") == "interrupt" and isinstance(thread_id, str)
+        open_before = self.tracker.open_turns(thread_id) if interrupting else []  # before the stop resolves requests
         provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
         if provider_id is None and isinstance(thread_id, str):
             provider_id = self.thread_provider.get(thread_id)
@@ -331,11 +334,33 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
 
         try:
             raw = await bridge.request(method, params, timeout, on_result=answered)
-        except rpc.RpcError:
+        except rpc.RpcError as exc:
             if method == "turn/start" and isinstance(thread_id, str):
                 bridge.watchdogs.dispatch_failed(thread_id)
+            if (
+                open_before
+                and isinstance(thread_id, str)
+                and self._stop_lost_its_race(bridge, thread_id, open_before, exc)
+            ):
+                return {"turnAlreadyEnded": True}
             raise
         return msgspec.Raw(raw)
+
+    def _stop_lost_its_race(self, bridge: BridgeProcess, thread_id: str, turns: list[str], exc: rpc.RpcError) -> bool:
+        """An interrupt the bridge refused (`no active turn`) after the turns open at the stop settled meanwhile
+        (a declined approval ended the turn first): the thread is stopped, so is the client's stop."""
+        if exc.code in _DAEMON_MADE or bridge.state != "ready":
+            return False  # the bridge did not answer (exit, timeout): the turns were settled by the daemon, not it
+        if set(turns) & set(self.tracker.open_turns(thread_id)):
+            return False
+        log.info(
+            "an interrupt was refused after the turn had ended; the stop succeeds",
+            providerId=bridge.provider_id,
+            threadId=thread_id,
+            turns=turns,
+            error=exc.message,
+        )
+        return True
 
     def _translate_turn_ids(self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any]) -> None:
         field = "expectedTurnId" if method == "turn/steer" else "activeTurnId" if method == "thread/stop" else None

@@ -119,6 +119,13 @@ class DaemonStatus(Wire, kw_only=True):
     journal: dict[str, Any]
 
 
+class ThreadStopAnswer(protocol.ThreadStopResult, kw_only=True):
+    """`thread/stop` as the daemon answers it: the bridge's result, or, when the bridge refused an interrupt after
+    the turn had ended (a declined approval settled it first), `{turnAlreadyEnded: true}`."""
+
+    turnAlreadyEnded: bool | UnsetType = UNSET
+
+
 class ThreadEventsParams(Wire, kw_only=True):
     threadId: NonEmpty
     afterSeq: Annotated[int, msgspec.Meta(ge=0)] = 0
