@@ -12,9 +12,10 @@ import pytest
 import trio
 
 from bbridge.client import Client
+from bbridge.daemon.config import load_config
 from bbridge.daemon.journal import Journal
-from bbridge.ops import Tail
-from bbridge.wire import rpc
+from bbridge.ops import Tail, format_status
+from bbridge.wire import errors, rpc
 from tests.support import TestClient, connect, creq, fake_provider, running
 
 START = {"providerId": "fake", "cwd": "/tmp", "options": {}}
@@ -90,3 +91,32 @@ async def test_a_stop_whose_interrupt_the_bridge_refuses_after_the_decline_ended
         with pytest.raises(rpc.RpcError) as refused:  # a stop with no turn open at all gets the bridge's answer
             await client.request("thread/stop", stop)
         assert refused.value.code == -32001 and "no active turn" in refused.value.message
+
+
+# -- item 5: a provider that failed to start, a provider the configuration refused ----------------------------------
+
+
+async def test_status_shows_a_failed_start_and_a_refused_provider_says_why(tmp_path: Path) -> None:
+    fake = fake_provider("crash-at-start")
+    toml = tmp_path / "bbridge.toml"
+    command = ", ".join(json.dumps(arg) for arg in fake.command)
+    toml.write_text(f"[providers.fake]\ncommand = [{command}]\n\n[providers.broken]\ncwd = 3\n")
+    providers, report = load_config(toml)
+    async with running(tmp_path, providers, config=report) as (_, path), connect(path) as client:
+        with pytest.raises(rpc.RpcError) as failed:
+            await client.request("thread/start", {**START, "threadId": "thr_f"})
+        assert failed.value.code == errors.BRIDGE_START_FAILED
+        status = await client.request("daemon/status")
+        (entry,) = [p for p in status["providers"] if p["providerId"] == "fake"]
+        assert entry == {"providerId": "fake", "state": "failed", "reason": failed.value.message}
+        assert f"  fake  failed: {failed.value.message}" in format_status(status)
+        init = await client.request("initialize", {"client": {"name": "t", "version": "1"}, "protocolVersion": 1})
+        assert {"providerId": "fake", "state": "failed", "reason": failed.value.message} in init["providers"]
+        with pytest.raises(rpc.RpcError) as refused:
+            await client.request("thread/start", {**START, "providerId": "broken", "threadId": "thr_b"})
+        assert refused.value.code == errors.UNKNOWN_PROVIDER
+        assert refused.value.message == (
+            f"Provider 'broken' was refused by the configuration ({toml}): providers.broken.command: missing (required)"
+            "; providers.broken.cwd: expected a string, got an integer. Fix the entry and restart the daemon "
+            "(`bbridge config check` lists every refused entry)"
+        )

@@ -77,6 +77,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.counters = Counters()
         self.tracker = Tracker()
         self.bridges: dict[str, BridgeProcess] = {}
+        self.start_failures: dict[str, str] = {}
         self.thread_provider: dict[str, str] = {}
         self.provider_threads: dict[str, str] = {}
         self.thread_owner: dict[str, ClientSink] = {}
@@ -151,8 +152,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         """The provider's ready bridge, spawned and handshaken on first use."""
         config = self.providers.get(provider_id)
         if config is None:
-            known = ", ".join(sorted(self.providers))
-            raise rpc.RpcError(errors.UNKNOWN_PROVIDER, f"Unknown provider {provider_id!r} (configured: {known})")
+            raise rpc.RpcError(errors.UNKNOWN_PROVIDER, self._unknown_provider(provider_id))
         if self.shutdown_requested.is_set():
             raise rpc.RpcError(errors.SHUTTING_DOWN, "The daemon is shutting down")
         lock = self._starting.setdefault(provider_id, trio.Lock())
@@ -172,11 +172,26 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             self.bridges[provider_id] = bridge
             try:
                 await bridge.start(self._nursery)
-            except rpc.RpcError:
+            except rpc.RpcError as exc:
                 if self.bridges.get(provider_id) is bridge:
                     del self.bridges[provider_id]
+                self.start_failures[provider_id] = bridge.reason or exc.message  # status: `failed: <reason>`
                 raise
+            self.start_failures.pop(provider_id, None)
             return bridge
+
+    def _unknown_provider(self, provider_id: str) -> str:
+        """Why a request names no provider: the configuration refused its section (each refusal line), or the
+        name is not configured at all."""
+        section = f"providers.{provider_id}"
+        refusals = [refusal.line() for refusal in self.config.refused if refusal.section == section]
+        if refusals:
+            return (
+                f"Provider {provider_id!r} was refused by the configuration ({self.config.path}): "
+                f"{'; '.join(refusals)}. Fix the entry and restart the daemon (`bbridge config check` lists every "
+                "refused entry)"
+            )
+        return f"Unknown provider {provider_id!r} (configured: {', '.join(sorted(self.providers))})"
 
     def on_status(self, bridge: BridgeProcess) -> None:
         params: dict[str, Any] = {"providerId": bridge.provider_id, "state": bridge.state, "pid": bridge.pid}
@@ -263,10 +278,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         return await self._forward(client, method, params)
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        providers = [
-            {"providerId": pid, "state": self.bridges[pid].state if pid in self.bridges else "idle"}
-            for pid in sorted(self.providers)
-        ]
+        providers = [{"providerId": pid, **self.provider_state(pid)} for pid in sorted(self.providers)]
         return {
             "daemon": DAEMON_INFO,
             "protocolVersion": CLIENT_PROTOCOL_VERSION,

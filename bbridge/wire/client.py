@@ -98,6 +98,7 @@ class DaemonInitializeParams(Wire, kw_only=True):
 class ProviderState(Wire, kw_only=True):
     providerId: str
     state: str  # idle | starting | ready | failed | exited
+    reason: str | UnsetType = UNSET  # why it failed (its last start, until one succeeds)
 
 
 class DaemonInitializeResult(Wire, kw_only=True):
