@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +14,12 @@ import pytest
 import trio
 
 from bbridge.client import Client
-from bbridge.daemon.config import load_config
+from bbridge.daemon.config import ProviderConfig, load_config
 from bbridge.daemon.journal import Journal
 from bbridge.ops import Tail, format_status
+from bbridge.run import write_config
 from bbridge.wire import errors, rpc
-from tests.support import TestClient, connect, creq, fake_provider, running
+from tests.support import FAKE, TestClient, connect, creq, fake_provider, running
 
 START = {"providerId": "fake", "cwd": "/tmp", "options": {}}
 
@@ -120,3 +123,100 @@ async def test_status_shows_a_failed_start_and_a_refused_provider_says_why(tmp_p
             "; providers.broken.cwd: expected a string, got an integer. Fix the entry and restart the daemon "
             "(`bbridge config check` lists every refused entry)"
         )
+
+
+# -- item 2: advice about BB_* variables that works through bbridge ------------------------------------------------
+
+
+class LogSpy:
+    """Stands in for a module's structlog logger: every call recorded as (method, args, key-values)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def bind(self, **_: Any) -> LogSpy:
+        return self
+
+    def __getattr__(self, method: str) -> Any:
+        return lambda *args, **values: self.records.append((method, args, values))
+
+
+ADVICE = (
+    "bbridge passes no BB_* variable of its own environment to a bridge{removed}: set {name} in the provider's env "
+    'in bbridge.toml ([providers.{provider}] env = {{ {name} = "..." }}) and restart the daemon, or pass '
+    "`bbridge run --env {name}=...`"
+)
+
+
+async def test_advice_to_set_a_bb_variable_says_how_through_bbridge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = LogSpy()
+    monkeypatch.setattr("bbridge.daemon.bridge.log", spy)
+    monkeypatch.setenv("BB_FAKE_EXECUTABLE", "/secret/value")
+    monkeypatch.setenv("BB_ZZ_UNRELATED", "other-secret")
+    providers = {
+        "fake": fake_provider("needs-env"),
+        "given": fake_provider("needs-env", env={"BB_FAKE_EXECUTABLE": "/x"}),
+    }
+    async with running(tmp_path, providers) as (_, path), connect(path) as client:
+        with pytest.raises(rpc.RpcError) as refused:  # a bridge's error answer, forwarded
+            await client.request("thread/start", {**START, "threadId": "thr_e"})
+        removed = ADVICE.format(
+            removed=" (BB_FAKE_EXECUTABLE was set and removed)", name="BB_FAKE_EXECUTABLE", provider="fake"
+        )
+        assert refused.value.message == (
+            f"fake could not find its CLI: set BB_FAKE_EXECUTABLE to its full path, then restart bb. [{removed}]"
+        )
+        stripped = [values for method, _, values in spy.records if method == "warning" and "variables" in values]
+        assert stripped == [{"variables": ["BB_FAKE_EXECUTABLE", "BB_ZZ_UNRELATED"]}]  # names, once per start
+        assert "secret" not in repr(spy.records)
+        await client.request("thread/start", {**START, "providerId": "given", "threadId": "thr_g"})
+        turn = {"providerId": "given", "threadId": "thr_g", "input": [], "clientRequestId": creq(1)}
+        await client.request("turn/start", turn)
+        await client.wait_for(lambda: client.settled("thr_g"))
+        types = client.types("thr_g")
+        error = client.of("thr_g", "provider/error")[0]
+        assert error["message"] == "fake CLI: not logged in"  # the canonical event as the bridge made it
+        assert error["detail"] == "set BB_FAKE_TOKEN to a token, then restart bb."
+        (warning,) = client.of("thr_g", "system/warning")
+        assert types.index("system/warning") > types.index("provider/error")  # after the events of its read
+        assert warning["code"] == "bridge_env_not_passed"
+        assert warning["message"] == ADVICE.format(removed="", name="BB_FAKE_TOKEN", provider="given")
+        assert warning["details"] == {"variables": ["BB_FAKE_TOKEN"], "stripped": []}
+
+
+async def test_a_start_failure_naming_a_stripped_variable_says_how_to_set_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BB_FAKE_EXECUTABLE", "/secret/value")
+    script = tmp_path / "needs.py"
+    script.write_text("import sys\nsys.exit('set BB_FAKE_EXECUTABLE to the CLI, then restart bb')\n")
+    async with (
+        running(tmp_path, {"fake": ProviderConfig(command=[sys.executable, str(script)])}) as (daemon, path),
+        connect(path) as client,
+    ):
+        with pytest.raises(rpc.RpcError) as failed:
+            await client.request("thread/start", {**START, "threadId": "thr_s"})
+        assert failed.value.code == errors.BRIDGE_START_FAILED
+        removed = ADVICE.format(
+            removed=" (BB_FAKE_EXECUTABLE was set and removed)", name="BB_FAKE_EXECUTABLE", provider="fake"
+        )
+        assert failed.value.message.endswith(f'"set BB_FAKE_EXECUTABLE to the CLI, then restart bb" [{removed}]')
+        assert daemon.status()["providers"][0]["reason"] == failed.value.message
+
+
+def test_bbridge_run_env_reaches_the_bridge(tmp_path: Path) -> None:
+    """`bbridge run --env NAME=VALUE`: written into the temporary config's provider `env`, so a BB_* variable
+    reaches the bridge (`needs-env` completes its turn only with both of its variables)."""
+    env = {"BB_FAKE_EXECUTABLE": "/opt/fake", "BB_FAKE_TOKEN": 'a "quoted" = value'}
+    assert load_config(write_config(tmp_path, ["bridge"], None, env)).providers["bridge"].env == env
+    command = f"{sys.executable} {FAKE} needs-env"
+    base = [sys.executable, "-m", "bbridge", "run", "--provider-cmd", command, "--prompt", "hi"]
+    flags = [arg for name, value in env.items() for arg in ("--env", f"{name}={value}")]
+    done = subprocess.run([*base, *flags], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    without = subprocess.run(base, capture_output=True, text=True, timeout=60, check=False)
+    assert without.returncode == 1 and "bbridge run --env BB_FAKE_EXECUTABLE=..." in without.stderr
+    bad = subprocess.run([*base, "--env", "NO_EQUALS"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "--env 'NO_EQUALS': expected NAME=VALUE" in bad.stderr

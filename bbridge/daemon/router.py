@@ -219,6 +219,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             if events:
                 log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
                 self._publish(thread_id, bridge.provider_id, events)
+                self._advise(bridge, thread_id, message)
             bridge.watchdogs.forget(thread_id)
 
     def _threads_of(self, bridge: BridgeProcess) -> list[str]:
@@ -306,7 +307,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             except DeclarationError as exc:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
         interrupting = method == "thread/stop" and params.get("intent") == "interrupt" and isinstance(thread_id, str)
-        open_before = self.tracker.open_turns(thread_id) if interrupting else []  # before the stop resolves requests
+        open_before = self.tracker.open_turns(str(thread_id)) if interrupting else []  # before requests are resolved
         provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
         if provider_id is None and isinstance(thread_id, str):
             provider_id = self.thread_provider.get(thread_id)
@@ -355,7 +356,9 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                 and self._stop_lost_its_race(bridge, thread_id, open_before, exc)
             ):
                 return {"turnAlreadyEnded": True}
-            raise
+            if exc.code in _DAEMON_MADE:
+                raise
+            raise bridge.with_env_advice(exc) from None  # "set BB_X …": how, through bbridge
         return msgspec.Raw(raw)
 
     def _stop_lost_its_race(self, bridge: BridgeProcess, thread_id: str, turns: list[str], exc: rpc.RpcError) -> bool:

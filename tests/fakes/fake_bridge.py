@@ -20,6 +20,9 @@ Modes change one behaviour each; with none the bridge is well behaved:
   ask             sends interaction/request before finishing the turn and reports the answer as text
   approval        asks approval for its command (interaction/request); a deny ends the turn at once: the command
                   item closes failed (approvalStatus denied) and the turn is interrupted
+  needs-env       like a bridge whose advice names its BB_* variables: without BB_FAKE_EXECUTABLE thread/start is
+                  refused "… set BB_FAKE_EXECUTABLE …, then restart bb."; without BB_FAKE_TOKEN a turn fails with a
+                  provider.error naming it
   strict-stop     refuses an interrupt when the thread has no live turn: -32001 "no active turn ..." (claude-code)
   extension       emits an extension item of kind "fake/card" with payload {"n": 1}
   bad-extension   emits an extension item of kind "fake/card" with payload {"n": "x"}
@@ -40,6 +43,7 @@ Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
 import json
+import os
 import random
 import sys
 
@@ -159,6 +163,8 @@ def handle(msg):
             sys.exit(4)
         caps = {"grammarVersions": [2, 2] if "grammar-2" in MODES else [3, 3], "fork": "tip"}
         answer(msg, {"protocolVersion": 1 if "old-protocol" in MODES else 2, "capabilities": caps})
+    elif method == "thread/start" and "needs-env" in MODES and not os.environ.get("BB_FAKE_EXECUTABLE"):
+        error(msg, -32000, "fake could not find its CLI: set BB_FAKE_EXECUTABLE to its full path, then restart bb.")
     elif method in ("thread/start", "thread/resume", "thread/fork"):
         ptid = f"prov-{thread}"
         send({"jsonrpc": "2.0", "method": "thread/identity", "params": {"threadId": thread, "providerThreadId": ptid}})
@@ -204,6 +210,12 @@ def handle(msg):
         accepted = {"kind": "input.accepted", "clientRequestId": params["clientRequestId"], **tf}
         delta(thread, {"kind": "turn.open", **tf}, accepted)
         crash_at("open")
+        if "needs-env" in MODES and not os.environ.get("BB_FAKE_TOKEN"):
+            failure = {"kind": "provider.error", "message": "fake CLI: not logged in", **tf}
+            delta(thread, {**failure, "detail": "set BB_FAKE_TOKEN to a token, then restart bb.", "willRetry": False})
+            delta(thread, {"kind": "turn.boundary", "status": "failed", **tf})
+            live.pop(thread, None)
+            return
         if "silent-turn" in MODES:
             return
         delta(
