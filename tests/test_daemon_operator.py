@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
 from bbridge.client import Client
+from bbridge.daemon import router
+from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ProviderConfig, load_config
 from bbridge.daemon.journal import Journal
 from bbridge.ops import Tail, format_status
@@ -220,3 +223,20 @@ def test_bbridge_run_env_reaches_the_bridge(tmp_path: Path) -> None:
     assert without.returncode == 1 and "bbridge run --env BB_FAKE_EXECUTABLE=..." in without.stderr
     bad = subprocess.run([*base, "--env", "NO_EQUALS"], capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "--env 'NO_EQUALS': expected NAME=VALUE" in bad.stderr
+
+
+async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its_settlement() -> None:
+    """The daemon's own `provider/error` for a dead bridge quotes its stderr; a `BB_*` variable named there gets
+    the same `system/warning` (an in-process daemon: the bridge's exit handled directly)."""
+    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+    daemon.thread_provider["thr_d"] = "p"
+    daemon.tracker.observe(
+        "thr_d", {"type": "turn/started", "threadId": "thr_d", "scope": {"kind": "turn", "turnId": "t1"}}
+    )
+    bridge._stderr_tail += b"fatal: set BB_P_HOME to the agent's home, then restart bb\n"
+    await daemon.on_exit(bridge, ExitStatus(3, None))
+    events = [msgspec.json.decode(entry)["event"] for entry in daemon.journal.log.thread("thr_d").entries()]
+    assert [e["type"] for e in events] == ["provider/error", "turn/completed", "system/warning"]
+    assert "set BB_P_HOME" in events[0]["message"] and "[bbridge" not in events[0]["message"]
+    assert events[2]["code"] == "bridge_env_not_passed" and events[2]["details"]["variables"] == ["BB_P_HOME"]
