@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import math
+import re
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -94,6 +96,14 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON list of client tools to declare (DynamicTool + optional answer)",
     )
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    run.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set NAME in the bridge's environment (repeatable): the way to give it a BB_* variable, which the "
+        "daemon does not pass from its own environment",
+    )
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
@@ -293,7 +303,15 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             print(f"bbridge run: --tools {args.tools}: {exc}", file=sys.stderr)
             return 2
-    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
+    env: dict[str, str] = {}
+    for pair in args.env:
+        name, equals, value = pair.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            print(f"bbridge run: --env {pair!r}: expected NAME=VALUE", file=sys.stderr)
+            return 2
+        env[name] = value
+    one_run = functools.partial(run_once, env=env)
+    return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
 
 
 def _ops(args: argparse.Namespace) -> int:

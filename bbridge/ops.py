@@ -136,6 +136,8 @@ def format_status(status: dict[str, Any]) -> list[str]:
     width = max((len(p.get("providerId", "")) for p in providers), default=0)
     for provider in providers:
         text = f"  {provider.get('providerId', '?'):<{width}}  {provider.get('state', '?')}"
+        if provider.get("reason"):
+            text += f": {provider['reason']}"  # why it failed
         if provider.get("pid") is not None:
             text += f", pid {provider['pid']}, up {_duration(provider.get('uptimeS'))}"
             text += f", {_plural(provider.get('threads', 0), 'thread')}"

@@ -198,11 +198,13 @@ def _toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
-def write_config(directory: Path, command: list[str], cwd: str | None) -> Path:
-    """The daemon's config: the bridge as provider `PROVIDER`."""
+def write_config(directory: Path, command: list[str], cwd: str | None, env: dict[str, str] | None = None) -> Path:
+    """The daemon's config: the bridge as provider `PROVIDER`, with `env` (`--env`) in its environment."""
     lines = [f"[providers.{PROVIDER}]", f"command = [{', '.join(_toml_string(arg) for arg in command)}]"]
     if cwd is not None:
         lines.append(f"cwd = {_toml_string(cwd)}")
+    if env:
+        lines.append(f"env = {{ {', '.join(f'{_toml_string(k)} = {_toml_string(v)}' for k, v in env.items())} }}")
     path = directory / "bbridge.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -232,6 +234,8 @@ async def run_once(
     out: TextIO = sys.stdout,
     tools: list[RunTool] | None = None,
     log_level: str = "warning",
+    *,
+    env: dict[str, str] | None = None,
 ) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
     timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
@@ -248,7 +252,7 @@ async def run_once(
         timeline.closed()
 
     with tempfile.TemporaryDirectory(prefix="bbridge-run-") as directory:
-        serve = serve_command(write_config(Path(directory), command, cwd), log_level)
+        serve = serve_command(write_config(Path(directory), command, cwd, env), log_level)
         try:
             async with Client.spawn(serve, on_request=answer) as client, anyio.create_task_group() as group:
                 group.start_soon(follow, client)

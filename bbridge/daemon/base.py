@@ -73,6 +73,7 @@ class DaemonState:
     counters: Counters
     tracker: Tracker
     bridges: dict[str, BridgeProcess]
+    start_failures: dict[str, str]  # provider id -> why its last start failed (until a start succeeds)
     thread_provider: dict[str, str]
     provider_threads: dict[str, str]
     thread_owner: dict[str, ClientSink]

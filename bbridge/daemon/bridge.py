@@ -10,9 +10,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,6 +69,31 @@ def bridge_env(
         env.pop(RECORD_ENV, None)
     env.update(config.env)
     return env
+
+
+# `BB_*` names a bridge's text may mention that the runtime sets itself (§9.6: the record dir; the per-thread shell
+# identity variables): no user sets them, so no advice names them.
+RUNTIME_SET_ENV = frozenset({RECORD_ENV, "BB_PROJECT_ID", "BB_THREAD_STORAGE", "BB_THREAD_ID", "BB_ENVIRONMENT_ID"})
+_BB_NAME = re.compile(r"\bBB_[A-Z0-9_]+\b")
+
+
+def stripped_env(base: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The `BB_*` variables of the daemon's environment that the bridge's (`bridge_env`) does not hold."""
+    return sorted(name for name in base if name.startswith("BB_") and name not in env)
+
+
+def env_advice(provider_id: str, names: list[str], stripped: Collection[str]) -> str:
+    """How to give a bridge the `BB_*` variables its text asks for: its advice ("set BB_X …, then restart")
+    does not work through bbridge, which passes no `BB_*` variable of its own environment (protocol.md §9.6)."""
+    removed = [name for name in names if name in stripped]
+    table = ", ".join(f'{name} = "..."' for name in names)
+    flags = " ".join(f"--env {name}=..." for name in names)
+    return (
+        "bbridge passes no BB_* variable of its own environment to a bridge"
+        + (f" ({' and '.join(removed)} {'was' if len(removed) == 1 else 'were'} set and removed)" if removed else "")
+        + f": set {' and '.join(names)} in the provider's env in bbridge.toml ([providers.{provider_id}] env = "
+        f"{{ {table} }}) and restart the daemon, or pass `bbridge run {flags}`"
+    )
 
 
 @dataclass
@@ -207,12 +233,23 @@ class BridgeProcess:
         self._recorder: Recorder | None = None
         self._scoper = RuntimeScoper()
         self._log = log.bind(providerId=provider_id)
+        self.stripped: list[str] = []  # the daemon's BB_* variables this process was not given
+        self._given_bb: frozenset[str] = frozenset()  # the BB_* variables it was given
+        self.advised: set[tuple[str, tuple[str, ...]]] = set()  # (thread, names) already advised in its timeline
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn and handshake; raises RpcError (start failure or refusal) after cleaning up."""
         env = bridge_env(self.provider_id, self.config, os.environ, self.record_dir)
+        self.stripped = stripped_env(os.environ, env)
+        self._given_bb = frozenset(name for name in env if name.startswith("BB_"))
+        if self.stripped:  # names only: a value may be a secret
+            self._log.warning(
+                "removed BB_* variables from the bridge's environment (protocol.md §9.6); set the ones it needs "
+                "in the provider's env in bbridge.toml, or pass them with bbridge run --env NAME=VALUE",
+                variables=self.stripped,
+            )
         try:
             proc = await trio.lowlevel.open_process(
                 self.config.command,
@@ -258,9 +295,10 @@ class BridgeProcess:
         try:
             await self._handshake()
         except rpc.RpcError as exc:
-            self._fail(exc.message)
+            failure = self.with_env_advice(exc)
+            self._fail(failure.message)
             await self.terminate()
-            raise
+            raise failure from None
         self.state = "ready"
         self._startup_junk = None
         self.host.on_status(self)
@@ -295,6 +333,21 @@ class BridgeProcess:
             self.capabilities = protocol.check_initialize(self.provider_id, bytes(raw))
         except protocol.HandshakeRefused as exc:
             raise rpc.RpcError(errors.HANDSHAKE_REFUSED, str(exc)) from None
+
+    def missing_env(self, text: str) -> list[str]:
+        """The `BB_*` variables a text of the bridge's names that it was not given and a user may set."""
+        found = dict.fromkeys(_BB_NAME.findall(text)) if "BB_" in text else {}
+        return [name for name in found if name not in self._given_bb and name not in RUNTIME_SET_ENV]
+
+    def env_advice(self, text: str) -> str | None:
+        """Advice beside a text of the bridge's that names `BB_*` variables it was not given (`env_advice`)."""
+        names = self.missing_env(text)
+        return env_advice(self.provider_id, names, self.stripped) if names else None
+
+    def with_env_advice(self, exc: rpc.RpcError) -> rpc.RpcError:
+        """The error, its message followed by the `env_advice` it calls for (the same error when none)."""
+        advice = self.env_advice(exc.message)
+        return exc if advice is None else rpc.RpcError(exc.code, f"{exc.message} [{advice}]", exc.data)
 
     def _fail(self, reason: str) -> None:
         self.state = "failed"

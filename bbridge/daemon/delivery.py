@@ -19,7 +19,7 @@ from bbridge.core import grammar
 from bbridge.core.events import Event
 from bbridge.core.outbox import Delivery
 from bbridge.daemon.base import DaemonState
-from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.bridge import BridgeProcess, env_advice
 from bbridge.daemon.extensions import CHECKED_TYPES
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
@@ -146,9 +146,14 @@ class DeliveryMixin(DaemonState):
         if delivery.noticed:
             noticed, delivery.noticed = delivery.noticed, []
             tracker, watchdogs = self.tracker, bridge.watchdogs
+            provider_errors: list[tuple[str, Event]] = []
             for thread_id, event in noticed:
                 tracker.observe(thread_id, event)
                 watchdogs.observe(thread_id, event, now)
+                if event["type"] == "provider/error":
+                    provider_errors.append((thread_id, event))
+            for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken
+                self._advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
         if delivery.dropped:
             dropped, delivery.dropped = delivery.dropped, []
             self.counters.grammar_drops += len(dropped)
@@ -228,6 +233,20 @@ class DeliveryMixin(DaemonState):
             for bridge in flushed.values():
                 self._take_notices(bridge, now)
             self._broadcast(lines)
+
+    def _advise(self, bridge: BridgeProcess, thread_id: str, text: str) -> None:
+        """A `provider/error` whose text names `BB_*` variables the bridge was not given ("set BB_X …, then
+        restart"): a daemon-made `system/warning` after it says how to set them through bbridge (the canonical
+        error stays as the bridge made it), once per thread and names for this bridge process."""
+        names = tuple(bridge.missing_env(text))
+        if not names or (thread_id, names) in bridge.advised:
+            return
+        bridge.advised.add((thread_id, names))
+        warning: Event = {"type": "system/warning", "threadId": thread_id, "scope": {"kind": "thread"}}
+        warning["code"] = "bridge_env_not_passed"
+        warning["message"] = env_advice(bridge.provider_id, list(names), bridge.stripped)
+        warning["details"] = {"variables": list(names), "stripped": [n for n in names if n in bridge.stripped]}
+        self._publish(thread_id, bridge.provider_id, [warning])
 
     def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         """Daemon-made events past the bridge's guard (the bridge is gone, or a watchdog speaks): journaled, out."""

@@ -19,6 +19,10 @@ skipped (a thread's seq continues after the greatest good seq, never from an
 earlier one); a failed write (disk full, permissions) is logged and counted,
 and the events still go out; the next write starts on a fresh line. `health()`
 reports all of it for `daemon/status`.
+
+A restarted daemon knows every thread journaled in its directory (`threads()`, for `daemon/status` and so for
+`bbridge tail --after-seq`), each with its last seq read from the end of its file; a thread's file is read whole
+only when the thread is asked for or written to.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from bbridge.core.outbox import EventLog, ThreadLog
 _logger = structlog.get_logger("bbridge.daemon.journal")
 
 DEFAULT_BOUND = 10_000
+INDEX_TAIL_BYTES = 1 << 16  # the end of a file read at start for its last entry (the whole file when it holds none)
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 
@@ -57,6 +62,30 @@ class _Entry(msgspec.Struct, gc=False):
 
     seq: int
     event: Event
+
+
+class _Stamped(msgspec.Struct, gc=False):
+    threadId: str
+
+
+class _Last(msgspec.Struct, gc=False):
+    """A journal line as the start-up index reads it: its seq and its event's thread."""
+
+    seq: int
+    event: _Stamped
+
+
+def _last_entry(data: bytes, whole: bool) -> _Last | None:
+    """The last line of `data` that is an entry; `whole`: `data` starts at a line's start (else its first line,
+    perhaps cut, is not read)."""
+    lines = data.split(b"\n")
+    for raw in reversed(lines if whole else lines[1:]):
+        if raw.strip() and not too_deep(raw):
+            try:
+                return msgspec.json.decode(raw, type=_Last)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+    return None
 
 
 @dataclass
@@ -135,8 +164,31 @@ class Journal:
         self.directory = directory
         self._files: dict[str, _File] = {}
         self.health_counts = JournalHealth()
+        self._on_disk: dict[str, int] = {}  # threads journaled before this start: their last seq
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
+            self._on_disk = self._index(directory)
+
+    def _index(self, directory: Path) -> dict[str, int]:
+        """Every thread with a journal file in `directory`, and its last seq: the last entry of the file's end
+        names both. A file whose entries name another thread (`<thread>.interactions.ndjson` beside it, a stray
+        file) is not a thread's."""
+        found: dict[str, int] = {}
+        for path in sorted(directory.glob("*.ndjson")):
+            try:
+                with path.open("rb") as file:
+                    size = file.seek(0, os.SEEK_END)
+                    file.seek(max(0, size - INDEX_TAIL_BYTES))
+                    last = _last_entry(file.read(), whole=size <= INDEX_TAIL_BYTES)
+                    if last is None and size > INDEX_TAIL_BYTES:
+                        file.seek(0)
+                        last = _last_entry(file.read(), whole=True)
+            except OSError as exc:
+                self._failed(path.name, "could not read a journal file at start; its thread is not listed", exc)
+                continue
+            if last is not None and file_name(last.event.threadId) == path.name:
+                found[last.event.threadId] = last.seq
+        return found
 
     def _path(self, thread_id: str) -> Path:
         assert self.directory is not None
@@ -232,7 +284,10 @@ class Journal:
         }
 
     def threads(self) -> dict[str, int]:
-        return {tid: log.last_seq for tid, log in self.log.threads.items()}
+        """Every thread known, with its last seq: those journaled before this start and those heard from since."""
+        known = dict(self._on_disk)
+        known.update((tid, log.last_seq) for tid, log in self.log.threads.items())
+        return known
 
     def sync(self) -> None:
         """Flush and fsync every durable file (shutdown)."""

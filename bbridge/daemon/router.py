@@ -43,6 +43,7 @@ FORWARDED = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridg
 # The methods the daemon answers itself (`Daemon.handle`); with FORWARDED, what `openrpc.json` describes.
 OWN_METHODS = ("initialize", "daemon/status", "thread/events", "thread/pending", "interaction/respond", "shutdown")
 _THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
+_DAEMON_MADE = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
 # Maintenance methods whose own params carry providerId (one bridge may serve several ids): never stripped.
 _KEEP_PROVIDER_ID = frozenset(
     {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
@@ -76,6 +77,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.counters = Counters()
         self.tracker = Tracker()
         self.bridges: dict[str, BridgeProcess] = {}
+        self.start_failures: dict[str, str] = {}
         self.thread_provider: dict[str, str] = {}
         self.provider_threads: dict[str, str] = {}
         self.thread_owner: dict[str, ClientSink] = {}
@@ -150,8 +152,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         """The provider's ready bridge, spawned and handshaken on first use."""
         config = self.providers.get(provider_id)
         if config is None:
-            known = ", ".join(sorted(self.providers))
-            raise rpc.RpcError(errors.UNKNOWN_PROVIDER, f"Unknown provider {provider_id!r} (configured: {known})")
+            raise rpc.RpcError(errors.UNKNOWN_PROVIDER, self._unknown_provider(provider_id))
         if self.shutdown_requested.is_set():
             raise rpc.RpcError(errors.SHUTTING_DOWN, "The daemon is shutting down")
         lock = self._starting.setdefault(provider_id, trio.Lock())
@@ -171,11 +172,26 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             self.bridges[provider_id] = bridge
             try:
                 await bridge.start(self._nursery)
-            except rpc.RpcError:
+            except rpc.RpcError as exc:
                 if self.bridges.get(provider_id) is bridge:
                     del self.bridges[provider_id]
+                self.start_failures[provider_id] = bridge.reason or exc.message  # status: `failed: <reason>`
                 raise
+            self.start_failures.pop(provider_id, None)
             return bridge
+
+    def _unknown_provider(self, provider_id: str) -> str:
+        """Why a request names no provider: the configuration refused its section (each refusal line), or the
+        name is not configured at all."""
+        section = f"providers.{provider_id}"
+        refusals = [refusal.line() for refusal in self.config.refused if refusal.section == section]
+        if refusals:
+            return (
+                f"Provider {provider_id!r} was refused by the configuration ({self.config.path}): "
+                f"{'; '.join(refusals)}. Fix the entry and restart the daemon (`bbridge config check` lists every "
+                "refused entry)"
+            )
+        return f"Unknown provider {provider_id!r} (configured: {', '.join(sorted(self.providers))})"
 
     def on_status(self, bridge: BridgeProcess) -> None:
         params: dict[str, Any] = {"providerId": bridge.provider_id, "state": bridge.state, "pid": bridge.pid}
@@ -203,6 +219,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             if events:
                 log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
                 self._publish(thread_id, bridge.provider_id, events)
+                self._advise(bridge, thread_id, message)
             bridge.watchdogs.forget(thread_id)
 
     def _threads_of(self, bridge: BridgeProcess) -> list[str]:
@@ -262,10 +279,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         return await self._forward(client, method, params)
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        providers = [
-            {"providerId": pid, "state": self.bridges[pid].state if pid in self.bridges else "idle"}
-            for pid in sorted(self.providers)
-        ]
+        providers = [{"providerId": pid, **self.provider_state(pid)} for pid in sorted(self.providers)]
         return {
             "daemon": DAEMON_INFO,
             "protocolVersion": CLIENT_PROTOCOL_VERSION,
@@ -292,6 +306,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                 declared = await self.tools.declare(params.get("dynamicTools"))  # refused before the bridge is asked
             except DeclarationError as exc:
                 raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
+        interrupting = method == "thread/stop" and params.get("intent") == "interrupt" and isinstance(thread_id, str)
+        open_before = self.tracker.open_turns(str(thread_id)) if interrupting else []  # before requests are resolved
         provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
         if provider_id is None and isinstance(thread_id, str):
             provider_id = self.thread_provider.get(thread_id)
@@ -331,11 +347,35 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
 
         try:
             raw = await bridge.request(method, params, timeout, on_result=answered)
-        except rpc.RpcError:
+        except rpc.RpcError as exc:
             if method == "turn/start" and isinstance(thread_id, str):
                 bridge.watchdogs.dispatch_failed(thread_id)
-            raise
+            if (
+                open_before
+                and isinstance(thread_id, str)
+                and self._stop_lost_its_race(bridge, thread_id, open_before, exc)
+            ):
+                return {"turnAlreadyEnded": True}
+            if exc.code in _DAEMON_MADE:
+                raise
+            raise bridge.with_env_advice(exc) from None  # "set BB_X …": how, through bbridge
         return msgspec.Raw(raw)
+
+    def _stop_lost_its_race(self, bridge: BridgeProcess, thread_id: str, turns: list[str], exc: rpc.RpcError) -> bool:
+        """An interrupt the bridge refused (`no active turn`) after the turns open at the stop settled meanwhile
+        (a declined approval ended the turn first): the thread is stopped, so is the client's stop."""
+        if exc.code in _DAEMON_MADE or bridge.state != "ready":
+            return False  # the bridge did not answer (exit, timeout): the turns were settled by the daemon, not it
+        if set(turns) & set(self.tracker.open_turns(thread_id)):
+            return False
+        log.info(
+            "an interrupt was refused after the turn had ended; the stop succeeds",
+            providerId=bridge.provider_id,
+            threadId=thread_id,
+            turns=turns,
+            error=exc.message,
+        )
+        return True
 
     def _translate_turn_ids(self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any]) -> None:
         field = "expectedTurnId" if method == "turn/steer" else "activeTurnId" if method == "thread/stop" else None

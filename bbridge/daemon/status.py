@@ -23,7 +23,7 @@ class StatusMixin(DaemonState):
         providers = []
         for pid in sorted(self.providers):
             bridge = self.bridges.get(pid)
-            entry: dict[str, Any] = {"providerId": pid, "state": bridge.state if bridge else "idle"}
+            entry: dict[str, Any] = {"providerId": pid, **self.provider_state(pid)}
             if bridge is not None:
                 entry.update(
                     pid=bridge.pid,
@@ -46,6 +46,15 @@ class StatusMixin(DaemonState):
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
         }
+
+    def provider_state(self, provider_id: str) -> dict[str, str]:
+        """`{state[, reason]}`: its bridge's state; with none running, `failed` and why when its last start
+        failed (the next request tries again), else `idle`."""
+        bridge = self.bridges.get(provider_id)
+        if bridge is not None:
+            return {"state": bridge.state, **({"reason": bridge.reason} if bridge.reason else {})}
+        reason = self.start_failures.get(provider_id)
+        return {"state": "failed", "reason": reason} if reason is not None else {"state": "idle"}
 
     def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
         tracked = self.tracker.threads()

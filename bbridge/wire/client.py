@@ -98,6 +98,7 @@ class DaemonInitializeParams(Wire, kw_only=True):
 class ProviderState(Wire, kw_only=True):
     providerId: str
     state: str  # idle | starting | ready | failed | exited
+    reason: str | UnsetType = UNSET  # why it failed (its last start, until one succeeds)
 
 
 class DaemonInitializeResult(Wire, kw_only=True):
@@ -117,6 +118,13 @@ class DaemonStatus(Wire, kw_only=True):
     counters: dict[str, int]
     config: dict[str, Any]
     journal: dict[str, Any]
+
+
+class ThreadStopAnswer(protocol.ThreadStopResult, kw_only=True):
+    """`thread/stop` as the daemon answers it: the bridge's result, or, when the bridge refused an interrupt after
+    the turn had ended (a declined approval settled it first), `{turnAlreadyEnded: true}`."""
+
+    turnAlreadyEnded: bool | UnsetType = UNSET
 
 
 class ThreadEventsParams(Wire, kw_only=True):

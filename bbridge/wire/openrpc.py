@@ -43,6 +43,9 @@ NOTIFICATIONS: dict[str, tuple[Any, str]] = {
     "interaction/resolved": (client.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
 }  # fmt: skip
 
+# Forwarded methods whose answer the daemon may make itself: the result types it answers with.
+DAEMON_RESULTS: dict[str, tuple[Any, ...]] = {"thread/stop": (client.ThreadStopAnswer,)}
+
 CLIENT_REQUESTS: dict[str, tuple[Any, Any, str]] = {
     "interaction/request": (client.RelayedInteraction, Any, "An approval or question relayed to this client; its answer is this client's response."),
     "item/tool/call": (client.RelayedToolCall, interactions.ToolCallResult, "A client tool call relayed to this client."),
@@ -106,7 +109,7 @@ def openrpc_document() -> Schema:
         types += [params, result]
     for name in FORWARDED:
         method = protocol.RUNTIME_REQUESTS[name]
-        types += [method.params, *method.results]
+        types += [method.params, *DAEMON_RESULTS.get(name, method.results)]
     types += [params for params, _ in NOTIFICATIONS.values()]
     for params, result, _ in CLIENT_REQUESTS.values():
         types += [params, result]
@@ -124,7 +127,7 @@ def openrpc_document() -> Schema:
     for name in FORWARDED:
         method = protocol.RUNTIME_REQUESTS[name]
         params = next(taken)
-        results = [next(taken) for _ in method.results]
+        results = [next(taken) for _ in DAEMON_RESULTS.get(name, method.results)]
         result = results[0] if len(results) == 1 else {"anyOf": results} if results else {}
         summary = f"Forwarded to the provider's bridge as `{name}` (protocol.md §3.3), turn ids translated."
         methods.append(_method(name, summary, _descriptors(params, defs, provider), result))

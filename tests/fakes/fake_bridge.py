@@ -18,6 +18,12 @@ Modes change one behaviour each; with none the bridge is well behaved:
   old-protocol    answers initialize with protocolVersion 1
   grammar-2       answers initialize with grammarVersions [2, 2]
   ask             sends interaction/request before finishing the turn and reports the answer as text
+  approval        asks approval for its command (interaction/request); a deny ends the turn at once: the command
+                  item closes failed (approvalStatus denied) and the turn is interrupted
+  needs-env       like a bridge whose advice names its BB_* variables: without BB_FAKE_EXECUTABLE thread/start is
+                  refused "… set BB_FAKE_EXECUTABLE …, then restart bb."; without BB_FAKE_TOKEN a turn fails with a
+                  provider.error naming it
+  strict-stop     refuses an interrupt when the thread has no live turn: -32001 "no active turn ..." (claude-code)
   extension       emits an extension item of kind "fake/card" with payload {"n": 1}
   bad-extension   emits an extension item of kind "fake/card" with payload {"n": "x"}
   floats          emits an extension item with payload {"n": 1.0, "half": 0.5} in a write of its own, then two
@@ -37,6 +43,7 @@ Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
 import json
+import os
 import random
 import sys
 
@@ -126,6 +133,22 @@ def tool_spec(params):
     return spec if isinstance(spec, dict) and "tool" in spec else None
 
 
+def approve(thread):
+    """Ask approval for the turn's command; the answer's result (an error answer reads as a deny)."""
+    global request_id
+    request_id += 1
+    subject = {"kind": "command", "itemId": f"cmd-{turns}", "command": "ls", "cwd": "/", "actions": []}
+    subject["sessionGrant"] = None
+    payload = {"kind": "approval", "subject": subject, "reason": None, "availableDecisions": ["allow_once", "deny"]}
+    params = {"providerThreadId": f"prov-{thread}", "threadId": thread, "turnId": None, "payload": payload}
+    send({"jsonrpc": "2.0", "id": f"approve-{request_id}", "method": "interaction/request", "params": params})
+    reply = read()
+    while reply.get("method") is not None:  # requests that arrive meanwhile wait their turn
+        handle(reply)
+        reply = read()
+    return reply.get("result") or {"decision": "deny"}
+
+
 def handle(msg):
     global turns, request_id
     method = msg.get("method")
@@ -140,6 +163,8 @@ def handle(msg):
             sys.exit(4)
         caps = {"grammarVersions": [2, 2] if "grammar-2" in MODES else [3, 3], "fork": "tip"}
         answer(msg, {"protocolVersion": 1 if "old-protocol" in MODES else 2, "capabilities": caps})
+    elif method == "thread/start" and "needs-env" in MODES and not os.environ.get("BB_FAKE_EXECUTABLE"):
+        error(msg, -32000, "fake could not find its CLI: set BB_FAKE_EXECUTABLE to its full path, then restart bb.")
     elif method in ("thread/start", "thread/resume", "thread/fork"):
         ptid = f"prov-{thread}"
         send({"jsonrpc": "2.0", "method": "thread/identity", "params": {"threadId": thread, "providerThreadId": ptid}})
@@ -185,6 +210,12 @@ def handle(msg):
         accepted = {"kind": "input.accepted", "clientRequestId": params["clientRequestId"], **tf}
         delta(thread, {"kind": "turn.open", **tf}, accepted)
         crash_at("open")
+        if "needs-env" in MODES and not os.environ.get("BB_FAKE_TOKEN"):
+            failure = {"kind": "provider.error", "message": "fake CLI: not logged in", **tf}
+            delta(thread, {**failure, "detail": "set BB_FAKE_TOKEN to a token, then restart bb.", "willRetry": False})
+            delta(thread, {"kind": "turn.boundary", "status": "failed", **tf})
+            live.pop(thread, None)
+            return
         if "silent-turn" in MODES:
             return
         delta(
@@ -196,6 +227,13 @@ def handle(msg):
                 **tf,
             },
         )
+        if "approval" in MODES and approve(thread).get("decision") == "deny":
+            command = {"type": "command", "command": "ls", "cwd": "/"}
+            close = {"kind": "item.close", "key": {"providerItemId": f"cmd-{turns}"}, "status": "failed", **tf}
+            delta(thread, {**close, "approvalStatus": "denied", "item": command})
+            delta(thread, {"kind": "turn.boundary", "status": "interrupted", **tf})
+            live.pop(thread, None)
+            return
         if "crash-mid-turn" in MODES:
             print("fake bridge: crashing mid-turn", file=sys.stderr, flush=True)
             sys.exit(3)
@@ -312,7 +350,9 @@ def handle(msg):
         else:
             answer(msg, {"steeredTurnId": params.get("expectedTurnId")})
     elif method == "thread/stop":
-        if params.get("intent") == "interrupt":
+        if params.get("intent") == "interrupt" and "strict-stop" in MODES and thread not in live:
+            error(msg, -32001, f"no active turn for thread {thread}")
+        elif params.get("intent") == "interrupt":
             delta(thread, {"kind": "session.ended"})
             live.pop(thread, None)
         answer(msg, {"stoppedTurnId": params.get("activeTurnId")})
