@@ -94,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON list of client tools to declare (DynamicTool + optional answer)",
     )
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=300,
+        metavar="SECONDS",
+        help="give up on a turn that has not settled after SECONDS (default 300), saying what it waits on",
+    )
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
@@ -286,6 +293,9 @@ def _run(args: argparse.Namespace) -> int:
     if not command:
         print("bbridge run: --provider-cmd is empty", file=sys.stderr)
         return 2
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        print("bbridge run: --timeout must be a finite number of seconds, more than 0", file=sys.stderr)
+        return 2
     tools: list[RunTool] = []
     if args.tools is not None:
         try:
@@ -293,7 +303,9 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             print(f"bbridge run: --tools {args.tools}: {exc}", file=sys.stderr)
             return 2
-    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
+    return trio.run(
+        run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout
+    )
 
 
 def _ops(args: argparse.Namespace) -> int:
