@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import get_args
 
 import msgspec
 import trio
@@ -19,6 +20,7 @@ from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
+from bbridge.wire.interactions import Decision
 from bbridge.wire.recording import RecordingError
 
 
@@ -104,7 +106,16 @@ def _parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
-    for ops_command in (status, tail):
+    pending = commands.add_parser("pending", help="the requests a daemon on a socket waits on (thread/pending)")
+    respond = commands.add_parser(
+        "respond",
+        help="answer a pending request (interaction/respond)",
+        description="Answer a pending request: an approval with a decision (allow_once, allow_for_session, deny), "
+        "any request with --json RESULT (the bridge-protocol answer, protocol.md §3.7). Exit status: 0 answered, "
+        "1 refused (the reason on stderr), 2 usage error.",
+    )
+    stop = commands.add_parser("stop", help="stop a thread: interrupt its open turn, or release it (thread/stop)")
+    for ops_command in (status, tail, pending, respond, stop):
         ops_command.add_argument("--socket", type=Path, required=True, metavar="PATH", help="the daemon's socket")
         ops_command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
@@ -117,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
         help="refresh every SECONDS (default 2) until Ctrl-C: the live view of every turn in flight",
     )
     tail.add_argument("--thread", metavar="T", help="only this thread, its journal replayed first")
+    pending.add_argument("--thread", metavar="T", help="only this thread's requests")
+    pending.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
+    respond.add_argument("request_id", metavar="REQUEST_ID", help="the request's id (bbridge pending lists them)")
+    respond.add_argument("decision", nargs="?", choices=get_args(Decision), help="an approval's decision")
+    respond.add_argument("--json", dest="result", metavar="RESULT", help="the answer, as JSON (any request)")
+    stop.add_argument("thread", metavar="THREAD", help="the thread to stop (bbridge status lists them)")
     tail.add_argument(
         "--after-seq", type=int, metavar="N", help="replay from seq N+1 (every known thread without --thread)"
     )
@@ -314,10 +331,32 @@ def _ops(args: argparse.Namespace) -> int:
     token = ops.read_token(args.token_file)
     if args.command == "status":
         return ops.status_main(args.socket, token, args.json, watch=args.watch)
+    if args.command == "pending":
+        return ops.pending_main(args.socket, token, args.thread, args.json)
+    if args.command == "stop":
+        return ops.stop_main(args.socket, token, args.thread)
+    if args.command == "respond":
+        return _respond(args, token)
     if args.after_seq is not None and args.after_seq < 0:
         print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
         return 2
     return ops.tail_main(args.socket, token, args.thread, args.after_seq, args.json)
+
+
+def _respond(args: argparse.Namespace, token: str | None) -> int:
+    from bbridge import ops
+
+    if (args.decision is None) == (args.result is None):
+        print("bbridge respond: give a decision (allow_once|allow_for_session|deny) or --json RESULT", file=sys.stderr)
+        return 2
+    result = None
+    if args.result is not None:
+        try:
+            result = msgspec.json.decode(args.result)
+        except msgspec.DecodeError as exc:
+            print(f"bbridge respond: --json is not JSON: {exc}", file=sys.stderr)
+            return 2
+    return ops.respond_main(args.socket, token, args.request_id, args.decision, result)
 
 
 def _conformance(args: argparse.Namespace) -> int:
@@ -344,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "run":
             return _run(args)
-        if args.command in ("status", "tail"):
+        if args.command in ("status", "tail", "pending", "respond", "stop"):
             return _ops(args)
         if args.command == "replay":
             return _replay(args)

@@ -11,6 +11,7 @@ whether it worked. `--tools FILE` declares client tools (protocol.md `DynamicToo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -167,9 +168,9 @@ class Renderer:
             return
         if kind == "item/completed" and event["item"]["type"] in WHOLE_TEXT:
             item = event["item"]
-            text = _whole_text(item)
-            if lead + item["id"] not in self._streamed and text:  # arrived whole: nothing showed it yet
-                self.line(lead + "    " + WHOLE_TEXT[item["type"]] + text)
+            whole = _whole_text(item)
+            if lead + item["id"] not in self._streamed and whole:  # arrived whole: nothing showed it yet
+                self.line(lead + "    " + WHOLE_TEXT[item["type"]] + whole)
             self._streamed.discard(lead + item["id"])
         text = _describe(event)
         if text is not None:
@@ -221,7 +222,6 @@ def _describe(event: dict[str, Any]) -> str | None:
     if kind == "thread/name/updated":
         return f"  title: {event['threadName']}"
     return None
-
 
 
 @dataclass
@@ -334,7 +334,9 @@ def waiting_words(thread: dict[str, Any] | None) -> str:
     turn = thread.get("openTurn")
     waits = thread.get("waitingOn") or []
     if waits:
-        asked = ", ".join(f"a {w['kind'].replace('_', ' ')} ({w['requestId']}, pending {w['ageS']:.0f}s)" for w in waits)
+        asked = ", ".join(
+            f"a {w['kind'].replace('_', ' ')} ({w['requestId']}, pending {w['ageS']:.0f}s)" for w in waits
+        )
         return f"turn {turn['turnId'] if turn else '?'} is waiting on a client to answer {asked}"
     if turn is not None:
         silent = thread.get("sinceBridgeS")
@@ -364,11 +366,8 @@ async def _settle(client: Client, timeline: Timeline, thread_id: str, timed_out:
     """After the turn (or `timed_out` seconds without it settling): ask the daemon what it dropped, and what the
     turn waits on when it gave up."""
     status = None
-    with anyio.move_on_after(STATUS_WAIT_S):
-        try:
-            status = await client.status()
-        except DaemonError:
-            pass  # the daemon is gone: the timeline already says why
+    with anyio.move_on_after(STATUS_WAIT_S), contextlib.suppress(DaemonError):  # gone: the timeline says why
+        status = await client.status()
     if timed_out is not None:
         thread = next((t for t in status.threads if t.get("threadId") == thread_id), None) if status else None
         words = waiting_words(thread) if status is not None else "the daemon did not answer daemon/status"
