@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -53,13 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
     )
-    serve.add_argument("--token-file", type=Path, metavar="F", help="clients must send this token in initialize")
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="F",
+        help="clients must send this token in initialize; F is made (random, mode 0600) when it does not exist",
+    )
     serve.add_argument("--journal", type=Path, metavar="DIR", help="keep the per-thread journal durable in DIR")
     serve.add_argument("--journal-bound", type=int, default=10_000, help="events kept in memory per thread")
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--log-format", choices=("console", "json"), help="stderr logs (default: console on a terminal, else json)"
+    )
     serve.add_argument(
         "--flush-ms", type=float, default=100, metavar="MS", help="text coalescing window, 0 disables; default 100"
     )
@@ -248,7 +258,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
         return 2
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
     if report.refused and args.strict_config:
         for refusal in report.refused:
@@ -256,7 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"bbridge serve: --strict-config: {len(report.refused)} refused, not starting", file=sys.stderr)
         return 2
     warn_refused(report)
-    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
+    token = server.read_or_make_token(args.token_file) if args.token_file else None
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -377,6 +387,27 @@ def _conformance(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit status. A reader that stops reading (`| head`) ends it quietly: 141, as SIGPIPE would."""
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        return BROKEN_PIPE
+
+
+BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """Only a closed stdout, maybe inside the exception groups of the tasks that were writing."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
@@ -400,6 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)
+    except BrokenPipeError:
+        raise  # not a usage error: `main` ends quietly
     except (RecordingError, ConfigError, OSError) as exc:
         print(f"bbridge: {exc}", file=sys.stderr)
         return 2
