@@ -319,6 +319,7 @@ class Tail:
         self.only = thread_id
         self.view = Renderer(out)
         self.last: dict[str, int] = {}  # thread id -> the last seq printed
+        self.asked: set[str] = set()  # the requests shown opened and not yet resolved
 
     async def follow(self, client: Client, after_seq: int | None) -> None:
         """Replay first (the one thread, or with `after_seq` every thread the daemon knows), then live."""
@@ -362,7 +363,15 @@ class Tail:
             self.show(thread_id, entry)
 
     def show_interaction(self, method: str, params: dict[str, Any]) -> None:
-        """A request asked (`interaction/opened`, or pending when the tail starts) or resolved, and by whom."""
+        """A request asked (`interaction/opened`, or pending when the tail starts) or resolved, and by whom; one
+        opened live while the tail asked what is pending is shown once."""
+        request_id = str(params.get("requestId"))
+        if method == "interaction/opened":
+            if request_id in self.asked:
+                return
+            self.asked.add(request_id)
+        else:
+            self.asked.discard(request_id)
         thread_id = params.get("threadId")
         if self.as_json:
             record = {"threadId": thread_id, "method": method, "params": params}

@@ -4,15 +4,20 @@ and resolved by policy."""
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
+from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
-from bbridge.ops import approval, interaction_line
+from bbridge.ops import Tail, approval, interaction_line
 from bbridge.wire import rpc
+from bbridge.wire.client import ThreadPendingResult
 from tests.support import FULL, TestClient, connect, fake_provider, running
 from tests.test_ops import bbridge, tailing
 
@@ -48,6 +53,9 @@ async def test_an_approval_is_listed_answered_from_the_command_line_and_tailed(t
         await start(client, "echo", "thr_i", "approve:command please")
         await client.wait_for(lambda: bool(opened(client)))
         request_id = opened(client)[0]["requestId"]
+
+        async with tailing("--socket", str(path), "--thread", "thr_i") as late:  # started while it waits
+            await late.until(lambda lines: any(line.startswith(f"  ? approval {request_id}: ") for line in lines))
 
         listed = await bbridge("pending", "--socket", str(path))
         assert listed.returncode == 0, listed.stderr
@@ -129,7 +137,14 @@ def test_a_shorthand_decision_is_the_approval_answer_the_request_offers() -> Non
         payload = {"kind": "approval", "subject": subject, "reason": None, "availableDecisions": offered}
         return {"requestId": "req_1", "kind": "approval", "params": {"payload": payload}}
 
-    command = {"kind": "command", "itemId": "i", "command": "ls", "cwd": None, "actions": [], "sessionGrant": grant}
+    command: dict[str, Any] = {
+        "kind": "command",
+        "itemId": "i",
+        "command": "ls",
+        "cwd": None,
+        "actions": [],
+        "sessionGrant": grant,
+    }
     permission = {"kind": "permission_grant", "itemId": "i", "toolName": "Bash", "permissions": grant}
     every = ["allow_once", "allow_for_session", "deny"]
     assert approval(request(command, every), "allow_once") == {"decision": "allow_once", "grantedPermissions": None}
@@ -150,3 +165,33 @@ def test_a_shorthand_decision_is_the_approval_answer_the_request_offers() -> Non
         interaction_line("interaction/opened", tool)
         == "  ? tool call req_2: tool lookup (bbridge respond req_2 --json RESULT)"
     )
+
+
+async def test_tail_shows_a_request_pending_at_its_start_once() -> None:
+    """Opened after the tail connected but before it asked what is pending: listed, then notified; shown once."""
+    opened = {
+        "requestId": "req_1",
+        "threadId": "thr_x",
+        "providerId": "echo",
+        "method": "item/tool/call",
+        "kind": "tool_call",
+        "params": {"tool": "lookup"},
+        "openedAt": 1.0,
+    }
+    resolved = {**opened, "resolvedAt": 2.0, "resolvedBy": "daemon:timeout", "result": {"success": False}}
+    del resolved["params"]
+
+    class Daemon:
+        async def pending(self, thread_id: str | None = None) -> ThreadPendingResult:
+            return msgspec.convert({"pending": [{**opened, "ageS": 0.5}]}, ThreadPendingResult)
+
+        async def notifications(self) -> AsyncIterator[Notification]:
+            yield Notification("interaction/opened", opened)
+            yield Notification("interaction/resolved", resolved)
+
+    out = io.StringIO()
+    await Tail(out, as_json=False, thread_id=None).follow(Daemon(), None)  # type: ignore[arg-type]
+    assert out.getvalue().splitlines() == [
+        "[thr_x]   ? tool call req_1: tool lookup (bbridge respond req_1 --json RESULT)",
+        "[thr_x]   ↳ tool call req_1 resolved by the daemon's policy (daemon:timeout): tool failed",
+    ]
