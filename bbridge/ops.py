@@ -1,10 +1,13 @@
-"""`bbridge status` and `bbridge tail`: an operator's view of a daemon already running on a socket.
+"""`bbridge status`, `tail`, `pending`, `respond` and `stop`: an operator's view of a daemon already running on
+a socket, and what unblocks an agent without writing code.
 
-Both are clients of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
-`initialize` (with the token when the daemon wants one), then they ask `daemon/status` or follow the
-`thread/events` notifications every client is sent. `tail` prints each thread's events exactly once and in
-`seq` order: a journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did
-not carry, and anything seen twice is dropped by `seq`.
+Each is a client of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
+`initialize` (with the token when the daemon wants one, naming itself `bbridge-cli`), then they ask
+`daemon/status` or `thread/pending`, answer with `interaction/respond`, stop with `thread/stop`, or follow the
+notifications every client is sent. `tail` prints each thread's events exactly once and in `seq` order: a
+journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did not carry, and
+anything seen twice is dropped by `seq`; requests asked and resolved (`interaction/opened`/`resolved`) show
+in between.
 """
 
 from __future__ import annotations
