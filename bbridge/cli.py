@@ -6,11 +6,14 @@ import argparse
 import functools
 import gc
 import math
+import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import get_args
 
 import msgspec
 import trio
@@ -21,6 +24,7 @@ from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
+from bbridge.wire.interactions import Decision
 from bbridge.wire.recording import RecordingError
 
 
@@ -53,13 +57,21 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
     )
-    serve.add_argument("--token-file", type=Path, metavar="F", help="clients must send this token in initialize")
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="F",
+        help="clients must send this token in initialize; F is made (random, mode 0600) when it does not exist",
+    )
     serve.add_argument("--journal", type=Path, metavar="DIR", help="keep the per-thread journal durable in DIR")
     serve.add_argument("--journal-bound", type=int, default=10_000, help="events kept in memory per thread")
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--log-format", choices=("console", "json"), help="stderr logs (default: console on a terminal, else json)"
+    )
     serve.add_argument(
         "--flush-ms", type=float, default=100, metavar="MS", help="text coalescing window, 0 disables; default 100"
     )
@@ -104,10 +116,26 @@ def _parser() -> argparse.ArgumentParser:
         help="set NAME in the bridge's environment (repeatable): the way to give it a BB_* variable, which the "
         "daemon does not pass from its own environment",
     )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=300,
+        metavar="SECONDS",
+        help="give up on a turn that has not settled after SECONDS (default 300), saying what it waits on",
+    )
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
-    for ops_command in (status, tail):
+    pending = commands.add_parser("pending", help="the requests a daemon on a socket waits on (thread/pending)")
+    respond = commands.add_parser(
+        "respond",
+        help="answer a pending request (interaction/respond)",
+        description="Answer a pending request: an approval with a decision (allow_once, allow_for_session, deny), "
+        "any request with --json RESULT (the bridge-protocol answer, protocol.md §3.7). Exit status: 0 answered, "
+        "1 refused (the reason on stderr), 2 usage error.",
+    )
+    stop = commands.add_parser("stop", help="stop a thread: interrupt its open turn, or release it (thread/stop)")
+    for ops_command in (status, tail, pending, respond, stop):
         ops_command.add_argument("--socket", type=Path, required=True, metavar="PATH", help="the daemon's socket")
         ops_command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
@@ -120,6 +148,12 @@ def _parser() -> argparse.ArgumentParser:
         help="refresh every SECONDS (default 2) until Ctrl-C: the live view of every turn in flight",
     )
     tail.add_argument("--thread", metavar="T", help="only this thread, its journal replayed first")
+    pending.add_argument("--thread", metavar="T", help="only this thread's requests")
+    pending.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
+    respond.add_argument("request_id", metavar="REQUEST_ID", help="the request's id (bbridge pending lists them)")
+    respond.add_argument("decision", nargs="?", choices=get_args(Decision), help="an approval's decision")
+    respond.add_argument("--json", dest="result", metavar="RESULT", help="the answer, as JSON (any request)")
+    stop.add_argument("thread", metavar="THREAD", help="the thread to stop (bbridge status lists them)")
     tail.add_argument(
         "--after-seq", type=int, metavar="N", help="replay from seq N+1 (every known thread without --thread)"
     )
@@ -234,7 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
         return 2
-    logs.configure(args.log_level)
+    logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
     if report.refused and args.strict_config:
         for refusal in report.refused:
@@ -242,7 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"bbridge serve: --strict-config: {len(report.refused)} refused, not starting", file=sys.stderr)
         return 2
     warn_refused(report)
-    token = args.token_file.read_text(encoding="utf-8").strip() if args.token_file else None
+    token = server.read_or_make_token(args.token_file) if args.token_file else None
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -296,6 +330,9 @@ def _run(args: argparse.Namespace) -> int:
     if not command:
         print("bbridge run: --provider-cmd is empty", file=sys.stderr)
         return 2
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        print("bbridge run: --timeout must be a finite number of seconds, more than 0", file=sys.stderr)
+        return 2
     tools: list[RunTool] = []
     if args.tools is not None:
         try:
@@ -311,7 +348,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         env[name] = value
     one_run = functools.partial(run_once, env=env)
-    return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
+    return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout)
 
 
 def _ops(args: argparse.Namespace) -> int:
@@ -320,10 +357,32 @@ def _ops(args: argparse.Namespace) -> int:
     token = ops.read_token(args.token_file)
     if args.command == "status":
         return ops.status_main(args.socket, token, args.json, watch=args.watch)
+    if args.command == "pending":
+        return ops.pending_main(args.socket, token, args.thread, args.json)
+    if args.command == "stop":
+        return ops.stop_main(args.socket, token, args.thread)
+    if args.command == "respond":
+        return _respond(args, token)
     if args.after_seq is not None and args.after_seq < 0:
         print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
         return 2
     return ops.tail_main(args.socket, token, args.thread, args.after_seq, args.json)
+
+
+def _respond(args: argparse.Namespace, token: str | None) -> int:
+    from bbridge import ops
+
+    if (args.decision is None) == (args.result is None):
+        print("bbridge respond: give a decision (allow_once|allow_for_session|deny) or --json RESULT", file=sys.stderr)
+        return 2
+    result = None
+    if args.result is not None:
+        try:
+            result = msgspec.json.decode(args.result)
+        except msgspec.DecodeError as exc:
+            print(f"bbridge respond: --json is not JSON: {exc}", file=sys.stderr)
+            return 2
+    return ops.respond_main(args.socket, token, args.request_id, args.decision, result)
 
 
 def _conformance(args: argparse.Namespace) -> int:
@@ -344,13 +403,34 @@ def _conformance(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command's exit status. A reader that stops reading (`| head`) ends it quietly: 141, as SIGPIPE would."""
+    try:
+        return _main(argv)
+    except BaseException as exc:
+        if not _broken_pipe(exc):
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        return BROKEN_PIPE
+
+
+BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def _broken_pipe(exc: BaseException) -> bool:
+    """Only a closed stdout, maybe inside the exception groups of the tasks that were writing."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
         if args.command == "run":
             return _run(args)
-        if args.command in ("status", "tail"):
+        if args.command in ("status", "tail", "pending", "respond", "stop"):
             return _ops(args)
         if args.command == "replay":
             return _replay(args)
@@ -367,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)
+    except BrokenPipeError:
+        raise  # not a usage error: `main` ends quietly
     except (RecordingError, ConfigError, OSError) as exc:
         print(f"bbridge: {exc}", file=sys.stderr)
         return 2

@@ -37,7 +37,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -111,6 +111,9 @@ class Notification:
 
 class Client:
     """One client of the daemon, alive inside `async with Client.connect(...)` (or `Client.spawn(...)`)."""
+
+    # what `initialize` says this client is (the daemon names it in `interaction/resolved`): a subclass names itself
+    client_info: ClassVar[dict[str, str]] = {"name": "bbridge.client", "version": "0.1.0"}
 
     def __init__(
         self,
@@ -221,7 +224,7 @@ class Client:
         return message.get("result")
 
     async def initialize(self, token: str | None = None) -> api.DaemonInitializeResult:
-        params: dict[str, Any] = {"client": {"name": "bbridge.client", "version": "0.1.0"}, "protocolVersion": 1}
+        params: dict[str, Any] = {"client": dict(self.client_info), "protocolVersion": 1}
         if token is not None:
             params["token"] = token
         return msgspec.convert(await self.request("initialize", params), api.DaemonInitializeResult)

@@ -1,4 +1,5 @@
-"""structlog on stderr: JSON lines when stderr is not a terminal, readable lines when it is.
+"""structlog on stderr: JSON lines when stderr is not a terminal, readable lines when it is (`bbridge serve
+--log-format console|json` chooses).
 
 A bridge whose specification fixes its diagnostics (the Claude Code bridge: `claude-code bridge: <message>`)
 passes a `prefix` and gets one plain line per event instead.
@@ -23,7 +24,13 @@ def prefixed_renderer(prefix: str) -> structlog.typing.Processor:
     return render
 
 
-def configure(level: str = "info", *, prefix: str | None = None) -> None:
+FORMATS = ("console", "json")
+
+
+def configure(level: str = "info", *, prefix: str | None = None, fmt: str | None = None) -> None:
+    """Logs at `level` and above; `fmt` console or json (None: console on a terminal, else json)."""
+    if fmt is None:
+        fmt = "console" if sys.stderr.isatty() else "json"
     processors: list[structlog.typing.Processor] = [structlog.contextvars.merge_contextvars]
     renderer: structlog.typing.Processor
     if prefix is not None:
@@ -31,7 +38,7 @@ def configure(level: str = "info", *, prefix: str | None = None) -> None:
     else:
         processors += [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
         renderer = (
-            structlog.dev.ConsoleRenderer(colors=False) if sys.stderr.isatty() else structlog.processors.JSONRenderer()
+            structlog.dev.ConsoleRenderer(colors=False) if fmt == "console" else structlog.processors.JSONRenderer()
         )
     structlog.configure(
         processors=[*processors, renderer],

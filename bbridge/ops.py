@@ -1,10 +1,13 @@
-"""`bbridge status` and `bbridge tail`: an operator's view of a daemon already running on a socket.
+"""`bbridge status`, `tail`, `pending`, `respond` and `stop`: an operator's view of a daemon already running on
+a socket, and what unblocks an agent without writing code.
 
-Both are clients of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
-`initialize` (with the token when the daemon wants one), then they ask `daemon/status` or follow the
-`thread/events` notifications every client is sent. `tail` prints each thread's events exactly once and in
-`seq` order: a journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did
-not carry, and anything seen twice is dropped by `seq`.
+Each is a client of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
+`initialize` (with the token when the daemon wants one, naming itself `bbridge-cli`), then they ask
+`daemon/status` or `thread/pending`, answer with `interaction/respond`, stop with `thread/stop`, or follow the
+notifications every client is sent. `tail` prints each thread's events exactly once and in `seq` order: a
+journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did not carry, and
+anything seen twice is dropped by `seq`; requests asked and resolved (`interaction/opened`/`resolved`) show
+in between.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO, get_args
 
 import msgspec
 import trio
@@ -21,9 +24,11 @@ from msgspec import UNSET
 
 from bbridge import logs
 from bbridge.client import Client, DaemonError, Disconnected
+from bbridge.daemon.base import DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import client as api
 from bbridge.wire import errors
+from bbridge.wire.interactions import Decision
 
 _SECTIONS = (
     "daemon",
@@ -37,6 +42,12 @@ _SECTIONS = (
 
 class OpsError(Exception):
     """A reason to stop, said in one line (exit status 1)."""
+
+
+class OpsClient(Client):
+    """The command line's client: an answer it gives is named `bbridge-cli` in `interaction/resolved`."""
+
+    client_info: ClassVar[dict[str, str]] = {"name": "bbridge-cli", "version": DAEMON_INFO["version"]}
 
 
 def read_token(path: Path | None) -> str | None:
@@ -57,7 +68,7 @@ async def _session(
         if ctrl_c_ends:
             nursery.start_soon(_cancel_on_ctrl_c, nursery.cancel_scope)
         try:
-            async with Client.connect(socket, token=token) as client:
+            async with OpsClient.connect(socket, token=token) as client:
                 connected = True
                 await body(client)
         except OSError as exc:
@@ -66,6 +77,8 @@ async def _session(
             failure = f"no daemon is listening on {socket} ({exc.strerror or exc})"
         except Disconnected:
             failure = f"the daemon on {socket} closed the connection"
+        except OpsError as exc:  # the command's own refusal, said in one line
+            failure = str(exc)
         except DaemonError as exc:
             failure = exc.message
             if exc.code == errors.UNAUTHORIZED and not connected:
@@ -235,6 +248,65 @@ def _duration(seconds: float | None) -> str:
 
 # -- tail ---------------------------------------------------------------------
 
+INTERACTION_NOTES = ("interaction/opened", "interaction/resolved")
+DECISIONS: tuple[str, ...] = get_args(Decision)
+
+
+def asked(params: dict[str, Any]) -> str:
+    """What a pending request asks, in a few words: the approval's subject, the first question, the tool."""
+    inner = params.get("params") or {}
+    if params.get("method") == "item/tool/call":
+        return f"tool {inner.get('tool', '?')}"
+    payload = inner.get("payload") or {}
+    if payload.get("kind") == "user_question":
+        questions = payload.get("questions") or [{}]
+        more = f" (+{len(questions) - 1} more)" if len(questions) > 1 else ""
+        return f"{questions[0].get('prompt', '?')!r}{more}"
+    subject = payload.get("subject") or {}
+    kind = subject.get("kind")
+    if kind == "command":
+        what = f"run {subject.get('command')!r}" + (f" in {subject['cwd']}" if subject.get("cwd") else "")
+    elif kind == "file_change":
+        what = f"change files in {subject.get('writeScope') or 'the workspace'}"
+    elif kind == "permission_grant":
+        what = f"grant {subject.get('toolName') or 'a tool'} {_value(subject.get('permissions'))}"
+    elif kind == "tool_use":
+        what = f"use {subject.get('tool')}"
+    else:
+        what = "accept a plan" if kind == "plan" else str(kind)
+    return what + (f" ({payload['reason']})" if payload.get("reason") else "")
+
+
+def answer_words(params: dict[str, Any]) -> str:
+    """A resolution's answer in a few words: the decision, the answers given, the tool's success, the error."""
+    if "error" in params:
+        return f"error {params['error'].get('code')}: {params['error'].get('message')}"
+    result = params.get("result")
+    if isinstance(result, dict):
+        if "decision" in result:
+            return str(result["decision"])
+        if "success" in result:
+            return "tool succeeded" if result["success"] else "tool failed"
+        if result.get("kind") == "user_answer":
+            return f"answered {_plural(len(result.get('answers') or {}), 'question')}"
+    return _value(result)
+
+
+def interaction_line(method: str, params: dict[str, Any]) -> str:
+    """`? approval req_1: run 'ls' …` when asked; `↳ approval req_1 answered by socket-3 (bbridge-cli 0.1.0): deny`
+    or `… resolved by the daemon's policy (daemon:timeout): deny` when resolved."""
+    head = f"{params.get('kind', '?').replace('_', ' ')} {params.get('requestId')}"
+    if method == "interaction/opened":
+        hint = "|".join(DECISIONS) if params.get("kind") == "approval" else "--json RESULT"
+        return f"  ? {head}: {asked(params)} (bbridge respond {params.get('requestId')} {hint})"
+    by = str(params.get("resolvedBy"))
+    if by.startswith("daemon:"):
+        who = f"resolved by the daemon's policy ({by})"
+    else:
+        client = params.get("client") or {}
+        who = f"answered by {by}" + (f" ({client.get('name')} {client.get('version')})" if client else "")
+    return f"  ↳ {head} {who}: {answer_words(params)}"
+
 
 class Tail:
     """Follows threads over one connection, printing each `seq` once and in order.
@@ -252,6 +324,7 @@ class Tail:
         self.only = thread_id
         self.view = Renderer(out)
         self.last: dict[str, int] = {}  # thread id -> the last seq printed
+        self.asked: set[str] = set()  # the requests shown opened and not yet resolved
 
     async def follow(self, client: Client, after_seq: int | None) -> None:
         """Replay first (the one thread, or with `after_seq` every thread the daemon knows), then live."""
@@ -263,7 +336,16 @@ class Tail:
                     await self.replay(client, thread["threadId"], after_seq)
         except Disconnected:
             return  # the daemon went away mid-replay: the end of the tail, like any other close
+        try:
+            for pending in (await client.pending(self.only)).pending:  # what already waits, before what comes
+                self.show_interaction("interaction/opened", msgspec.to_builtins(pending))
+        except Disconnected:
+            return
         async for note in client.notifications():  # ends when the daemon closes the connection
+            if note.method in INTERACTION_NOTES:
+                if self.only is None or note.params.get("threadId") == self.only:
+                    self.show_interaction(note.method, note.params)
+                continue
             if note.method != "thread/events":
                 continue
             batch = msgspec.convert(note.params, api.ThreadEventsNotification)
@@ -284,6 +366,25 @@ class Tail:
             )
         for entry in answer.events:
             self.show(thread_id, entry)
+
+    def show_interaction(self, method: str, params: dict[str, Any]) -> None:
+        """A request asked (`interaction/opened`, or pending when the tail starts) or resolved, and by whom; one
+        opened live while the tail asked what is pending is shown once."""
+        request_id = str(params.get("requestId"))
+        if method == "interaction/opened":
+            if request_id in self.asked:
+                return
+            self.asked.add(request_id)
+        else:
+            self.asked.discard(request_id)
+        thread_id = params.get("threadId")
+        if self.as_json:
+            record = {"threadId": thread_id, "method": method, "params": params}
+            self.out.write(msgspec.json.encode(record).decode() + "\n")
+        else:
+            lead = "" if self.only is not None else f"[{thread_id or '-'}] "
+            self.view.line(lead + interaction_line(method, params))
+        self.out.flush()
 
     def show(self, thread_id: str, entry: api.Entry) -> None:
         self.last[thread_id] = entry.seq
@@ -317,3 +418,91 @@ def tail_main(
     finally:
         tail.view.line(None)  # end a streamed-text run left open
         out.flush()
+
+
+# -- pending, respond, stop ---------------------------------------------------
+
+
+def pending_main(
+    socket: Path, token: str | None, thread_id: str | None, as_json: bool, out: TextIO = sys.stdout
+) -> int:
+    """`thread/pending`: one line per open request (or the raw answer), what answers it in the hint."""
+
+    async def show(client: Client) -> None:
+        listing = await client.request("thread/pending", {} if thread_id is None else {"threadId": thread_id})
+        if as_json:
+            out.write(msgspec.json.encode(listing).decode() + "\n")
+            return
+        pending = listing.get("pending") or []
+        if not pending:
+            out.write("no pending requests" + (f" in thread {thread_id}" if thread_id else "") + "\n")
+        for request in pending:
+            line = interaction_line("interaction/opened", request).strip()[2:]
+            out.write(f"{request.get('threadId') or '-'}  {_duration(request.get('ageS'))}  {line}\n")
+
+    return _run("pending", lambda: _session(socket, token, show))
+
+
+def approval(request: dict[str, Any], decision: str) -> dict[str, Any]:
+    """The approval answer a shorthand decision stands for (protocol.md §3.7): an allow grants what the request
+    offers (a permission grant's permissions; for the session, a command's or file change's `sessionGrant`)."""
+    payload = (request.get("params") or {}).get("payload") or {}
+    offered = payload.get("availableDecisions") or list(DECISIONS)
+    if decision not in offered:
+        raise OpsError(f"{request['requestId']} does not offer {decision} (it offers {', '.join(offered)})")
+    if decision == "deny":
+        return {"decision": "deny"}
+    subject = payload.get("subject") or {}
+    granted = subject.get("permissions") if subject.get("kind") == "permission_grant" else None
+    if decision == "allow_for_session" and granted is None:
+        granted = subject.get("sessionGrant")
+    return {"decision": decision, "grantedPermissions": granted}
+
+
+def respond_main(
+    socket: Path, token: str | None, request_id: str, decision: str | None, result: Any, out: TextIO = sys.stdout
+) -> int:
+    """`interaction/respond`: a shorthand decision (approvals only) or a JSON result, then one line saying so."""
+
+    async def answer(client: Client) -> None:
+        listing = await client.pending()
+        request = next((r for r in msgspec.to_builtins(listing.pending) if r["requestId"] == request_id), None)
+        answer = result
+        if decision is not None:
+            if request is None:  # the daemon says why: resolved already (by whom), or never known
+                answer = {"decision": decision}
+            elif request["kind"] != "approval":
+                raise OpsError(
+                    f"{request_id} is a {request['kind'].replace('_', ' ')}, not an approval: answer it with"
+                    f" --json RESULT (bbridge pending --json shows what it asks)"
+                )
+            else:
+                answer = approval(request, decision)
+        await client.respond(request_id, answer)
+        where = f" in thread {request['threadId']}" if request is not None and request.get("threadId") else ""
+        out.write(f"answered {request_id}{where}: {answer_words({'result': answer})}\n")
+
+    return _run("respond", lambda: _session(socket, token, answer))
+
+
+def stop_main(socket: Path, token: str | None, thread_id: str, out: TextIO = sys.stdout) -> int:
+    """`thread/stop`: an interrupt of the thread's open turn, or a release of an idle thread."""
+
+    async def stop(client: Client) -> None:
+        thread = next((t for t in (await client.status()).threads if t.get("threadId") == thread_id), None)
+        if thread is None:
+            raise OpsError(f"the daemon on {socket} has no thread {thread_id!r} (bbridge status lists its threads)")
+        if not thread.get("providerId"):
+            raise OpsError(f"thread {thread_id!r} has no provider on this daemon (only its journal): nothing runs")
+        turn = (thread.get("openTurn") or {}).get("turnId")
+        params = {
+            "providerId": thread["providerId"],
+            "threadId": thread_id,
+            "intent": "interrupt" if turn else "release",
+            "activeTurnId": turn,
+        }
+        await client.request("thread/stop", params)
+        done = f"interrupted turn {turn}" if turn else "released it (no turn was open)"
+        out.write(f"stopped {thread_id} ({thread['providerId']}): {done}\n")
+
+    return _run("stop", lambda: _session(socket, token, stop))

@@ -11,8 +11,10 @@ whether it worked. `--tools FILE` declares client tools (protocol.md `DynamicToo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import uuid
@@ -35,6 +37,8 @@ TEXT_TYPES = {
     "item/commandExecution/outputDelta": "",
     "item/fileChange/outputDelta": "",
 }
+DEFAULT_TIMEOUT_S = 300.0  # `--timeout`: well under the stall watchdog's 600 s, long enough for a slow model
+STATUS_WAIT_S = 5.0  # how long the last `daemon/status` may take
 # bbridge run is a bridge author's tool: the permissive, no-approval policy (protocol.md §3.2)
 OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 
@@ -64,20 +68,83 @@ def _label(item: dict[str, Any], done: bool) -> str:
     return f"{kind} {detail}" if detail else kind
 
 
+# A retry counter at the head of a provider error's detail: Codex's "Reconnecting... 3/5\n<error>", Claude Code's
+# "Claude Code API retry 1/10 after 500ms: <error>" (claude-code-bridge.md §api_retry), a generic "retry 2/8: ...".
+_RETRY = re.compile(r"(?:Reconnecting\.\.\.|(?:.*?\b)?[Rr]etry(?:ing)?) (\d+)/(\d+)(?: after [\d.]+ ?m?s)?[:\s]\s*")
+GENERIC_ERROR = "Provider error"  # what every bridge puts in `message`; the useful words are in `detail`
+# text items whose whole text can arrive in item/completed with no delta before it (prefix as when streamed)
+WHOLE_TEXT = {"agentMessage": "", "plan": "plan: ", "reasoning": "thinking: "}
+
+
+def error_text(event: dict[str, Any]) -> tuple[str | None, str]:
+    """A `provider/error`'s (or `system/error`'s) readable words and its retry counter (`"3/5"`, or None).
+
+    The generic `Provider error` message gives way to the detail; a multi-line detail is one line."""
+    message = str(event.get("message") or "")
+    detail = str(event.get("detail") or "")
+    retry = None
+    found = _RETRY.match(detail)
+    if found:
+        retry, detail = f"{found[1]}/{found[2]}", detail[found.end() :]
+    detail = " / ".join(part.strip() for part in detail.splitlines() if part.strip())
+    if not detail or detail == message:
+        return retry, message
+    return retry, detail if message in ("", GENERIC_ERROR) else f"{message}: {detail}"
+
+
+def _whole_text(item: dict[str, Any]) -> str:
+    """The text of a text item, as item/completed carries it."""
+    if item["type"] == "reasoning":
+        return "\n".join([*item.get("summary", []), *item.get("content", [])])
+    return str(item.get("text") or "")
+
+
+@dataclass
+class _Repeat:
+    """A run of the same error (a bridge retrying): printed once, then counted."""
+
+    key: tuple[str, ...]
+    count: int
+    retry: str | None
+
+
 @dataclass
 class Renderer:
-    """The readable timeline, shared by `bbridge run` and `bbridge tail` so both read the same."""
+    """The readable timeline, shared by `bbridge run` and `bbridge tail` so both read the same.
+
+    The same error again (a provider retrying: `willRetry`, a retry counter in the detail) takes one line: on a
+    terminal (`live`) that line is rewritten with the latest retry counter or a count; otherwise the first is
+    printed and, when the run of repeats ends, one line says how many more came and the last retry counter."""
 
     out: TextIO
+    live: bool | None = None  # a terminal; None: ask `out`
     _streaming: str | None = None  # the item whose text run is open on the current line
+    _streamed: set[str] = field(default_factory=set)  # lead + id of the open text items whose deltas were shown
+    _repeat: _Repeat | None = None
+    _lead: str = ""
+
+    def __post_init__(self) -> None:
+        if self.live is None:
+            self.live = self.out.isatty()
 
     def line(self, text: str | None) -> None:
-        """End a streamed-text run, then print one line (None: only end the run)."""
+        """End a streamed-text run or a run of retries, then print one line (None: only end the run)."""
         if self._streaming is not None:
             self.out.write("\n")
             self._streaming = None
+        if self._repeat is not None:
+            self._end_repeat(self._repeat)
+            self._repeat = None
         if text is not None:
             self.out.write(text + "\n")
+
+    def _end_repeat(self, repeat: _Repeat) -> None:
+        if self.live:
+            self.out.write("\n")  # the updating line stays as it was last written
+        elif repeat.count > 1:
+            more = repeat.count - 1
+            last = f", the last retry {repeat.retry}" if repeat.retry else ""
+            self.out.write(f"{self._lead}  ! … the same error {more} more time{'s' if more > 1 else ''}{last}\n")
 
     def render(self, event: dict[str, Any], lead: str = "") -> None:
         """One event; `lead` starts each line it begins (`bbridge tail` names the thread there)."""
@@ -87,11 +154,42 @@ class Renderer:
                 self.line(None)
                 self.out.write(lead + "    " + TEXT_TYPES[kind])
                 self._streaming = event["itemId"]
+                self._streamed.add(lead + event["itemId"])
             self.out.write(event["delta"])
             return
+        if kind in ("provider/error", "system/error"):
+            self._error(event, lead)
+            return
+        if kind == "item/completed" and event["item"]["type"] in WHOLE_TEXT:
+            item = event["item"]
+            whole = _whole_text(item)
+            if lead + item["id"] not in self._streamed and whole:  # arrived whole: nothing showed it yet
+                self.line(lead + "    " + WHOLE_TEXT[item["type"]] + whole)
+            self._streamed.discard(lead + item["id"])
         text = _describe(event)
         if text is not None:
             self.line(lead + text)
+
+    def _error(self, event: dict[str, Any], lead: str) -> None:
+        retry, words = error_text(event)
+        retrying = retry is not None or event.get("willRetry") is True
+        key = (lead, event["type"], str(retrying), words)
+        repeat = self._repeat
+        if repeat is not None and repeat.key == key:
+            repeat.count += 1
+            repeat.retry = retry
+            if self.live:
+                self.out.write("\r\x1b[K" + _error_line(lead, retry, retrying, words, repeat.count))
+            return
+        self.line(None)
+        self._lead, self._repeat = lead, _Repeat(key, 1, retry)
+        self.out.write(_error_line(lead, retry, retrying, words, 1) + ("" if self.live else "\n"))
+
+
+def _error_line(lead: str, retry: str | None, retrying: bool, words: str, count: int) -> str:
+    tag = f" (retry {retry})" if retry else " (will retry)" if retrying else ""
+    times = f" [{count} times]" if count > 1 and retry is None else ""  # a retry counter says it already
+    return f"{lead}  ! error{tag}: {words}{times}"
 
 
 def _describe(event: dict[str, Any]) -> str | None:
@@ -111,8 +209,6 @@ def _describe(event: dict[str, Any]) -> str | None:
     if kind == "thread/tokenUsage/updated":
         total = msgspec.to_builtins(event["tokenUsage"]["total"])
         return f"  usage: {total['totalTokens']} tokens (in {total['inputTokens']}, out {total['outputTokens']})"
-    if kind in ("provider/error", "system/error"):
-        return f"  ! error: {event['message']}"
     if kind in ("provider/warning", "system/warning"):
         return f"  ! warning: {event.get('summary') or event.get('message', '')}"
     if kind == "item/toolCall/progress" and event.get("message"):
@@ -132,6 +228,7 @@ class Timeline:
     settled: anyio.Event = field(default_factory=anyio.Event)
     turn_status: str | None = None
     errors: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # what the daemon dropped of the bridge's output
     tools: dict[str, RunTool] = field(default_factory=dict)
     view: Renderer = field(init=False)
 
@@ -176,7 +273,7 @@ class Timeline:
                 self.errors.append(event["error"]["message"])
             self.settled.set()
         elif kind in ("provider/error", "system/error"):
-            self.errors.append(event["message"])
+            self.errors.append(error_text(event)[1])
 
 
 def _answer_interaction(timeline: Timeline, method: str, params: dict[str, Any]) -> Any:
@@ -226,6 +323,55 @@ async def _one_turn(client: Client, thread_id: str, cwd: str | None, prompt: str
     await client.request("turn/start", {**turn, "clientRequestId": client_request_id()})
 
 
+def waiting_words(thread: dict[str, Any] | None) -> str:
+    """What an unsettled turn waits on, from the thread's `daemon/status` row (the watchdogs' view)."""
+    if thread is None:
+        return "the daemon does not know the thread"
+    turn = thread.get("openTurn")
+    waits = thread.get("waitingOn") or []
+    if waits:
+        asked = ", ".join(
+            f"a {w['kind'].replace('_', ' ')} ({w['requestId']}, pending {w['ageS']:.0f}s)" for w in waits
+        )
+        return f"turn {turn['turnId'] if turn else '?'} is waiting on a client to answer {asked}"
+    if turn is not None:
+        silent = thread.get("sinceBridgeS")
+        return f"turn {turn['turnId']} is open and has had no provider traffic for {silent or 0:.0f}s"
+    if thread.get("pendingTurnStart"):
+        return "the provider accepted the turn but has not started it"
+    return "no turn is open: the provider never started one"
+
+
+# daemon/status counters that say the daemon dropped something the bridge sent, and how to say it
+DROPS = {
+    "grammar_drops": "event(s) the protocol grammar refused were dropped",
+    "rejected_notifications": "invalid thread/delta notification(s) were skipped whole",
+    "failed_notifications": "bridge notification(s) failed in the daemon and were lost",
+}
+
+
+def drop_reasons(counters: dict[str, int]) -> list[str]:
+    """A `run` daemon serves this one turn: any drop it counted is this bridge's."""
+    found = [f"{counters[name]} {words}" for name, words in DROPS.items() if counters.get(name)]
+    if not found:
+        return []
+    return [f"the daemon dropped what the bridge sent: {'; '.join(found)} (its warnings above say which and why)"]
+
+
+async def _settle(client: Client, timeline: Timeline, thread_id: str, timed_out: float | None) -> None:
+    """After the turn (or `timed_out` seconds without it settling): ask the daemon what it dropped, and what the
+    turn waits on when it gave up."""
+    status = None
+    with anyio.move_on_after(STATUS_WAIT_S), contextlib.suppress(DaemonError):  # gone: the timeline says why
+        status = await client.status()
+    if timed_out is not None:
+        thread = next((t for t in status.threads if t.get("threadId") == thread_id), None) if status else None
+        words = waiting_words(thread) if status is not None else "the daemon did not answer daemon/status"
+        timeline.errors.insert(0, f"gave up after {timed_out:g}s (--timeout): {words}")
+    if status is not None:
+        timeline.dropped.extend(drop_reasons(status.counters))
+
+
 async def run_once(
     command: list[str],
     prompt: str,
@@ -234,6 +380,7 @@ async def run_once(
     out: TextIO = sys.stdout,
     tools: list[RunTool] | None = None,
     log_level: str = "warning",
+    timeout: float = DEFAULT_TIMEOUT_S,
     *,
     env: dict[str, str] | None = None,
 ) -> int:
@@ -257,9 +404,10 @@ async def run_once(
             async with Client.spawn(serve, on_request=answer) as client, anyio.create_task_group() as group:
                 group.start_soon(follow, client)
                 try:
-                    await _one_turn(client, thread_id, cwd, prompt, declared)
-                    with anyio.move_on_after(600):
+                    with anyio.move_on_after(timeout) as waited:
+                        await _one_turn(client, thread_id, cwd, prompt, declared)
                         await timeline.settled.wait()
+                    await _settle(client, timeline, thread_id, timeout if waited.cancelled_caught else None)
                 except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
                     timeline.errors.append(exc.message)
                 group.cancel_scope.cancel()
@@ -267,8 +415,9 @@ async def run_once(
             timeline.errors.append(exc.message)
     if not as_json:
         timeline.view.line(None)
-    if timeline.turn_status == "completed":
+    if timeline.turn_status == "completed" and not timeline.dropped:
         return 0
-    reason = "; ".join(dict.fromkeys(timeline.errors)) or f"the turn ended {timeline.turn_status or 'without settling'}"
+    reasons = timeline.dropped if timeline.turn_status == "completed" else [*timeline.errors, *timeline.dropped]
+    reason = "; ".join(dict.fromkeys(reasons)) or f"the turn ended {timeline.turn_status or 'without settling'}"
     print(f"bbridge run: failed: {reason}", file=sys.stderr)
     return 1

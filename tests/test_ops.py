@@ -22,7 +22,7 @@ from bbridge import ops
 from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, format_status
-from bbridge.wire.client import ThreadEventsResult
+from bbridge.wire.client import ThreadEventsResult, ThreadPendingResult
 from tests.support import FULL, TestClient, connect, running
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]
@@ -246,13 +246,16 @@ async def test_live_events_the_replay_already_held_are_dropped() -> None:
         return Notification("thread/events", {"threadId": "thr_x", "providerId": "echo", "events": entries(*numbers)})
 
     class Daemon:
-        """What `Tail` uses of a `Client`: the replay, and the connection's notifications queued meanwhile."""
+        """What `Tail` uses of a `Client`: the replay, what is pending, and the notifications queued meanwhile."""
 
         async def thread_events(self, thread_id: str, after_seq: int = 0) -> ThreadEventsResult:
             assert (thread_id, after_seq) == ("thr_x", 0)
             send.send_nowait(note(3, 4))
             send.send_nowait(note(5))
             return msgspec.convert({"events": entries(1, 2, 3, 4), "lastSeq": 4}, ThreadEventsResult)
+
+        async def pending(self, thread_id: str | None = None) -> ThreadPendingResult:
+            return ThreadPendingResult(pending=[])  # nothing waits: the tail goes on to the live events
 
         async def notifications(self) -> AsyncIterator[Notification]:
             async for item in receive:

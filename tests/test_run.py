@@ -76,7 +76,8 @@ def test_a_failed_turn_exits_non_zero_with_the_reason() -> None:
     result = run("--provider-cmd", ECHO, "--prompt", "fail:out_of_quota")
     assert result.returncode == 1
     assert "■ turn failed" in result.stdout
-    assert result.stderr.strip().endswith("bbridge run: failed: Provider error")
+    assert "  ! error: out of quota" in result.stdout.splitlines()
+    assert result.stderr.strip().endswith("bbridge run: failed: out of quota")
 
 
 def test_a_refused_handshake_exits_non_zero_with_the_reason() -> None:

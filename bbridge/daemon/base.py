@@ -80,6 +80,7 @@ class DaemonState:
     tools: ToolTable
     checker: Checker
     clients: list[ClientSink]
+    client_info: dict[ClientSink, dict[str, str]]
     extensions: dict[str, ExtensionChecker]
     interactions: Interactions
     clients_changed: trio.Event

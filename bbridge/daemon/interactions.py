@@ -14,7 +14,8 @@ here until it is resolved, exactly once:
 
 A client that disconnects resolves nothing: its requests stay pending for the next client. Every connected
 client is told when a request opens (`interaction/opened`) and when it is resolved (`interaction/resolved`,
-with who or what resolved it); `thread/pending` lists what is open. The history of each thread's resolutions
+with who or what resolved it: the connection's name and the `client` it named in `initialize`, or the daemon's
+policy); `thread/pending` lists what is open. The history of each thread's resolutions
 is kept (bounded) and, with `--journal`, appended to `<thread>.interactions.ndjson` beside its events.
 """
 
@@ -59,6 +60,7 @@ class Pending:
     result: msgspec.Raw | None = None
     error: rpc.RpcError | None = None
     resolved_by: str | None = None
+    resolved_client: dict[str, str] | None = None  # the answering client's initialize `client` {name, version}
     resolved_at: float | None = None
 
     def view(self, now: float) -> dict[str, Any]:
@@ -90,6 +92,8 @@ class Pending:
             record["error"] = {"code": self.error.code, "message": self.error.message}
         else:
             record["result"] = msgspec.json.decode(self.result or b"null")
+        if self.resolved_client is not None:
+            record["client"] = self.resolved_client
         return record
 
 
@@ -154,8 +158,10 @@ class Interactions:
         by: str,
         result: msgspec.Raw | None = None,
         error: rpc.RpcError | None = None,
+        client: dict[str, str] | None = None,
     ) -> Pending:
-        """Resolve an open request (first answer wins); `RpcError` naming who answered first otherwise."""
+        """Resolve an open request (first answer wins); `RpcError` naming who answered first otherwise. `client`:
+        what the answering client called itself in `initialize`, kept in the record beside its connection's name."""
         pending = self.open.pop(request_id, None)
         if pending is None:
             first = self.resolved.get(request_id)
@@ -166,7 +172,7 @@ class Interactions:
                 )
             raise rpc.RpcError(errors.UNKNOWN_REQUEST, f"No pending request {request_id!r} (see thread/pending)")
         pending.result, pending.error = (result if result is not None else msgspec.Raw(b"null")), error
-        pending.resolved_by, pending.resolved_at = by, time.time()
+        pending.resolved_by, pending.resolved_at, pending.resolved_client = by, time.time(), client
         pending.done.set()
         self.resolved_count += 1
         record = pending.resolution()

@@ -163,18 +163,23 @@ class RelayMixin(DaemonState):
             except rpc.ConnectionClosed:
                 log.info("the client asked went away; the request stays pending", requestId=pending.request_id)
             except rpc.RpcError as exc:
-                self._settle(pending, client.name, error=exc)
+                self._settle(pending, client, error=exc)
             else:
-                self._settle(pending, client.name, result=raw)
+                self._settle(pending, client, result=raw)
             nursery.cancel_scope.cancel()
 
     def _settle(
-        self, pending: Pending, by: str, *, result: msgspec.Raw | None = None, error: rpc.RpcError | None = None
+        self,
+        pending: Pending,
+        client: ClientSink,
+        *,
+        result: msgspec.Raw | None = None,
+        error: rpc.RpcError | None = None,
     ) -> None:
         if pending.request_id in self.interactions.open:
-            self.interactions.resolve(pending.request_id, by, result, error)
+            self.interactions.resolve(pending.request_id, client.name, result, error, self.client_info.get(client))
         else:
-            log.info("an answer came after the request was resolved", requestId=pending.request_id, by=by)
+            log.info("an answer came after the request was resolved", requestId=pending.request_id, by=client.name)
 
     async def _expire(self, pending: Pending, timeout: float) -> None:
         """With no client connected for `timeout` seconds, the daemon's policy answers."""
@@ -227,7 +232,7 @@ class RelayMixin(DaemonState):
             raise rpc.RpcError(rpc.INVALID_PARAMS, "interaction/respond needs exactly one of result and error")
         result = None if answer.result is UNSET else answer.result
         error = None if answer.error is UNSET else rpc.RpcError(answer.error.code, answer.error.message)
-        self.interactions.resolve(answer.requestId, client.name, result, error)
+        self.interactions.resolve(answer.requestId, client.name, result, error, self.client_info.get(client))
         return {"ok": True}
 
     def pending_requests(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.tools = ToolTable()  # each thread's declared dynamicTools (the latest successful construction)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.clients: list[ClientSink] = []
+        self.client_info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.clients_changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
         self.interactions = Interactions(self._broadcast, self.journal.directory)
         self.extensions = {
@@ -251,6 +252,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         if client in self.clients:
             self.clients.remove(client)
             self._clients_changed()
+        self.client_info.pop(client, None)
         for thread_id, owner in list(self.thread_owner.items()):
             if owner is client:
                 del self.thread_owner[thread_id]
@@ -261,6 +263,9 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
 
     async def handle(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         if method == "initialize":
+            info = params.get("client")
+            if isinstance(info, dict) and isinstance(info.get("name"), str) and isinstance(info.get("version"), str):
+                self.client_info[client] = {"name": info["name"], "version": info["version"]}
             return self._initialize(params)
         if method == "daemon/status":
             return self.status()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import signal
 import socket as stdlib_socket
 import stat
@@ -20,6 +21,7 @@ import msgspec
 import structlog
 import trio
 
+from bbridge.daemon.config import ConfigError
 from bbridge.daemon.router import Daemon
 from bbridge.wire import errors, rpc
 
@@ -186,6 +188,23 @@ async def serve_stdio(daemon: Daemon, queue_bytes: int = DEFAULT_QUEUE_BYTES) ->
         await daemon.stopped.wait()
         await trio.sleep(FINAL_FLUSH_S)
         nursery.cancel_scope.cancel()
+
+
+def read_or_make_token(path: Path) -> str:
+    """The token in `path`; when there is no such file, a new random one written there (mode 0600, never logged),
+    and a warning saying where, so an operator can hand the file to clients."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = path.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ConfigError(f"the token file {path} is empty (delete it and serve makes one)") from None
+        return token
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(token + "\n")
+    log.warning("made a new token file (mode 0600): clients pass --token-file with it", path=str(path))
+    return token
 
 
 def _prepare_socket_path(path: Path) -> None:

@@ -50,8 +50,9 @@ class PendingRequest(InteractionOpenedParams, kw_only=True):
 
 
 class Resolution(Wire, kw_only=True):
-    """How a request was resolved: by a client (its name) or by the daemon (`daemon:timeout`,
-    `daemon:thread-stop`, `daemon:bridge-exit`); exactly one of `result` and `error`."""
+    """How a request was resolved: by a client (its connection's name, and `client`: what it called itself in
+    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`);
+    exactly one of `result` and `error`."""
 
     requestId: NonEmpty
     threadId: str | None
@@ -63,6 +64,7 @@ class Resolution(Wire, kw_only=True):
     resolvedBy: NonEmpty
     result: Any | UnsetType = UNSET
     error: ErrorBody | UnsetType = UNSET
+    client: ClientInfo | UnsetType = UNSET  # a client's resolution: what it called itself in initialize
 
 
 class ThreadPendingResult(Wire, kw_only=True):
