@@ -94,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON list of client tools to declare (DynamicTool + optional answer)",
     )
     run.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when the daemon noted a bridge mistake in the thread (a dropped event, a suspect close)",
+    )
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
@@ -293,7 +298,7 @@ def _run(args: argparse.Namespace) -> int:
         except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             print(f"bbridge run: --tools {args.tools}: {exc}", file=sys.stderr)
             return 2
-    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level)
+    return trio.run(run_once, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.strict)
 
 
 def _ops(args: argparse.Namespace) -> int:

@@ -230,6 +230,14 @@ async def _one_turn(client: Client, thread_id: str, cwd: str | None, prompt: str
     await client.request("turn/start", {**turn, "clientRequestId": client_request_id()})
 
 
+async def bridge_mistakes(client: Client, thread_id: str) -> list[str]:
+    """`--strict`: what the daemon noted against the bridge in the thread (`daemon/status` `bridgeMistakes`:
+    grammar drops and suspect closes, each naming the bridge's item key)."""
+    status = await client.request("daemon/status", {})
+    found = [t for t in status["threads"] if t["threadId"] == thread_id]
+    return [str(m["message"]) for t in found for m in t.get("bridgeMistakes", [])]
+
+
 async def run_once(
     command: list[str],
     prompt: str,
@@ -238,8 +246,10 @@ async def run_once(
     out: TextIO = sys.stdout,
     tools: list[RunTool] | None = None,
     log_level: str = "warning",
+    strict: bool = False,
 ) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
+    mistakes: list[str] = []
     timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
     declared = [
         {k: v for k, v in msgspec.to_builtins(tool).items() if k != "answer"} for tool in timeline.tools.values()
@@ -262,6 +272,8 @@ async def run_once(
                     await _one_turn(client, thread_id, cwd, prompt, declared)
                     with anyio.move_on_after(600):
                         await timeline.settled.wait()
+                    if strict:
+                        mistakes = await bridge_mistakes(client, thread_id)
                 except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
                     timeline.errors.append(exc.message)
                 group.cancel_scope.cancel()
@@ -269,7 +281,11 @@ async def run_once(
             timeline.errors.append(exc.message)
     if not as_json:
         timeline.view.line(None)
-    if timeline.turn_status == "completed":
+    for mistake in mistakes:
+        print(f"bbridge run: --strict: {mistake}", file=sys.stderr)
+    if mistakes:
+        timeline.errors.append(f"--strict: {len(mistakes)} bridge mistake(s), above")
+    elif timeline.turn_status == "completed":
         return 0
     reason = "; ".join(dict.fromkeys(timeline.errors)) or f"the turn ended {timeline.turn_status or 'without settling'}"
     print(f"bbridge run: failed: {reason}", file=sys.stderr)
