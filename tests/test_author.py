@@ -9,6 +9,11 @@ import sys
 
 import pytest
 
+from bbridge.core import grammar as g
+from bbridge.core.assembler import Assembler
+from bbridge.core.events import stamp
+from bbridge.core.guard import Guard
+from bbridge.daemon import mistakes
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "minimal_bridge.py"
@@ -106,3 +111,69 @@ def test_without_strict_a_suspect_close_changes_nothing_but_the_log(mistake: str
     assert done.returncode == 0, done.stderr
     assert "Suspect close from provider 'bridge'" in done.stderr
     assert '{\\"providerItemId\\":\\"msg' in done.stderr  # the JSON log line quotes the key
+
+
+def _drops(deltas: list[g.Delta]) -> list[tuple[str, str]]:
+    """(rule, hint) of each event the guard drops, the hint found as the daemon finds it."""
+    assembler, guard = Assembler("p", "da00000000", text_delta_flush_ms=0), Guard()
+    found = []
+    for event in assembler.assemble("thr", [g.TurnOpen(), *deltas]):
+        stamp(event, "thr", None)
+        violation = guard.observe(event)
+        if violation is not None:
+            found.append((violation.rule, mistakes.drop_hint(assembler, guard, "thr", event, violation.rule)))
+    return found
+
+
+def test_a_drop_names_the_bridges_key_and_a_reused_one_says_so() -> None:
+    msg = g.ItemKey(providerItemId="msg")
+    reused = _drops([*_message(msg, "first"), g.ItemTextDelta(key=msg, channel="agentMessage", text="second")])
+    assert [rule for rule, _ in reused] == ["item/opens-before-delta"]
+    assert reused[0][1].startswith(' The bridge\'s item key: {"providerItemId":"msg"}. That key\'s item already')
+    unopened = _drops([g.ItemOutputDelta(key=g.ItemKey(providerItemId="cmd-1"), channel="command", text="x")])
+    assert unopened == [("item/opens-before-delta", ' The bridge\'s item key: {"providerItemId":"cmd-1"}.')]
+    minted = _drops([g.ItemProgress(key=g.ItemKey(channel="tool"), message="working")])
+    assert minted == [("item/opens-before-delta", "")]  # no key of the bridge's names the item: nothing to add
+
+
+def _message(key: g.ItemKey, text: str) -> list[g.Delta]:
+    return [
+        g.ItemTextDelta(key=key, channel="agentMessage", text=text),
+        g.ItemTextClose(key=key, channel="agentMessage"),
+    ]
+
+
+def test_suspect_closes_are_noted_without_changing_the_events() -> None:
+    key = g.ItemKey(providerItemId="msg-1")
+    closes = [
+        g.ItemTextClose(key=key, channel="agentMessage"),
+        g.ItemClose(key=g.ItemKey(providerItemId="x"), status="completed", item=g.PlanShape(text="p")),
+    ]
+    assembler = Assembler("p", "da00000000", text_delta_flush_ms=0)
+    events = assembler.assemble("thr", [g.TurnOpen(), *_message(key, "hi"), *closes])
+    assert [e["type"] for e in events] == [
+        "turn/started",
+        "item/started",
+        "item/agentMessage/delta",
+        "item/completed",
+        "item/completed",
+    ]
+    assert [(s.thread_id, s.rule) for s in assembler.suspects] == [
+        ("thr", "item/closes-once"),
+        ("thr", "item/opens-before-close"),
+    ]
+    assert mistakes.suspect_message(assembler.suspects[1]).startswith(
+        'item.close for item key {"providerItemId":"x"}, which is not open'
+    )
+
+
+def test_each_thread_keeps_its_last_mistakes() -> None:
+    kept = mistakes.Mistakes()
+    for n in range(mistakes.MAX_PER_THREAD + 5):
+        kept.note("thr", "item/closes-once", f"m{n}")
+    for n in range(mistakes.MAX_THREADS):
+        kept.note(f"other-{n}", "item/closes-once", "m")
+    assert kept.of_thread("thr") == []  # the least recently noted thread went first
+    kept.note("thr", "item/closes-once", "again")
+    assert kept.of_thread("thr") == [{"rule": "item/closes-once", "message": "again"}]
+    assert len(kept.of_thread("other-1")) == 1 and kept.of_thread("other-0") == []
