@@ -117,10 +117,11 @@ codex-parity: install
 		--allowlist conformance/codex-parity-allowlist.json $(SHARED)/recordings/codex/*/
 
 lint: install
-	$(VENV)/bin/ruff check bbridge bridges tests tools
-	$(VENV)/bin/ruff format --check bbridge bridges tests tools
+	$(VENV)/bin/ruff check bbridge bridges tests tools examples
+	$(VENV)/bin/ruff format --check bbridge bridges tests tools examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict bridges
+	$(VENV)/bin/mypy --strict examples
 	$(VENV)/bin/lint-imports
 
 # Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.

@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up on a turn that has not settled after SECONDS (default 300), saying what it waits on",
     )
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when the daemon noted a bridge mistake in the thread (a dropped event, a suspect close)",
+    )
 
     status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
     tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
@@ -347,7 +352,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"bbridge run: --env {pair!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
         env[name] = value
-    one_run = functools.partial(run_once, env=env)
+    one_run = functools.partial(run_once, env=env, strict=args.strict)
     return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout)
 
 

@@ -501,8 +501,10 @@ def stop_main(socket: Path, token: str | None, thread_id: str, out: TextIO = sys
             "intent": "interrupt" if turn else "release",
             "activeTurnId": turn,
         }
-        await client.request("thread/stop", params)
+        result = await client.request("thread/stop", params)
         done = f"interrupted turn {turn}" if turn else "released it (no turn was open)"
+        if isinstance(result, dict) and result.get("turnAlreadyEnded"):
+            done = f"turn {turn} had already ended (the bridge settled it before the interrupt reached it)"
         out.write(f"stopped {thread_id} ({thread['providerId']}): {done}\n")
 
     return _run("stop", lambda: _session(socket, token, stop))

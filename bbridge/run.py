@@ -358,18 +358,22 @@ def drop_reasons(counters: dict[str, int]) -> list[str]:
     return [f"the daemon dropped what the bridge sent: {'; '.join(found)} (its warnings above say which and why)"]
 
 
-async def _settle(client: Client, timeline: Timeline, thread_id: str, timed_out: float | None) -> None:
-    """After the turn (or `timed_out` seconds without it settling): ask the daemon what it dropped, and what the
-    turn waits on when it gave up."""
+async def _settle(
+    client: Client, timeline: Timeline, thread_id: str, timed_out: float | None, strict: bool
+) -> list[str]:
+    """After the turn (or `timed_out` seconds without it settling): ask the daemon what it dropped, what the
+    turn waits on when it gave up and, with `strict`, what it noted against the bridge in the thread
+    (`bridgeMistakes`: grammar drops and suspect closes, each naming the bridge's item key), which it returns."""
     status = None
     with anyio.move_on_after(STATUS_WAIT_S), contextlib.suppress(DaemonError):  # gone: the timeline says why
         status = await client.status()
+    thread = next((t for t in status.threads if t.get("threadId") == thread_id), None) if status else None
     if timed_out is not None:
-        thread = next((t for t in status.threads if t.get("threadId") == thread_id), None) if status else None
         words = waiting_words(thread) if status is not None else "the daemon did not answer daemon/status"
         timeline.errors.insert(0, f"gave up after {timed_out:g}s (--timeout): {words}")
     if status is not None:
         timeline.dropped.extend(drop_reasons(status.counters))
+    return [str(m["message"]) for m in (thread or {}).get("bridgeMistakes", [])] if strict else []
 
 
 async def run_once(
@@ -383,8 +387,10 @@ async def run_once(
     timeout: float = DEFAULT_TIMEOUT_S,
     *,
     env: dict[str, str] | None = None,
+    strict: bool = False,
 ) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
+    mistakes: list[str] = []
     timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
     declared = [
         {k: v for k, v in msgspec.to_builtins(tool).items() if k != "answer"} for tool in timeline.tools.values()
@@ -407,7 +413,8 @@ async def run_once(
                     with anyio.move_on_after(timeout) as waited:
                         await _one_turn(client, thread_id, cwd, prompt, declared)
                         await timeline.settled.wait()
-                    await _settle(client, timeline, thread_id, timeout if waited.cancelled_caught else None)
+                    timed_out = timeout if waited.cancelled_caught else None
+                    mistakes = await _settle(client, timeline, thread_id, timed_out, strict)
                 except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
                     timeline.errors.append(exc.message)
                 group.cancel_scope.cancel()
@@ -415,9 +422,12 @@ async def run_once(
             timeline.errors.append(exc.message)
     if not as_json:
         timeline.view.line(None)
-    if timeline.turn_status == "completed" and not timeline.dropped:
+    for mistake in mistakes:
+        print(f"bbridge run: --strict: {mistake}", file=sys.stderr)
+    problems = [*timeline.dropped, *([f"--strict: {len(mistakes)} bridge mistake(s), above"] if mistakes else [])]
+    if timeline.turn_status == "completed" and not problems:
         return 0
-    reasons = timeline.dropped if timeline.turn_status == "completed" else [*timeline.errors, *timeline.dropped]
+    reasons = problems if timeline.turn_status == "completed" else [*timeline.errors, *problems]
     reason = "; ".join(dict.fromkeys(reasons)) or f"the turn ended {timeline.turn_status or 'without settling'}"
     print(f"bbridge run: failed: {reason}", file=sys.stderr)
     return 1

@@ -94,6 +94,10 @@ async def test_invalid_params_may_carry_the_issues_in_the_message() -> None:
         ("settle-after-stop", "turn/interrupt-settles-before-response", "the stop's response"),
         ("skills-error", "skills/configure-matches-declaration", "must answer -32601"),
         ("foreign-icon", "presentation/icon-namespaced-declared", "'other/star'"),
+        ("close-unopened", "item/opens-before-close", 'item.textClose for item key {"providerItemId":"msg1"}'),
+        ("double-close", "item/closes-once", '{"providerItemId":"msg-1"}, which already closed'),
+        ("reuse-key", "item/opens-before-delta", 'key: {"providerItemId":"msg"}. That key\'s item already completed'),
+        ("delta-before-open", "item/opens-before-delta", 'The bridge\'s item key: {"providerItemId":"cmd-1"}.'),
     ],
 )
 async def test_each_scripted_rule_can_fail(mode: str, rule: str, reason: str) -> None:
@@ -119,6 +123,16 @@ def test_broken_bridges_fail_the_cli(tmp_path: Path, command: list[str], rule: s
     assert any(line.startswith(f"FAIL {rule} — ") for line in lines)
     passed, failed = (sum(line.startswith(status) for line in lines) for status in ("PASS ", "FAIL "))
     assert lines[-1] == f"{passed} passed, {failed} failed"
+
+
+async def test_a_bridge_that_dies_is_reported_with_its_exit_code_stray_stdout_and_stderr_tail() -> None:
+    script = "import sys; print('Listening on :8080'); sys.stderr.write('Traceback\\nValueError: KEY is not set\\n'); sys.exit(3)"
+    results = await check([sys.executable, "-c", script])
+    reason = results["handshake/initialize"].reason
+    assert reason == (
+        'initialize got no answer: the bridge exited with code 3; its stdout was not JSON-RPC: "Listening on :8080"; '
+        'its stderr ended: "Traceback" / "ValueError: KEY is not set"'
+    )
 
 
 async def test_a_hung_bridge_yields_failures_not_a_hang() -> None:

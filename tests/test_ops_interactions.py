@@ -195,3 +195,21 @@ async def test_tail_shows_a_request_pending_at_its_start_once() -> None:
         "[thr_x]   ? tool call req_1: tool lookup (bbridge respond req_1 --json RESULT)",
         "[thr_x]   ↳ tool call req_1 resolved by the daemon's policy (daemon:timeout): tool failed",
     ]
+
+
+async def test_a_stop_that_finds_the_turn_already_ended_says_so(tmp_path: Path) -> None:
+    """The stop declines the approval, the bridge ends the turn on it and refuses the interrupt: `bbridge stop`
+    succeeds and says the turn had already ended (the daemon's `{turnAlreadyEnded: true}`)."""
+    async with (
+        running(tmp_path, {"fake": fake_provider("approval,strict-stop")}) as (_, path),
+        connect(path, never) as client,
+    ):
+        await start(client, "fake", "thr_race", "go")
+        await client.wait_for(lambda: bool(opened(client)))
+        turn_id = client.of("thr_race", "turn/started")[0]["scope"]["turnId"]
+        stopped = await bbridge("stop", "--socket", str(path), "thr_race")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.decode() == (
+            f"stopped thr_race (fake): turn {turn_id} had already ended"
+            " (the bridge settled it before the interrupt reached it)\n"
+        )

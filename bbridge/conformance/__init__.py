@@ -73,6 +73,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
     scripted_clients = [clients[name] for name in ("main", scripted.INTERRUPT) if name in clients]
     results.setdefault(stream.SCHEMA, stream.schema_result(scripted_clients))
     results.update((r.rule, r) for r in stream.grammar_results(scripted_clients))
+    results.update((r.rule, r) for r in stream.suspect_results(scripted_clients))
     results[stream.ICONS] = stream.icon_result(fixture, scripted_clients)
     ordered = [results[rule] for rule in scripted.RULES]
     if recordings is None:

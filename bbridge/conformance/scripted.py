@@ -42,7 +42,7 @@ LIFECYCLE = (
 )
 INTERRUPT = "turn/interrupt-settles-before-response"
 SKILLS = "skills/configure-matches-declaration"
-RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *stream.GRAMMAR, INTERRUPT, SKILLS, stream.ICONS)
+RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *stream.GRAMMAR, *stream.SUSPECTS, INTERRUPT, SKILLS, stream.ICONS)
 
 UNKNOWN_METHOD = "bb/conformance/definitely-unknown-method"
 UNKNOWN_NOTIFICATION = "bb/conformance/unknown-notification"
@@ -113,7 +113,7 @@ class Run:
     def gone(self) -> str:
         """Why nothing came: a timeout, or the bridge exited."""
         if self.client.exited:
-            return f"the bridge's stdout closed (it exited){self.client.stderr_excerpt}"
+            return self.client.death_note
         return f"nothing within {self.wait:g}s"
 
 

@@ -14,11 +14,14 @@ import msgspec
 from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.report import Result, failed, passed, skipped
 from bbridge.core import guard
+from bbridge.core.assembler import CLOSES_ONCE, OPENS_BEFORE_CLOSE
 from bbridge.core.events import encode_event
+from bbridge.daemon import mistakes
 from bbridge.replay.client import Client
 from bbridge.wire.schema import ThreadEvent
 
 GRAMMAR = guard.RULES
+SUSPECTS = (OPENS_BEFORE_CLOSE, CLOSES_ONCE)  # closes the grammar lets pass; bbridge's own rules
 SCHEMA = "events/schema-valid"
 ICONS = "presentation/icon-namespaced-declared"
 
@@ -29,11 +32,26 @@ def grammar_results(clients: Sequence[Client]) -> list[Result]:
         return [skipped(rule, "no assembled events to check") for rule in GRAMMAR]
     results = []
     for rule in GRAMMAR:
-        broken = [e.violation for e in entries if e.violation is not None and e.violation.rule == rule]
+        broken = [(e.violation, e.hint) for e in entries if e.violation is not None and e.violation.rule == rule]
         if broken:
-            results.append(failed(rule, f"{len(broken)} violation(s); first: {broken[0].reason}"))
+            violation, hint = broken[0]
+            results.append(failed(rule, f"{len(broken)} violation(s); first: {violation.reason}.{hint}"))
         else:
             results.append(passed(rule, "no assembled event breaks it"))
+    return results
+
+
+def suspect_results(clients: Sequence[Client]) -> list[Result]:
+    """The closes the assembler noted as suspect (`Assembler.suspects`), worded with the bridge's item key."""
+    if not any(e.kind == "event" for c in clients for e in c.log):
+        return [skipped(rule, "no assembled events to check") for rule in SUSPECTS]
+    results = []
+    for rule in SUSPECTS:
+        found = [s for c in clients for s in c.assembler.suspects if s.rule == rule]
+        if found:
+            results.append(failed(rule, f"{len(found)} close(s); first: {mistakes.suspect_message(found[0])}"))
+        else:
+            results.append(passed(rule, "every close settles an open item, once"))
     return results
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from bbridge.core import grammar as g
 from bbridge.core import items as it
@@ -31,7 +31,12 @@ from bbridge.core.state import (
 )
 from bbridge.core.turns import Turns
 
-__all__ = ["Assembler", "diff_cumulative_text", "item_key"]
+__all__ = ["Assembler", "Suspect", "diff_cumulative_text", "item_key"]
+
+# Closes the reference ignores or allows silently, noted for the bridge author (never an event: parity holds).
+CLOSES_ONCE: Final = "item/closes-once"  # a second close of one keyed item: ignored
+OPENS_BEFORE_CLOSE: Final = "item/opens-before-close"  # a close for a key with no open item (a typo, a late close)
+MAX_SUSPECTS: Final = 256  # kept until the caller takes them; more are not noted
 
 _TEXT_DELTA_TYPE: Final = {
     "agentMessage": "item/agentMessage/delta",
@@ -51,6 +56,14 @@ _TEXT_DELTA: Final = g.ItemTextDelta
 def _thread_attached(shape: g.Shape) -> bool:
     t = type(shape)
     return t is BACKGROUND_TASK_SHAPE or (t is DELEGATION_SHAPE and shape.background is True)  # type: ignore[attr-defined]
+
+
+class Suspect(NamedTuple):
+    """A close that is likely a bridge bug although the grammar allows it: the thread, the rule, the close."""
+
+    thread_id: str
+    rule: str
+    delta: g.ItemClose | g.ItemTextClose
 
 
 class Assembler:
@@ -83,6 +96,8 @@ class Assembler:
         # parity tooling keeps that; the daemon passes False, so a bridge with more than MAX_THREADS threads at work
         # keeps each one's state (pinned states are bounded by the work in flight, idle ones still by MAX_THREADS).
         self._evict_at_birth = evict_at_birth
+        self._batch_thread = ""  # the thread of the `assemble` call under way, for `suspects`
+        self.suspects: list[Suspect] = []  # taken (and emptied) by whoever reports them
 
     # -- public surface ------------------------------------------------------
 
@@ -91,6 +106,7 @@ class Assembler:
         out: list[Event] = []
         sink = self._sink
         sink.now, sink.out = now, out
+        self._batch_thread = thread_id
         states = self._states
         pre = None if deltas and type(deltas[0]) is _SESSION_RESET else states.get(thread_id)
         sink.state = pre
@@ -246,8 +262,11 @@ class Assembler:
         k = item_key(key)
         pid = key.providerItemId
         if pid is not UNSET and k in s.settled_keys:
+            self._suspect(CLOSES_ONCE, d)
             return
         rec = s.open_items.get(k)
+        if rec is None and pid is not UNSET:
+            self._suspect(OPENS_BEFORE_CLOSE, d)
         parent = self._ids.parent(s, key.parentRef)
         opened = rec.item if rec is not None else None
         summary = opened.get("summary", UNSET) if opened is not None and opened["type"] == "delegation" else UNSET
@@ -285,6 +304,10 @@ class Assembler:
             event = new_event("item/completed", turn)
         event["item"] = final
         self._sink.push(event)
+
+    def _suspect(self, rule: str, d: g.ItemClose | g.ItemTextClose) -> None:
+        if len(self.suspects) < MAX_SUSPECTS:
+            self.suspects.append(Suspect(self._batch_thread, rule, d))
 
     def _item_progress(self, s: ThreadState, d: g.ItemProgress) -> None:
         key = d.key
@@ -375,8 +398,11 @@ class Assembler:
         k = item_key(key)
         pid = key.providerItemId
         if pid is not UNSET and k in s.settled_keys:
+            self._suspect(CLOSES_ONCE, d)
             return
         rec = s.open_items.pop(k, None)
+        if rec is None and pid is not UNSET:
+            self._suspect(OPENS_BEFORE_CLOSE, d)
         summary_channel = d.channel == "reasoningSummary"
         given = None if d.text is UNSET else d.text
         if given is not None:

@@ -67,6 +67,11 @@ class Guard:
     def clear_thread(self, thread_id: str) -> None:
         self._threads.pop(thread_id, None)
 
+    def settled(self, thread_id: str, item_id: str) -> bool:
+        """Whether the item completed in the thread (diagnostics: a delta for it reuses a finished item's key)."""
+        st = self._threads.get(thread_id)
+        return st is not None and item_id in st.settled_items
+
     def observe(self, event: dict[str, Any]) -> Violation | None:
         kind = event["type"]
         if kind in _ITEM_DELTAS:

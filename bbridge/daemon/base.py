@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bbridge.daemon.extensions import ExtensionChecker
     from bbridge.daemon.interactions import Interactions
     from bbridge.daemon.journal import Journal
+    from bbridge.daemon.mistakes import Mistakes
     from bbridge.daemon.tools import Checker, ToolTable
     from bbridge.daemon.tracker import Tracker
 
@@ -51,6 +52,7 @@ class Counters:
     events_out: int = 0  # the journal's count, copied in when the status is read
     rejected_notifications: int = 0
     grammar_drops: int = 0
+    suspect_closes: int = 0  # closes the grammar lets pass but a bridge rarely means (`bbridge run --strict`)
     unhandled_extensions: int = 0
     clients_disconnected_slow: int = 0
     rejected_bridge_requests: int = 0  # schema-invalid item/tool/call or interaction/request (protocol.md §1.5)
@@ -72,6 +74,7 @@ class DaemonState:
     text_delta_flush_ms: float
     counters: Counters
     tracker: Tracker
+    mistakes: Mistakes
     bridges: dict[str, BridgeProcess]
     start_failures: dict[str, str]  # provider id -> why its last start failed (until a start succeeds)
     thread_provider: dict[str, str]

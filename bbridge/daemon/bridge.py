@@ -101,6 +101,11 @@ class ExitStatus:
     code: int | None
     signal: int | None
 
+    @classmethod
+    def of(cls, returncode: int) -> ExitStatus:
+        """From a `returncode` (negative: the signal that ended the process)."""
+        return cls(returncode if returncode >= 0 else None, -returncode if returncode < 0 else None)
+
     def describe(self) -> str:
         if self.signal is not None:
             return f"signal {signal.Signals(self.signal).name}"
@@ -364,10 +369,10 @@ class BridgeProcess:
         (before the handshake only) and the last lines of its stderr, each quoted and cut."""
         parts = []
         if self._startup_junk:
-            parts.append(f"; its stdout was not JSON-RPC: {_quoted(self._startup_junk)}")
+            parts.append(f"; its stdout was not JSON-RPC: {quoted(self._startup_junk)}")
         tail = [line for line in self.stderr_tail.splitlines() if line.strip()][-STDERR_SAID_LINES:]
         if tail:
-            parts.append(f"; its stderr ended: {_quoted(tail)}")
+            parts.append(f"; its stderr ended: {quoted(tail)}")
         return "".join(parts)
 
     @property
@@ -403,7 +408,7 @@ class BridgeProcess:
             await self._stdout_closed.wait()
         if self._conn is not None:
             await self._conn.aclose()
-        self.exit = ExitStatus(code if code >= 0 else None, -code if code < 0 else None)
+        self.exit = ExitStatus.of(code)
         if self.state != "failed":
             self.state = "exited"
         self._log.log(20 if self.stopping else 30, "bridge exited", status=self.exit.describe(), expected=self.stopping)
@@ -475,7 +480,7 @@ class BridgeProcess:
             ) from None
 
 
-def _quoted(lines: list[str]) -> str:
+def quoted(lines: list[str]) -> str:
     """Lines as JSON strings (escapes keep the message on one line), each cut to `SAID_LINE_CHARS`, ' / ' between."""
     cut = [line.rstrip() if len(line) <= SAID_LINE_CHARS else line[: SAID_LINE_CHARS - 1] + "…" for line in lines]
     return " / ".join(json.dumps(line, ensure_ascii=False) for line in cut)

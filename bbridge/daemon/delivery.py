@@ -18,6 +18,7 @@ import trio
 from bbridge.core import grammar
 from bbridge.core.events import Event
 from bbridge.core.outbox import Delivery
+from bbridge.daemon import mistakes
 from bbridge.daemon.base import DaemonState
 from bbridge.daemon.bridge import BridgeProcess, env_advice
 from bbridge.daemon.extensions import CHECKED_TYPES
@@ -158,13 +159,12 @@ class DeliveryMixin(DaemonState):
             dropped, delivery.dropped = delivery.dropped, []
             self.counters.grammar_drops += len(dropped)
             for thread_id, event, violation in dropped:
-                log.warning(
-                    f"Dropping {event['type']} from provider {bridge.provider_id!r} in thread {thread_id!r} "
-                    f"({violation.rule}): {violation.reason}.",
-                    threadId=thread_id,
-                    providerId=bridge.provider_id,
-                    rule=violation.rule,
-                )
+                hint = mistakes.drop_hint(bridge.assembler, bridge.guard, thread_id, event, violation.rule)
+                message = mistakes.drop_message(bridge.provider_id, thread_id, event, violation, hint)
+                self.mistakes.note(thread_id, violation.rule, message)
+                log.warning(message, threadId=thread_id, providerId=bridge.provider_id, rule=violation.rule)
+        if bridge.assembler.suspects:
+            self._take_suspects(bridge)
         if delivery.replaced:
             self.counters.unhandled_extensions += delivery.replaced
             delivery.replaced = 0
@@ -181,6 +181,22 @@ class DeliveryMixin(DaemonState):
                 )
         if delivery.to_queue:
             self._queue_flushes(bridge, now)
+
+    def _take_suspects(self, bridge: BridgeProcess) -> None:
+        """Closes the grammar lets pass but a bridge rarely means (`Assembler.suspects`): counted, logged with the
+        bridge's key, kept for `daemon/status` (`bbridge run --strict` fails on them); the events are unchanged."""
+        suspects, bridge.assembler.suspects = bridge.assembler.suspects, []
+        self.counters.suspect_closes += len(suspects)
+        for suspect in suspects:
+            message = mistakes.suspect_message(suspect)
+            self.mistakes.note(suspect.thread_id, suspect.rule, message)
+            log.warning(
+                f"Suspect close from provider {bridge.provider_id!r} in thread {suspect.thread_id!r} "
+                f"({suspect.rule}): {message}",
+                threadId=suspect.thread_id,
+                providerId=bridge.provider_id,
+                rule=suspect.rule,
+            )
 
     def _deliver(self, bridge: BridgeProcess, thread_id: str, events: list[Event]) -> None:
         """Events made outside a notification (a due text flush, a daemon warning), through the bridge's

@@ -25,6 +25,7 @@ from bbridge.daemon.delivery import DeliveryMixin, ThreadParams, decode
 from bbridge.daemon.extensions import ExtensionChecker
 from bbridge.daemon.interactions import Interactions
 from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.relays import RelayMixin
 from bbridge.daemon.status import StatusMixin
 from bbridge.daemon.tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, DeclarationError, ToolTable
@@ -76,6 +77,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.text_delta_flush_ms = text_delta_flush_ms
         self.counters = Counters()
         self.tracker = Tracker()
+        self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
         self.bridges: dict[str, BridgeProcess] = {}
         self.start_failures: dict[str, str] = {}
         self.thread_provider: dict[str, str] = {}

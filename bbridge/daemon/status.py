@@ -84,5 +84,6 @@ class StatusMixin(DaemonState):
                 "bridge": None if bridge is None else {"pid": bridge.pid, "state": bridge.state},
                 "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
                 "pendingTurnStart": bridge.watchdogs.pending_start(thread_id) if bridge else False,
+                "bridgeMistakes": self.mistakes.of_thread(thread_id),
                 "lastSeq": last_seq,
             }

@@ -26,8 +26,16 @@ from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event, stamp
 from bbridge.core.guard import Guard, Violation
-from bbridge.daemon.bridge import STDERR_TAIL_BYTES, bridge_env, terminate_group
+from bbridge.daemon.bridge import (
+    STDERR_SAID_LINES,
+    STDERR_TAIL_BYTES,
+    ExitStatus,
+    bridge_env,
+    quoted,
+    terminate_group,
+)
 from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.mistakes import drop_hint
 from bbridge.replay.cells import GOLDEN_ENTROPY
 from bbridge.wire import rpc
 
@@ -35,6 +43,7 @@ log = structlog.get_logger("bbridge.conformance")
 
 Kind = Literal["response", "request", "notification", "event", "invalid-delta", "junk"]
 T = TypeVar("T")
+REAP_S = 1.0  # how long a bridge whose stdout ended may take to exit before its status is reported unknown
 Answerer = Callable[["Client", dict[str, Any]], Awaitable[None]]
 
 
@@ -61,6 +70,7 @@ class Entry:
     message: Any  # the decoded JSON-RPC message; the event for "event"; the raw text for "junk"
     thread_id: str = ""
     violation: Violation | None = None
+    hint: str = ""  # a violation's item in the bridge's words, found as it happened (`mistakes.drop_hint`)
     reason: str = ""  # why an "invalid-delta" was rejected
 
     @property
@@ -110,6 +120,7 @@ class Client:
     log: list[Entry] = field(default_factory=list)
     guard: Guard = field(default_factory=Guard)
     exited: bool = False
+    exit_status: ExitStatus | None = None  # known once the process exited after its stdout ended
     stderr_tail: bytearray = field(default_factory=bytearray)
 
     def __post_init__(self) -> None:
@@ -122,6 +133,7 @@ class Client:
         self._next_id = 0
         self._changed = trio.Event()
         self._last_change = trio.current_time()
+        self._stderr_done = trio.Event()
         self._proc: trio.Process | None = None
         self._write_lock = trio.Lock()  # the reader answers bridge requests while a rule writes its own lines
 
@@ -163,9 +175,19 @@ class Client:
             await trio.aclose_forcefully(self._proc.stdin)
 
     @property
-    def stderr_excerpt(self) -> str:
-        lines = self.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()
-        return f"; stderr ends: {' | '.join(line.strip() for line in lines[-3:])[-300:]}" if lines else ""
+    def death_note(self) -> str:
+        """Why the bridge's stdout ended, on one line: its exit status, the first lines it wrote to stdout that
+        were not JSON-RPC, the last lines of its stderr (each quoted and cut, as the daemon words a failed start)."""
+        status = self.exit_status
+        said = [f"the bridge exited with {status.describe()}" if status else "the bridge closed its stdout"]
+        junk = [str(e.message) for e in self.log if e.kind == "junk"][:STDERR_SAID_LINES]
+        if junk:
+            said.append(f"its stdout was not JSON-RPC: {quoted(junk)}")
+        text = self.stderr_tail.decode("utf-8", errors="replace")
+        tail = [line for line in text.splitlines() if line.strip()][-STDERR_SAID_LINES:]
+        if tail:
+            said.append(f"its stderr ended: {quoted(tail)}")
+        return "; ".join(said)
 
     # -- writing -----------------------------------------------------------------
 
@@ -211,11 +233,22 @@ class Client:
                         await self._on_line(line)
             for line in reader.close():
                 await self._on_line(line)
+            await self._reap()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self.exited = True
             self._changed.set()
+
+    async def _reap(self) -> None:
+        """Stdout ended, so the process is going: wait a moment for its status and the rest of its stderr, so the
+        rules that saw it go can say why (`death_note`)."""
+        assert self._proc is not None
+        with trio.move_on_after(REAP_S):
+            await self._proc.wait()
+            await self._stderr_done.wait()
+        if self._proc.returncode is not None:
+            self.exit_status = ExitStatus.of(self._proc.returncode)
 
     async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
         try:
@@ -226,6 +259,8 @@ class Client:
                 log.debug("bridge stderr", text=bytes(data).decode("utf-8", errors="replace").rstrip())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        finally:
+            self._stderr_done.set()
 
     async def _on_line(self, line: bytes) -> None:
         try:
@@ -261,7 +296,13 @@ class Client:
                 self.provider_threads[batch.threadId] = event["providerThreadId"]
             if self.lane.stamped:
                 stamp(event, batch.threadId, self.provider_threads.get(batch.threadId))
-            self._append(Entry("event", event, batch.threadId, self.guard.observe(event)))
+            violation = self.guard.observe(event)
+            hint = (
+                ""
+                if violation is None
+                else drop_hint(self.assembler, self.guard, batch.threadId, event, violation.rule)
+            )
+            self._append(Entry("event", event, batch.threadId, violation, hint))
 
     def release(self, thread_id: str) -> None:
         """Forget a detached thread's grammar state (§7.5); unstamped events all share the thread `""`."""

@@ -55,6 +55,7 @@ fabricates nothing.
 
 from __future__ import annotations
 
+import argparse
 import re
 import uuid
 from collections import deque
@@ -559,5 +560,10 @@ class Echo:
         return [streams, commands, edits, singles, lasting, signals]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """`--help` prints this module's text (the prompt directives) and exits; otherwise serve on stdio."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bridges.echo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.parse_args(argv)
     Echo().bridge.run()

@@ -26,6 +26,9 @@ Modes, each breaking the rule named after it:
   skills-error          skills/configure answers -32000                skills/configure-matches-declaration
   foreign-icon          an item with the icon glyph "other/star"       presentation/icon-namespaced-declared
   mute                  turns are answered but send no deltas          recorded/<cell>/not-empty
+  close-unopened        the message is closed under a key never opened item/opens-before-close
+  double-close          the message is closed twice                    item/closes-once
+  reuse-key             a turn's two messages share the key "msg"      item/opens-before-delta (hinting the reuse)
 """
 
 import json
@@ -108,13 +111,18 @@ def turn_start(msg, params):
         delta(thread, {"kind": "item.open", "key": key, "item": item, "presentation": presentation, **turn})
         delta(thread, {"kind": "item.close", "key": key, "status": "completed", "item": item, **turn})
     if prompt != "noop":
-        key = {"providerItemId": f"msg-{n}"}
+        key = {"providerItemId": "msg" if "reuse-key" in MODES else f"msg-{n}"}
+        if "reuse-key" in MODES:  # a first message under the same key, finished before the answer streams
+            first = {"kind": "item.textDelta", "key": key, "channel": "agentMessage", "text": "thinking…", **turn}
+            delta(thread, first, {"kind": "item.textClose", "key": key, "channel": "agentMessage", **turn})
         text = {"kind": "item.textDelta", "key": key, "channel": "agentMessage", "text": f"echo: {prompt}", **turn}
         delta(thread, text)
         if "hold" in prompt.split():
             session["live"] = (turn, key)
             return
-        delta(thread, {"kind": "item.textClose", "key": key, "channel": "agentMessage", **turn})
+        closed = {"providerItemId": f"msg{n}"} if "close-unopened" in MODES else key
+        close = {"kind": "item.textClose", "key": closed, "channel": "agentMessage", **turn}
+        delta(thread, close, *([close] if "double-close" in MODES else []))
     boundary = {"kind": "turn.boundary", "status": "completed", **turn}
     delta(thread, boundary)
     if "double-boundary" in MODES:
