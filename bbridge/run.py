@@ -424,7 +424,7 @@ async def run_once(
         timeline.view.line(None)
     for mistake in mistakes:
         print(f"bbridge run: --strict: {mistake}", file=sys.stderr)
-    problems = [*timeline.dropped, *([f"--strict: {len(mistakes)} bridge mistake(s), above"] if mistakes else [])]
+    problems = [*([f"--strict: {len(mistakes)} bridge mistake(s), above"] if mistakes else []), *timeline.dropped]
     if timeline.turn_status == "completed" and not problems:
         return 0
     reasons = problems if timeline.turn_status == "completed" else [*timeline.errors, *problems]

@@ -377,7 +377,7 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, cla
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "18 passed, 0 failed"
+    assert result.stdout.splitlines()[-1] == "20 passed, 0 failed"
     assert "PASS turn/interrupt-settles-before-response" in result.stdout
     assert not [r.target for r in api.requests if r.is_proxy_attempt]
     no_leftovers([tmp_path], "a claude CLI or bridge outlived the conformance run", ours)

@@ -377,6 +377,6 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: openai.ScriptedRespo
     )  # fmt: skip
     lines = result.stdout.splitlines()
     assert [line for line in lines if line.startswith("FAIL")] == [], result.stdout + result.stderr
-    assert lines[-1] == "18 passed, 0 failed" and result.returncode == 0
+    assert lines[-1] == "20 passed, 0 failed" and result.returncode == 0
     assert api.posts(), "the conformance turns reached the scripted model"
     no_leftovers([tmp_path], "a codex app-server or bridge outlived the conformance run")

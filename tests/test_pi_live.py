@@ -347,7 +347,7 @@ def test_conformance_with_the_real_pi(tmp_path: Path, api: chat.ScriptedChat, pi
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "18 passed, 0 failed", result.stdout
+    assert result.stdout.splitlines()[-1] == "20 passed, 0 failed", result.stdout
     assert "PASS turn/interrupt-settles-before-response" in result.stdout
     no_leftovers([tmp_path], "a pi or its bridge outlived the conformance run", ours)
 
