@@ -134,7 +134,7 @@ class DeliveryMixin(DaemonState):
             bridge.assembler,
             bridge.guard,
             self.journal.log,
-            self.provider_threads,
+            self.registry.provider_threads,
             _LIFECYCLE,
             None if checker is None else checker.check,
             CHECKED_TYPES,
@@ -285,8 +285,7 @@ class DeliveryMixin(DaemonState):
         if method == "thread/identity":
             identity = decode(raw, _Identity)
             if identity is not None:
-                self.provider_threads[identity.threadId] = identity.providerThreadId
-                bridge.threads.add(identity.threadId)
+                self.registry.identify(identity.threadId, identity.providerThreadId, bridge)
         elif method == "session/replaced":
             replaced = decode(raw, _Replaced)
             if replaced is not None and replaced.providerThreadId and replaced.contextLost:

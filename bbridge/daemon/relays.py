@@ -20,7 +20,7 @@ from msgspec import UNSET
 from bbridge.daemon.base import ClientSink, DaemonState
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.interactions import TOOL_CALL, Pending
-from bbridge.daemon.tools import Refusal
+from bbridge.daemon.tools import Refusal, lookup
 from bbridge.daemon.tools import failed_result as failed_tool_result
 from bbridge.wire import client as client_api
 from bbridge.wire import protocol, rpc
@@ -71,7 +71,7 @@ class RelayMixin(DaemonState):
         """
         thread_id = self._tool_thread(bridge, params)
         name: str = params["tool"]
-        found = self.tools.lookup(thread_id, name)
+        found = lookup(self.registry.tools_of(thread_id), name)
         refusal = found if isinstance(found, Refusal) else None
         if not isinstance(found, Refusal):
             params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
@@ -115,16 +115,8 @@ class RelayMixin(DaemonState):
         """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
         thread_id = params.get("threadId")
         if not isinstance(thread_id, str):
-            provider_thread = params.get("providerThreadId")
-            thread_id = next(
-                (
-                    tid
-                    for tid, ptid in self.provider_threads.items()
-                    if ptid == provider_thread and self.thread_provider.get(tid) == bridge.provider_id
-                ),
-                None,
-            )
-        if thread_id is None or self.thread_provider.get(thread_id) != bridge.provider_id:
+            thread_id = self.registry.by_provider_thread(params.get("providerThreadId"), bridge.provider_id)
+        if thread_id is None or not self.registry.on_provider(thread_id, bridge.provider_id):
             return None  # another provider's thread never lends its tools
         return thread_id
 
@@ -143,7 +135,7 @@ class RelayMixin(DaemonState):
         return pending
 
     def _answering_client(self, thread_id: str | None) -> ClientSink | None:
-        client = self.thread_owner.get(thread_id) if thread_id is not None else None
+        client = self.registry.owner_of(thread_id) if thread_id is not None else None
         if client is None or client not in self.clients:
             client = self.clients[-1] if self.clients else None
         return client
