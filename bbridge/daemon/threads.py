@@ -18,6 +18,9 @@ What each way of letting a thread go clears is `LETS_GO`, read by `release`. Wha
   (`RelayMixin.resolve_provider`: a request may name no thread);
 * its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
   per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
+
+A `thread/discard` and a `session/replaced` notice let nothing go here: the bridge drops or replaces its session,
+and the daemon forwards them as any other method or notice.
 """
 
 from __future__ import annotations
