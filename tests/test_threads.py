@@ -10,7 +10,7 @@ import trio
 from bbridge.daemon import router
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.methods import _RULES, FORWARDED, METHODS
+from bbridge.daemon.methods import FORWARDED, METHODS, RULES
 from bbridge.daemon.threads import Cause, ThreadRecord
 from bbridge.daemon.tools import Tool
 from tests.support import connect, fake_provider, running
@@ -21,7 +21,7 @@ THREAD = "thr_tools"
 
 def test_every_forwarded_method_has_one_rule() -> None:
     assert set(METHODS) == FORWARDED
-    assert set(_RULES) <= FORWARDED  # a misspelt method would otherwise never be given its rule
+    assert set(RULES) <= FORWARDED  # a misspelt method would otherwise never be given its rule
 
 
 def _in_process() -> tuple[router.Daemon, BridgeProcess]:

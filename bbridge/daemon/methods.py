@@ -163,7 +163,7 @@ class ThreadStop(MethodRule):
 
 FORWARDED: Final = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridge method but the handshake
 _ROUTED: Final = MethodRule()
-_RULES: Final[dict[str, MethodRule]] = {
+RULES: Final[dict[str, MethodRule]] = {
     "thread/start": Construction(THREAD_CREATION_TIMEOUT_S),
     "thread/resume": Construction(),
     "thread/fork": Construction(THREAD_CREATION_TIMEOUT_S),
@@ -175,4 +175,4 @@ _RULES: Final[dict[str, MethodRule]] = {
     "provider/installation/status": Maintenance(),
     "provider/installation/run": Maintenance(),
 }
-METHODS: Final[dict[str, MethodRule]] = {method: _RULES.get(method, _ROUTED) for method in sorted(FORWARDED)}
+METHODS: Final[dict[str, MethodRule]] = {method: RULES.get(method, _ROUTED) for method in sorted(FORWARDED)}
