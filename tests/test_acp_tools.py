@@ -278,6 +278,16 @@ async def test_the_relay_reports_a_refused_token() -> None:
         assert missing.returncode == 2 and mcp_relay.SOCKET_ENV.encode() in missing.stderr
 
 
+async def test_the_relay_runs_from_its_kit_path_on_the_standard_library_alone() -> None:
+    """The agent runs the relay as a script under `-I`; it lives in the kit's package but imports none of it (the
+    package would pull in trio and structlog): without site packages it still starts and answers."""
+    assert Path(mcp_relay.__file__).parent == Path(__file__).parents[1] / "bbridge" / "kit"
+    bare = await trio.run_process(
+        [sys.executable, "-I", "-S", mcp_relay.__file__], env={}, capture_stderr=True, check=False
+    )
+    assert bare.returncode == 2 and mcp_relay.SOCKET_ENV.encode() in bare.stderr
+
+
 # -- the translation ------------------------------------------------------------------------
 
 
