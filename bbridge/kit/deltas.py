@@ -57,6 +57,8 @@ class DeltaEncoder:
     they read back.
     """
 
+    __slots__ = ("items", "javascript", "kinds", "presentation")
+
     def __init__(
         self,
         *,
@@ -90,11 +92,13 @@ class DeltaEncoder:
     def member_order(self, delta: g.Delta) -> dict[str, Any]:
         """One delta as a JSON object with its members in the wire form's order."""
         data: dict[str, Any] = msgspec.to_builtins(delta)
-        item = data.get("item")
-        if self.items and isinstance(item, dict) and (order := self.items.get(item.get("type", ""))) is not None:
+        if (
+            self.items
+            and isinstance(item := data.get("item"), dict)
+            and (order := self.items.get(item.get("type", ""))) is not None
+        ):
             data["item"] = _ordered(item, order)
-        shown = data.get("presentation")
-        if self.presentation and isinstance(shown, dict):
+        if self.presentation and isinstance(shown := data.get("presentation"), dict):
             data["presentation"] = _ordered(shown, self.presentation)
         order = self.kinds.get(data["kind"])
         return data if order is None else _ordered(data, order)
