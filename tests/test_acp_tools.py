@@ -1,9 +1,9 @@
 """The ACP bridge offers a thread's declared tools to its agent through the `bb-bridge` MCP server.
 
-* The bridge's end (`bridges.acp.mcp_host`): MCP over the thread's Unix socket after the token hello —
+* The bridge's end (`bbridge.kit.mcp_host`): MCP over the thread's Unix socket after the token hello —
   `initialize`, `ping`, `tools/list`, `tools/call` relayed and its answer mapped, `isError`, protocol errors,
   a wrong token refused, cancellation, and nothing left behind by `close`.
-* The stdio relay (`bridges/acp/mcp.py`) as an agent runs it: MCP on its stdio, its exit when the bridge closes.
+* The stdio relay (`bbridge/kit/mcp_relay.py`) as an agent runs it: MCP on its stdio, its exit when the bridge closes.
 * The translation: a call of a declared tool is a `tool` item with `server: "bb"` and the declared presentation,
   whether the agent's title names it or only the relayed MCP call does.
 * End to end: a small ACP agent (stdlib Python, written here) launches the server from `session/new`'s
@@ -29,11 +29,11 @@ import trio
 
 from bbridge.core import grammar as g
 from bbridge.core.assembler import Assembler
+from bbridge.kit import mcp_relay
+from bbridge.kit.mcp_host import PROTOCOL_VERSIONS, McpHost, Tool, tool_result
 from bbridge.wire import rpc
-from bridges.acp import mcp
 from bridges.acp.agent import Launch
 from bridges.acp.bridge import AcpBridge
-from bridges.acp.mcp_host import PROTOCOL_VERSIONS, McpHost, Tool, tool_result
 from bridges.acp.translate import Translator
 from tests.support import FULL, INIT, in_process, turn_params
 
@@ -78,7 +78,7 @@ async def hello(host: McpHost, token: str | None = None) -> tuple[trio.SocketStr
     """Connect as the relay does; the bridge's answer to the hello line (b"" when it closed instead)."""
     assert host.path is not None
     stream = await trio.open_unix_socket(host.path)
-    await stream.send_all(mcp.HELLO + (host.token if token is None else token).encode() + b"\n")
+    await stream.send_all(mcp_relay.HELLO + (host.token if token is None else token).encode() + b"\n")
     answer = b""
     while not answer.endswith(b"\n"):
         data = await stream.receive_some(64)
@@ -262,9 +262,9 @@ async def test_the_relay_speaks_mcp_on_stdio_and_exits_when_the_bridge_closes() 
 async def test_the_relay_reports_a_refused_token() -> None:
     async with hosting(Calls()) as host:
         assert host.path is not None
-        env = {mcp.SOCKET_ENV: host.path, mcp.TOKEN_ENV: "wrong"}
+        env = {mcp_relay.SOCKET_ENV: host.path, mcp_relay.TOKEN_ENV: "wrong"}
         result = await trio.run_process(
-            [sys.executable, "-I", mcp.__file__],
+            [sys.executable, "-I", mcp_relay.__file__],
             env=env,
             stdin=b"",
             capture_stdout=True,
@@ -272,8 +272,20 @@ async def test_the_relay_reports_a_refused_token() -> None:
             check=False,
         )
         assert result.returncode == 1 and b"refused" in result.stderr and result.stdout == b""
-        missing = await trio.run_process([sys.executable, "-I", mcp.__file__], env={}, capture_stderr=True, check=False)
-        assert missing.returncode == 2 and mcp.SOCKET_ENV.encode() in missing.stderr
+        missing = await trio.run_process(
+            [sys.executable, "-I", mcp_relay.__file__], env={}, capture_stderr=True, check=False
+        )
+        assert missing.returncode == 2 and mcp_relay.SOCKET_ENV.encode() in missing.stderr
+
+
+async def test_the_relay_runs_from_its_kit_path_on_the_standard_library_alone() -> None:
+    """The agent runs the relay as a script under `-I`; it lives in the kit's package but imports none of it (the
+    package would pull in trio and structlog): without site packages it still starts and answers."""
+    assert Path(mcp_relay.__file__).parent == Path(__file__).parents[1] / "bbridge" / "kit"
+    bare = await trio.run_process(
+        [sys.executable, "-I", "-S", mcp_relay.__file__], env={}, capture_stderr=True, check=False
+    )
+    assert bare.returncode == 2 and mcp_relay.SOCKET_ENV.encode() in bare.stderr
 
 
 # -- the translation ------------------------------------------------------------------------
@@ -467,7 +479,7 @@ async def test_an_acp_agent_calls_a_declared_tool_end_to_end(tmp_path: Path, tit
         (new,) = [e["sessionNew"] for e in agent_log(log) if "sessionNew" in e]
         (server,) = new["mcpServers"]
         assert server["name"] == "bb-bridge" and server["command"] == sys.executable
-        assert [e["name"] for e in server["env"]] == [mcp.SOCKET_ENV, mcp.TOKEN_ENV]
+        assert [e["name"] for e in server["env"]] == [mcp_relay.SOCKET_ENV, mcp_relay.TOKEN_ENV]
         socket_path = server["env"][0]["value"]
         assert os.path.exists(socket_path)
 

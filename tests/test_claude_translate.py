@@ -17,7 +17,7 @@ from bbridge.core import grammar as g
 from bbridge.core import js
 from bridges.claude_code import cli, plans, tools
 from bridges.claude_code import presentation as p
-from bridges.claude_code.encode import delta_params
+from bridges.claude_code.presentation import delta_params
 from bridges.claude_code.translate import Translator, context_hint, error_info
 
 THREAD = "thr_claude"

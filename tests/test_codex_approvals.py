@@ -20,7 +20,7 @@ from bbridge.wire.recording import (
     read_cell,
 )
 from bridges.codex import approvals
-from bridges.codex.encode import delta_params
+from bridges.codex.session import delta_params
 
 CELL = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex" / "approval-allow"
 BASE = {"threadId": "th", "turnId": "tu", "itemId": "it"}

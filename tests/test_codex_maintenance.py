@@ -21,8 +21,8 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
+from bbridge.kit import probes
 from bbridge.wire import protocol
-from bridges import probes
 from bridges.codex import maintenance as cm
 from tests.conftest import require_shared
 from tests.support import HttpEndpoint, http_endpoint

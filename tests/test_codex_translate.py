@@ -1,7 +1,7 @@
 """The codex translator, rule by rule, for what no recorded cell exercises (spec §3, the [unverified] rules).
 
 The recorded cells prove the common path byte for byte (`test_translate_parity.py`); these pin the
-rules only the reference's source shows. Every batch goes through the grammar check of `encode`.
+rules only the reference's source shows. Every batch goes through the grammar check of `session.delta_params`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from bbridge.core import grammar as g
 from bridges.codex import presentation as p
 from bridges.codex import ratelimits, rawoutput
-from bridges.codex.encode import delta_params
 from bridges.codex.errors import error_info
 from bridges.codex.fields import ShapeError
+from bridges.codex.session import delta_params
 from bridges.codex.translate import DeltaPath, Translator
 
 THREAD, TURN = "th-1", "tu-1"

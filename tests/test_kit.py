@@ -311,6 +311,54 @@ def test_encode_deltas_is_the_wire_form() -> None:
     )
 
 
+_SHOWN = g.Presentation(
+    label=g.Label(pending="Running x", completed="Ran x"), icon=g.Icon(glyph="Toolbox"), title="t", suppress=True
+)
+_TOOL = g.ItemOpen(key=g.ItemKey(providerItemId="i"), item=g.ToolShape(tool="x", server="s"), presentation=_SHOWN)
+_BOUNDARY = g.TurnBoundary(status="completed", providerTurnId="turn-1")
+
+
+def _raw(params: Any) -> g.RawEvent:
+    return g.RawEvent(jsonrpc="2.0", method="m", params=params)
+
+
+def test_a_delta_encoder_without_tables_writes_what_encode_deltas_writes() -> None:
+    """One encoder: the member-order path is the Struct path plus its tables, byte for byte."""
+    batch = [
+        _BOUNDARY,
+        _TOOL,
+        g.Unhandled(raw=_raw({"n": 1, "a": [None, "é"]}), rawType="x", vouchedTurn=False, providerTurnId="turn-1"),
+    ]
+    assert kit.DeltaEncoder()("t", batch) == kit.encode_deltas("t", batch)
+
+
+def test_a_delta_encoder_writes_the_members_its_tables_name_first() -> None:
+    encoder = kit.DeltaEncoder(
+        kinds={"turn.boundary": ("kind", "providerTurnId")},
+        items={"tool": ("type", "server")},
+        presentation=("label", "icon", "suppress"),
+    )
+    boundary, opened = json.loads(encoder("t", [_BOUNDARY, _TOOL]))["deltas"]
+    assert list(boundary) == ["kind", "providerTurnId", "status"]
+    assert list(opened["item"]) == ["type", "server", "tool"]
+    assert list(opened["presentation"]) == ["label", "icon", "suppress", "title"]
+    assert list(json.loads(kit.encode_deltas("t", [_TOOL]))["deltas"][0]["presentation"])[2] == "title"
+
+
+def test_a_javascript_delta_encoder_writes_as_json_stringify() -> None:
+    """Raw payloads keep JavaScript's number spellings and a lone surrogate, which msgspec could not write."""
+    raw = _raw({"n": 1e21, "whole": 2.0, "s": "a\ud800"})
+    data = kit.DeltaEncoder(javascript=True)("t", [g.Unhandled(raw=raw, rawType="x", vouchedTurn=False)])
+    assert b'"params":{"n":1e+21,"whole":2,"s":"a\\ud800"}' in data
+
+
+@pytest.mark.parametrize("javascript", [False, True])
+def test_a_delta_encoder_refuses_what_the_grammar_rejects(javascript: bool) -> None:
+    encoder = kit.DeltaEncoder(presentation=("label",), javascript=javascript)
+    with pytest.raises(kit.DeltaError, match="clientRequestId"):
+        encoder("t", [g.InputAccepted(clientRequestId="creq_bad")])
+
+
 def test_usage_meter_sums_turns() -> None:
     meter = kit.UsageMeter()
     first = meter.turn(kit.tokens(100, 20, cached_input=40, reasoning_output=5), model_context_window=200_000)

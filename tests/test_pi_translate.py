@@ -218,7 +218,7 @@ def test_the_catalog_is_the_pinned_packages() -> None:  # [T22]
 def test_the_generated_extension_is_valid_javascript(tmp_path: Path) -> None:
     """The tool extension parses as an ES module under the pinned node (its behaviour is the live tests')."""
     pi = ensure_pi()
-    from bridges.acp.mcp_host import McpHost, Tool
+    from bbridge.kit.mcp_host import McpHost, Tool
     from bridges.pi import tools
 
     host = McpHost({"t": Tool("t", "d", {"type": "object"})}, lambda name, args: None)  # type: ignore[arg-type,return-value]

@@ -8,7 +8,9 @@
   the §4.2 obligations.
 * `emit`: deltas are the `bbridge.core.grammar` Structs; every batch is validated by
   the same decoder the daemon uses before it is written, so an invalid delta is
-  a `DeltaError` in the bridge instead of a silently dropped notification.
+  a `DeltaError` in the bridge instead of a silently dropped notification
+  (`deltas`: `encode_deltas`, and `DeltaEncoder` for a bridge whose reference
+  wrote some members in another order).
 * `UsageMeter`: per-turn providers sum usage in the bridge (assembler.md §11.1).
 * Record mode for the provider lanes (protocol.md §5.3, §5.5): `record_child_io`
   and `env_without_runtime`.
@@ -29,7 +31,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import structlog
@@ -39,6 +41,9 @@ from msgspec import UNSET
 from bbridge import logs
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit.deltas import DeltaEncoder as DeltaEncoder  # the public API: `from bbridge.kit import ...`
+from bbridge.kit.deltas import DeltaError as DeltaError
+from bbridge.kit.deltas import encode_deltas as encode_deltas
 from bbridge.wire import protocol, rpc
 from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
@@ -49,21 +54,7 @@ P = TypeVar("P")
 Handler = Callable[[P], Awaitable[Any]]
 RUNTIME_ONLY_ENV = ("BB_PROVIDER_BRIDGE_RECORD_DIR", "ELECTRON_RUN_AS_NODE")
 
-# -- deltas --------------------------------------------------------------------
-
-
-class DeltaError(ValueError):
-    """A `thread/delta` batch the grammar rejects; raised before anything is written."""
-
-
-def encode_deltas(thread_id: str, deltas: Sequence[g.Delta]) -> bytes:
-    """`thread/delta` params as JSON, validated exactly as the daemon will decode them."""
-    data = msgspec.json.encode(g.ThreadDeltaParams(thread_id, cast("list[g.AnyDelta]", list(deltas))))
-    try:
-        g.decode_params(data)
-    except g.GrammarError as exc:
-        raise DeltaError(f"invalid thread/delta for thread {thread_id!r}: {exc}") from None
-    return data
+# -- deltas (`encode_deltas`, `DeltaEncoder`: `deltas.py`) ---------------------
 
 
 _TOKEN_FIELDS = ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")

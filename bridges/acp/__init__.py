@@ -13,9 +13,10 @@ a variable of the bridge's own environment (an API key the agent needs).
 Modules: `bridge` (the runtime methods), `agent` (the subprocess), `session`
 (one thread's session and turns), `translate` (ACP updates → deltas), `tools`
 and `presentation` (tool-call shapes and rows), `permissions` (approvals),
-`content` (prompt blocks, the agent's file requests), `wire` (the ACP subset),
-`mcp_host` and `mcp` (the thread's `bb-bridge` MCP server of declared dynamic
-tools: the bridge's end, and the stdio relay the agent launches).
+`content` (prompt blocks, the agent's file requests), `wire` (the ACP subset).
+The thread's `bb-bridge` MCP server of declared dynamic tools is the kit's
+(`bbridge.kit.mcp_host`, the bridge's end, and `bbridge/kit/mcp_relay.py`, the
+stdio relay the agent launches).
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import trio
 from msgspec import UNSET
 
 from bbridge.kit import Bridge
+from bbridge.kit.mcp_host import declared_tools
 from bbridge.wire import protocol, rpc
 from bridges.acp.agent import AgentProcess, Launch, agent_env, launch_from_options
 from bridges.acp.content import Policy
-from bridges.acp.mcp_host import declared_tools
 from bridges.acp.session import DEFAULT_MODEL_ID, Kind, Session, TurnInput
 from bridges.acp.wire import CLIENT_INFO, PROTOCOL_VERSION, JsonObject
 

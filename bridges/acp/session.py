@@ -8,7 +8,7 @@ answers `cancelled`, the queued input is prompted in the same bb turn. The
 turn ends with the stop reason of the last prompt.
 
 Tools. A thread whose construction declared `dynamicTools` gets its own
-`bb-bridge` MCP server (`mcp_host`), listed in the ACP session's `mcpServers`;
+`bb-bridge` MCP server (`bbridge.kit.mcp_host`), listed in the ACP session's `mcpServers`;
 the agent's `tools/call` becomes the runtime request `item/tool/call` (a fresh
 `callId`; `turnId` null, which the runtime resolves to the thread's active turn:
 ACP turns carry no provider turn id) and the translator is told, so the ACP
@@ -34,11 +34,11 @@ import trio
 
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge
+from bbridge.kit.mcp_host import McpHost, Tool
 from bbridge.wire import interactions, protocol, rpc
 from bridges.acp import content, permissions
 from bridges.acp.agent import AgentProcess
 from bridges.acp.content import Policy
-from bridges.acp.mcp_host import McpHost, Tool
 from bridges.acp.translate import Translator, TurnStatus, prompt_usage, turn_status
 from bridges.acp.wire import (
     CLIENT_CAPABILITIES,

@@ -22,11 +22,8 @@ from typing import Any, Literal
 import trio
 
 from bbridge.core import js
-from bbridge.wire import maintenance as m
-from bbridge.wire import protocol
-from bridges import probes
-from bridges.claude_code import cli
-from bridges.probes import (
+from bbridge.kit import probes
+from bbridge.kit.probes import (
     INSTALL_CHECK_TIMEOUT_S,
     PROBE_TIMEOUT_S,
     display_command,
@@ -38,6 +35,9 @@ from bridges.probes import (
     parse_version,
     percent,
 )
+from bbridge.wire import maintenance as m
+from bbridge.wire import protocol
+from bridges.claude_code import cli
 
 USAGE_URL = "https://api.anthropic.com/api/oauth/usage"
 USAGE_HEADERS = {

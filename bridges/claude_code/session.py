@@ -27,7 +27,7 @@ from bbridge.kit import Bridge, record_child_io
 from bbridge.wire import rpc
 from bridges.claude_code import cli
 from bridges.claude_code import permissions as perm
-from bridges.claude_code.encode import delta_params
+from bridges.claude_code.presentation import delta_params
 from bridges.claude_code.translate import Translator
 
 log = structlog.get_logger("bridges.claude_code")

@@ -2,7 +2,7 @@
 
 They are host probes the runtime's account and install screens call, never an app-server child: each one looks
 at the CLI (`which`, `--version`), npm, the login in `<codex home>/auth.json` and ChatGPT's usage endpoint
-afresh. The shared mechanics (bounded probes, npm, versions, JWTs) are `bridges.probes`; blocking work runs in
+afresh. The shared mechanics (bounded probes, npm, versions, JWTs) are `bbridge.kit.probes`; blocking work runs in
 trio's worker threads or as trio subprocesses, so sessions keep streaming meanwhile.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, Literal
 import trio
 
 from bbridge.core import js
+from bbridge.kit import probes
+from bbridge.kit.probes import INSTALL_CHECK_TIMEOUT_S, PROBE_TIMEOUT_S, HealthStatus
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
-from bridges import probes
-from bridges.probes import INSTALL_CHECK_TIMEOUT_S, PROBE_TIMEOUT_S, HealthStatus
 
 COMMAND = "codex"
 MINIMUM_VERSION = "0.136.0"

@@ -18,12 +18,11 @@ import structlog
 import trio
 
 from bbridge.core import grammar as g
-from bbridge.kit import Bridge, DeltaError
+from bbridge.kit import Bridge, DeltaEncoder, DeltaError
 from bbridge.wire import rpc
 
 from . import approvals, launch
 from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
-from .encode import delta_params
 from .translate import DeltaPath, Translator
 
 
@@ -51,6 +50,17 @@ EXITED = "codex app-server exited unexpectedly"
 NOT_CURRENT = "codex session is no longer current"
 TOOL_CALL = "item/tool/call"
 APPROVALS = frozenset({approvals.COMMAND, approvals.FILE_CHANGE, approvals.PERMISSIONS})
+
+# `thread/delta` params with the reference's member order (spec Appendix B): the Structs' but for three, a
+# `turn.boundary`'s turn id first, an `unhandled`'s turn id before its `parentRef`, a tool item's `server` before
+# its `tool`.
+delta_params = DeltaEncoder(
+    kinds={
+        "turn.boundary": ("kind", "providerTurnId", "status", "error", "providerCheckpointId"),
+        "unhandled": ("kind", "raw", "rawType", "vouchedTurn", "providerTurnId", "parentRef"),
+    },
+    items={"tool": ("type", "server", "tool")},
+)
 
 
 @dataclass(frozen=True, slots=True)

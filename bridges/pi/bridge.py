@@ -21,8 +21,8 @@ from msgspec import UNSET
 from bbridge import kit
 from bbridge.core import js
 from bbridge.kit import Bridge, Wording
+from bbridge.kit.mcp_host import declared_tools
 from bbridge.wire import maintenance, protocol, rpc
-from bridges.acp.mcp_host import declared_tools
 from bridges.pi import fork, launch, models, tools
 from bridges.pi.child import PiChild, PiError
 from bridges.pi.session import Session, Spec

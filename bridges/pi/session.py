@@ -29,7 +29,7 @@ import trio
 
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge
-from bridges.acp.mcp_host import McpHost, Tool
+from bbridge.kit.mcp_host import McpHost, Tool
 from bridges.pi import estimate, launch, tools
 from bridges.pi.child import Pending, PiChild, PiError
 from bridges.pi.translate import Translator

@@ -2,12 +2,13 @@
 
 pi has no MCP. The reference registers the tools in-process; over RPC the bridge writes, per session, a small
 extension (`-e`) that registers each declared tool with `pi.registerTool` (its JSON Schema converted to TypeBox
-by [X1a]) and forwards `execute` to the bridge over a per-thread Unix socket: the same `bb-bridge` endpoint the
-ACP bridge hosts (`bridges.acp.mcp_host.McpHost`: mode 0600 in a fresh 0700 directory, a random token presented
-first, then JSON-RPC `tools/call` with MCP content back). The socket and token are written into the extension
-file (0600, in the session's 0700 directory), never into pi's environment, where every command the agent runs
-would see them. The alternative, pi's RPC UI sub-protocol (an `editor` dialog carrying JSON), works but borrows
-a dialog as a data channel, and a dialog has pi's UI semantics (timeouts, cancellation by other extensions).
+by [X1a]) and forwards `execute` to the bridge over a per-thread Unix socket: the kit's `bb-bridge` endpoint,
+which the ACP bridge hosts too (`bbridge.kit.mcp_host.McpHost`: mode 0600 in a fresh 0700 directory, a random
+token presented first, then JSON-RPC `tools/call` with MCP content back). The socket and token are written into
+the extension file (0600, in the session's 0700 directory), never into pi's environment, where every command
+the agent runs would see them. The alternative, pi's RPC UI sub-protocol (an `editor` dialog carrying JSON),
+works but borrows a dialog as a data channel, and a dialog has pi's UI semantics (timeouts, cancellation by
+other extensions).
 
 Errors: pi marks a tool result failed only when `execute` throws, so an `isError` answer becomes a throw with
 the joined text ([X4]); a success with no blocks is one `OK` text block; empty texts add no block.
@@ -22,9 +23,9 @@ from typing import Any
 
 import msgspec
 
+from bbridge.kit import mcp_relay
+from bbridge.kit.mcp_host import McpHost
 from bbridge.wire import interactions, rpc
-from bridges.acp import mcp
-from bridges.acp.mcp_host import McpHost
 
 EXTENSION_NAME = "bb-tools.mjs"
 INVALID_RESPONSE = "Invalid tool call response"
@@ -141,8 +142,8 @@ def write_extension(directory: Path, host: McpHost) -> Path:
     assert host.path is not None
     config = {
         "socket": host.path,
-        "hello": (mcp.HELLO + host.token.encode()).decode(),
-        "ack": mcp.ACK.decode(),
+        "hello": (mcp_relay.HELLO + host.token.encode()).decode(),
+        "ack": mcp_relay.ACK.decode(),
         "tools": [
             {"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in host.tools.values()
         ],

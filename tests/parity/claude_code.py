@@ -13,8 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.wire import rpc
 from bbridge.wire.recording import (
     BRIDGE_TO_PROVIDER,
     PROVIDER_TO_BRIDGE,
@@ -24,7 +27,7 @@ from bbridge.wire.recording import (
     lane_path,
     read_lane,
 )
-from bridges.claude_code.encode import delta_notification
+from bridges.claude_code.presentation import delta_params
 from bridges.claude_code.translate import Translator
 
 CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")
@@ -48,7 +51,7 @@ class Replay:
 
     def emit(self, thread_id: str, deltas: list[g.Delta]) -> None:
         if deltas:
-            self.lines.append(delta_notification(thread_id, deltas))
+            self.lines.append(rpc.encode_notification("thread/delta", msgspec.Raw(delta_params(thread_id, deltas))))
 
     def runtime(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}

@@ -1,12 +1,13 @@
-"""The stdio end of the `bb-bridge` MCP server that offers a thread's dynamic tools to its ACP agent.
+"""The stdio end of the `bb-bridge` MCP server that offers a thread's dynamic tools to its agent.
 
 The ACP bridge lists this server in `session/new` / `session/load` / `session/fork` `mcpServers` (ACP's stdio
-form: `{name, command, args, env}`); the agent launches it as `python -I .../bridges/acp/mcp.py` (or `python -m
-bridges.acp.mcp`). It is a relay: it connects to the thread's Unix socket (`BB_ACP_MCP_SOCKET`, mode 0600 in a
-0700 directory the bridge owns), presents the thread's token (`BB_ACP_MCP_TOKEN`) as its first line, and once
-the bridge answers `ok` copies stdin to the socket and the socket to stdout, byte for byte. The MCP protocol
-itself (`initialize`, `ping`, `tools/list`, `tools/call`) is answered by the bridge (`bridges.acp.mcp_host`),
-which holds the thread's tools and its connection to the runtime.
+form: `{name, command, args, env}`); the agent launches it as `python -I .../bbridge/kit/mcp_relay.py`, a
+script: it imports nothing of bbridge (not even its package), so it runs from its path under `-I`. It is a
+relay: it connects to the thread's Unix socket (`BB_ACP_MCP_SOCKET`, mode 0600 in a 0700 directory the bridge
+owns), presents the thread's token (`BB_ACP_MCP_TOKEN`) as its first line, and once the bridge answers `ok`
+copies stdin to the socket and the socket to stdout, byte for byte. The MCP protocol itself (`initialize`,
+`ping`, `tools/list`, `tools/call`) is answered by the bridge (`bbridge.kit.mcp_host`), which holds the
+thread's tools and its connection to the runtime.
 
 Standard library only, so it starts fast (~0.05 s) with `-I` (no site packages, no script directory on
 `sys.path`) wherever the agent runs it. It ends when the agent closes its stdin (after the answers still owed,

@@ -1,10 +1,11 @@
 """The bridge's end of the `bb-bridge` MCP server: one per thread that declared dynamic tools.
 
-The agent launches the server named in `mcpServers` (`server_spec`: the stdio relay `bridges/acp/mcp.py`), and
-the relay connects here: a Unix socket (mode 0600) in a fresh 0700 temporary directory, so only this user can
-reach it, and a per-thread random token the relay must present first (compared in constant time); a wrong or
-missing token closes the connection unanswered. Nothing listens on TCP. Each accepted connection is one MCP
-session spoken with the same `rpc.Connection` the rest of the bridge uses:
+An ACP agent launches the server named in `mcpServers` (`server_spec`: the stdio relay `mcp_relay.py` beside
+this module), and the relay connects here; the pi bridge's generated extension connects the same way
+(`bridges/pi/tools.py`). Here is a Unix socket (mode 0600) in a fresh 0700 temporary directory, so only this
+user can reach it, and a per-thread random token the relay must present first (compared in constant time); a
+wrong or missing token closes the connection unanswered. Nothing listens on TCP. Each accepted connection is
+one MCP session spoken with the same `rpc.Connection` the rest of the bridge uses:
 
 * `initialize` answers the client's protocol version when it is one we know (the subset below is the same in
   all of them), else the latest; capabilities `{tools: {listChanged: false}}`; `ping` answers `{}`;
@@ -47,17 +48,18 @@ import trio
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
+from bbridge.kit import mcp_relay
 from bbridge.wire import interactions, protocol, rpc
-from bridges.acp import mcp
-from bridges.acp.wire import JsonObject
 
-log = structlog.get_logger("bridges.acp")
+log = structlog.get_logger("bbridge.kit")
+
+JsonObject = dict[str, Any]
 
 SERVER_NAME = "bb-bridge"
 SERVER_INFO = {"name": SERVER_NAME, "version": "1.0.0"}
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 HELLO_TIMEOUT_S = 10.0
-RELAY = str(Path(mcp.__file__).resolve())
+RELAY = str(Path(mcp_relay.__file__).resolve())
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
 
@@ -156,7 +158,10 @@ class McpHost:
             "name": SERVER_NAME,
             "command": sys.executable,
             "args": ["-I", RELAY],
-            "env": [{"name": mcp.SOCKET_ENV, "value": self.path}, {"name": mcp.TOKEN_ENV, "value": self.token}],
+            "env": [
+                {"name": mcp_relay.SOCKET_ENV, "value": self.path},
+                {"name": mcp_relay.TOKEN_ENV, "value": self.token},
+            ],
         }
 
     async def serve(self) -> None:
@@ -196,7 +201,7 @@ class McpHost:
             if rest is None:
                 self._log.warning("refused a bb-bridge MCP connection without this thread's token")
                 return
-            await stream.send_all(mcp.ACK + b"\n")
+            await stream.send_all(mcp_relay.ACK + b"\n")
             session = _Session(self)
             conn = rpc.Connection(
                 stream,
@@ -217,14 +222,14 @@ class McpHost:
         """The bytes after a valid hello line; None for a wrong token, a long line or an early close."""
         buffer = b""
         while b"\n" not in buffer:
-            if len(buffer) > mcp.MAX_HELLO_BYTES:
+            if len(buffer) > mcp_relay.MAX_HELLO_BYTES:
                 return None
-            data = await stream.receive_some(mcp.MAX_HELLO_BYTES)
+            data = await stream.receive_some(mcp_relay.MAX_HELLO_BYTES)
             if not data:
                 return None
             buffer += data
         line, rest = buffer.split(b"\n", 1)
-        expected = mcp.HELLO + self.token.encode()
+        expected = mcp_relay.HELLO + self.token.encode()
         return rest if hmac.compare_digest(line.rstrip(b"\r"), expected) else None
 
     # -- MCP ------------------------------------------------------------------
