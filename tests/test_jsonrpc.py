@@ -130,6 +130,9 @@ def test_typed_notifications_are_decoded_in_the_classifying_pass_and_a_whole_rea
     ]
     for odd in (b'{"id":3,"method":"point","params":{"x":3}}', b'{"method":"point","params":{"x":"\\u001f"}}'):
         assert inbound.typed_read([*typed, odd]) is None  # a request, or a line the screen sends on
+    assert inbound.typed_read(typed[:1]) is None and inbound.typed_read([]) is None  # the line path's
+    (alone,) = inbound.receive(typed[:1])
+    assert [n.decoded for n in alone] == [_Point(1)]
     (batch,) = inbound.receive([typed[0], b'{"method":"point","params":{"x":"no"}}'])
     assert [(n.params, n.decoded) for n in batch] == [(None, _Point(1)), (msgspec.Raw(b'{"x":"no"}'), None)]
     assert Inbound().typed_read(typed) is None

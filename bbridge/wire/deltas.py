@@ -5,11 +5,13 @@ The rules are the grammar's (`core/grammar.py`): decoding into its Structs *is* 
 bench line, an integral float and a U+001F key part, and `tests/test_rpc.py` the framing passes). The daemon
 reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
 
-* **A whole read in one call** (`TypedDecoder.read`): when every line of a read is a typed notification, the
-  lines are joined as one JSON array and decoded by one msgspec call (`many`) into whole messages with typed
-  params. A streaming bridge's read mostly is such a read; one call per read instead of one per line took the
-  scale bench's 25-line reads from 1.85 to 1.58 µs per line (BENCHMARKS.md). Each line's depth is checked as
-  the line path does (measuring the joined array's depth halved the daemon bench's throughput).
+* **A whole read in one call** (`TypedDecoder.read`, which `rpc.Connection` tries first for each read): when
+  every line of a read is a typed notification, the lines are joined as one JSON array and decoded by one
+  msgspec call (`many`) into whole messages with typed params. A streaming bridge's read mostly is such a
+  read; one call per read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs
+  per line (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's
+  depth halved the daemon bench's throughput). A read of one line goes the line path: looking for its
+  method's tag first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
 * **A line in one pass** (`TypedDecoder.one`, tried by `peer.Inbound.receive` for each line of any other
   read, inline in its loop: a call per line more would cost what the pass saves): the whole message, `method`
   the tag, decoded once into the grammar's types instead of an envelope and then its params (the bench's

@@ -566,4 +566,3 @@ SCHEMAS: dict[str, Callable[[], Schema]] = {
     "events.schema.json": events_schema,
     "client-interactions.schema.json": client_interactions_schema,
 }
-
