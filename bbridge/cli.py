@@ -318,7 +318,7 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from bbridge.wire.schema import write_schemas
+    from bbridge.wire.export import write_schemas
 
     for path in write_schemas(args.out):
         print(path)

@@ -12,9 +12,10 @@ from typing import Any
 import msgspec
 
 from bbridge.bench import stream
-from bbridge.bench.core import DECLARED_PARAMS, decode_declared, delta_params, events_per_1000_tokens
+from bbridge.bench.core import DECLARED_PARAMS, decode_declared, events_per_1000_tokens
 from bbridge.bench.daemon import percentile
 from bbridge.core import grammar
+from bbridge.wire.deltas import decode_line
 
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20", "--latency-runs", "2", "--scale-threads", "12"]
@@ -133,7 +134,7 @@ def test_the_measured_parse_decides_every_line_as_the_grammar_does() -> None:
         lines.append(msgspec.json.encode(note))
     outcomes = []
     for line in lines:
-        measured = _outcome(delta_params, line)
+        measured = _outcome(decode_line, line)
         assert measured == _outcome(grammar.decode_params, msgspec.json.decode(line, type=_Notification).params)
         outcomes.append(measured)
     assert [type(outcome) for outcome in outcomes[-5:]] == [str, str, dict, dict, dict]

@@ -1,8 +1,8 @@
-"""bbridge.wire.rpc: the bounded line reader and the JSON-RPC connection, over in-memory streams."""
+"""bbridge.wire.rpc: the JSON-RPC connection (trio), over in-memory streams; its sans-IO parts are
+tests/test_framing.py and tests/test_jsonrpc.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections import deque
 from collections.abc import AsyncIterator
@@ -13,109 +13,12 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
-from hypothesis import strategies as st
 
 from bbridge.core import grammar
 from bbridge.wire import rpc
-from bbridge.wire.rpc import (
-    HEAD_BYTES,
-    Connection,
-    LineReader,
-    Notification,
-    Overflow,
-    Request,
-    RpcError,
-    mend_surrogates,
-    recover_id,
-)
-
-# -- LineReader --------------------------------------------------------------
-
-
-def feed_all(reader: LineReader, *chunks: bytes) -> list[bytes | Overflow]:
-    out: list[bytes | Overflow] = []
-    for chunk in chunks:
-        out.extend(reader.feed(chunk))
-    return out
-
-
-def test_lines_split_across_chunks() -> None:
-    reader = LineReader()
-    assert feed_all(reader, b'{"a":', b"1}\n{", b'"b":2}\n\n', b"tail") == [b'{"a":1}', b'{"b":2}', b""]
-    assert reader.close() == [b"tail"]
-    assert reader.close() == []
-
-
-def test_one_trailing_cr_removed() -> None:
-    reader = LineReader()
-    assert reader.feed(b"a\r\nb\r\r\nc\r") == [b"a", b"b\r"]
-    assert reader.feed(b"\n") == [b"c"]
-    assert reader.feed(b"d\r") == []
-    assert reader.close() == [b"d"]
-
-
-def test_multibyte_utf8_split_between_chunks() -> None:
-    text = "héllo → wörld\n".encode()
-    reader = LineReader()
-    assert feed_all(reader, *(text[i : i + 1] for i in range(len(text)))) == ["héllo → wörld".encode()]
-
-
-def test_oversized_line_is_dropped_then_reading_recovers() -> None:
-    reader = LineReader(max_bytes=10)
-    assert reader.feed(b"x" * 11 + b"\nok\n") == [Overflow(11, b"x" * 11), b"ok"]
-    # the same when the runaway line spans chunks: nothing is buffered past the cap but the head
-    assert feed_all(reader, b"y" * 8, b"y" * 8, b"y" * 8, b"yy\nafter\n") == [Overflow(26, b"y" * 16), b"after"]
-
-
-def test_an_oversized_line_keeps_its_head_for_the_answer() -> None:
-    reader = LineReader(max_bytes=HEAD_BYTES * 2)
-    line = b'{"id":41,"method":"x","params":"' + b"p" * HEAD_BYTES * 3 + b'"}'
-    (overflow,) = feed_all(reader, line[:100], line[100:], b"\n")
-    assert overflow == Overflow(len(line), line[:HEAD_BYTES])
-    assert recover_id(overflow.head) == 41
-
-
-def test_oversized_unterminated_tail_is_dropped_silently() -> None:
-    reader = LineReader(max_bytes=10)
-    assert feed_all(reader, b"ok\n" + b"z" * 7, b"z" * 7) == [b"ok"]
-    assert reader.close() == []
-
-
-def test_cap_is_inclusive_and_counts_the_cr() -> None:
-    reader = LineReader(max_bytes=10)
-    assert reader.feed(b"a" * 10 + b"\n") == [b"a" * 10]
-    assert reader.feed(b"a" * 9 + b"\r\n") == [b"a" * 9]
-    assert reader.feed(b"a" * 10 + b"\r\n") == [Overflow(11, b"a" * 10 + b"\r")]
-    assert reader.feed(b"b" * 11 + b"\n") == [Overflow(11, b"b" * 11)]
-    assert feed_all(reader, b"c" * 10, b"\n") == [b"c" * 10]
-    reader.feed(b"d" * 10)
-    assert reader.close() == [b"d" * 10]
-
-
-_line = st.binary(max_size=24).map(lambda b: b.replace(b"\n", b"."))
-
-
-@given(
-    lines=st.lists(_line, max_size=12),
-    tail=_line,
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
-)
-def test_chunking_never_changes_the_lines(lines: list[bytes], tail: bytes, cuts: list[int]) -> None:
-    cap = 12
-    stream = b"".join(line + b"\n" for line in lines) + tail
-    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
-    reader = LineReader(max_bytes=cap)
-    got = feed_all(reader, *(stream[a:b] for a, b in itertools.pairwise(points)))
-    got.extend(reader.close())
-    got = [Overflow(item.size) if isinstance(item, Overflow) else item for item in got]  # heads vary with chunking
-    expected: list[bytes | Overflow] = [
-        Overflow(len(line)) if len(line) > cap else line.removesuffix(b"\r") for line in lines
-    ]
-    if tail and len(tail) <= cap:
-        expected.append(tail.removesuffix(b"\r"))
-    assert got == expected
-
+from bbridge.wire.deltas import TypedDecoder
+from bbridge.wire.framing import LineReader
+from bbridge.wire.rpc import Connection, Notification, Request, RpcError
 
 # -- helpers -----------------------------------------------------------------
 
@@ -673,8 +576,6 @@ async def test_lone_surrogates_are_mended_not_lost() -> None:
         )
         await trio.testing.wait_all_tasks_blocked()
     assert seen == [("a", None), ("b", {"t": "x\ufffdy", "u": "\U0001f600"}), ("c", None)]
-    assert mend_surrogates(b'{"a":"\\udc00"}') == '{"a":"\ufffd"}'.encode()
-    assert mend_surrogates(b'{"a":') is None and mend_surrogates(b'{"a":"\\u00e9"}') is None
 
 
 async def test_notification_handler_failure_does_not_kill_the_connection() -> None:
@@ -755,24 +656,6 @@ async def test_lines_that_cannot_be_decoded_are_answered_by_the_id_they_carry(an
     assert "oversized" in answers[2]["error"]["message"]
 
 
-@pytest.mark.parametrize(
-    ("line", "expected"),
-    [
-        (b'{"jsonrpc":"2.0","id":7,"method":"a\xff"}', 7),
-        (b' {"id" : "abc", "x": 1}', "abc"),
-        (b'{"id":-1.5e3}', -1500.0),
-        (b'{"id":"a\\"b"}', 'a"b'),
-        (b'{"params":{"id":3},"id":4}', None),  # only before anything nested opens
-        (b'[{"id":1}]', None),
-        (b'{"id":null,"method":"m"}', None),
-        (b'{"id":true}', None),
-        (b"not json", None),
-    ],
-)
-def test_recover_id_reads_only_a_top_level_id(line: bytes, expected: object) -> None:
-    assert recover_id(line) == expected
-
-
 # -- typed params (one JSON pass for the hot notification) ---------------------
 
 
@@ -791,7 +674,7 @@ async def test_typed_params_are_decoded_in_the_framing_pass_and_everything_else_
         requests.append(request)
         return {}
 
-    options: dict[str, Any] = {"typed": rpc.TypedDecoder({"point": _Point})}
+    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point})}
     async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (_, peer):
         await peer.send(
             '{"jsonrpc":"2.0","method":"point","params":{"x":1}}',
@@ -834,9 +717,9 @@ async def test_a_read_of_typed_notifications_is_decoded_in_one_call(odd: str | N
     async def on_request(request: Request) -> Any:
         return {}
 
-    options: dict[str, Any] = {"typed": rpc.TypedDecoder({"point": _Point}, screen=grammar.ESCAPED_SEPARATOR.search)}
+    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point}, screen=grammar.ESCAPED_SEPARATOR.search)}
     async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (conn, peer):
-        typed = conn._typed
+        typed = conn._inbound.typed
         assert typed is not None
         many = typed.many
         typed.many = lambda data: calls.append(1) or many(data)  # type: ignore[func-returns-value]

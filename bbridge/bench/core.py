@@ -30,8 +30,8 @@ import msgspec
 
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
-from bbridge.daemon.bridge import DELTA_LINES
 from bbridge.replay.cells import GOLDEN_ENTROPY, Message
+from bbridge.wire.deltas import decode_line
 from bbridge.wire.recording import bridge_lane, find_cells
 
 MIN_DELTAS_PER_RUN = 20_000
@@ -96,27 +96,12 @@ def load_corpus(root: Path) -> list[Cell]:
     return cells
 
 
-def delta_params(line: bytes) -> grammar.ThreadDeltaParams:
-    """A `thread/delta` line's params as the daemon's bridge connection parses them (`DELTA_LINES`): the whole
-    message typed in one pass; a line its screen sends on, or that fails the typed pass, through its envelope and
-    `grammar.decode_params` (which raises `GrammarError`)."""
-    screen = DELTA_LINES.screen
-    if screen is None or screen(line) is None:
-        try:
-            params: grammar.ThreadDeltaParams = DELTA_LINES.one(line).params
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            pass
-        else:
-            return params
-    return grammar.decode_params(_message.decode(line).params)
-
-
 def _parse_validate_assemble(cells: list[Cell]) -> None:
     for cell in cells:
         assembler = Assembler(cell.provider_id, GOLDEN_ENTROPY, 500, 0)
         for line in cell.lines:
             try:
-                params = delta_params(line)
+                params = decode_line(line)  # as the daemon's bridge connection parses it
             except grammar.GrammarError:
                 continue
             assembler.assemble(params.threadId, params.deltas, 0)

@@ -22,13 +22,13 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
 from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, protocol, rpc
+from bbridge.wire.deltas import DELTA_LINES
 from bbridge.wire.record import RECORD_ENV, Recorder, RuntimeScoper
 from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
 
@@ -46,11 +46,6 @@ INITIALIZE_TIMEOUT_S = 30.0
 PIPE_READ_BYTES = 1 << 16
 CLIENT_INFO = {"name": "bbridge", "version": "0.1.0"}
 
-# A bridge's hot path: each `thread/delta` line parsed once, as `grammar.decode_params` would (its float hook); a
-# line that may hold U+001F goes to the generic path and that decoder, which checks key parts.
-DELTA_LINES = rpc.TypedDecoder(
-    {"thread/delta": grammar.ThreadDeltaParams}, screen=grammar.ESCAPED_SEPARATOR.search, float_hook=grammar.js_float
-)
 RUNTIME_GRAMMAR = (3, 3)
 
 

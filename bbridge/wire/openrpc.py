@@ -18,7 +18,7 @@ import msgspec
 
 from bbridge.core.grammar import ClientRequestId, ThreadDeltaParams
 from bbridge.wire import client, errors, interactions, protocol
-from bbridge.wire.schema import Schema, _components, ecma_patterns
+from bbridge.wire.schema import Schema, components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
 REF = "#/components/schemas/"
@@ -114,7 +114,7 @@ def openrpc_document() -> Schema:
     for params, result, _ in CLIENT_REQUESTS.values():
         types += [params, result]
     types.append(ThreadDeltaParams)
-    roots, defs = _components(types)
+    roots, defs = components(types)
     named = {name: ecma_patterns(msgspec.json.schema(kind)) for name, (kind, _) in NAMED_STRINGS.items()}
     roots, defs = _name_strings(_rewrite_refs(roots), named), _name_strings(_rewrite_refs(defs), named)
     defs |= {name: {**named[name], "title": name, "description": text} for name, (_, text) in NAMED_STRINGS.items()}

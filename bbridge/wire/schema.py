@@ -22,9 +22,7 @@ and option values (`uniqueItems` compares whole items, not one key).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import msgspec
@@ -465,9 +463,11 @@ def _refine(defs: dict[str, Schema]) -> None:
         question["anyOf"] = [{"properties": {"allowFreeText": {"const": True}}}, options]
 
 
-def _components(types: Iterable[Any]) -> tuple[list[Schema], dict[str, Schema]]:
-    components = msgspec.json.schema_components(list(types), ref_template="#/$defs/{name}")
-    roots, defs = msgspec.json.decode(msgspec.json.encode(components))  # JSON-native: tuple defaults become lists
+def components(types: Iterable[Any]) -> tuple[list[Schema], dict[str, Schema]]:
+    """The schemas of `types` (refs into `#/$defs/`) and their definitions, ECMA patterns and the
+    `__post_init__` rules added: what every document here, and the OpenRPC one, is built from."""
+    made = msgspec.json.schema_components(list(types), ref_template="#/$defs/{name}")
+    roots, defs = msgspec.json.decode(msgspec.json.encode(made))  # JSON-native: tuple defaults become lists
     defs = ecma_patterns(defs)
     _refine(defs)
     return ecma_patterns(roots), defs
@@ -479,17 +479,17 @@ def _document(title: str, description: str, root: Schema, defs: dict[str, Schema
 
 def thread_delta_schema() -> Schema:
     """`thread/delta` params (grammar v3)."""
-    (root,), defs = _components([grammar.ThreadDeltaParams])
+    (root,), defs = components([grammar.ThreadDeltaParams])
     return _document("thread/delta params", "A `thread/delta` notification's params, grammar v3.", root, defs)
 
 
 def initialize_params_schema() -> Schema:
-    (root,), defs = _components([protocol.InitializeParams])
+    (root,), defs = components([protocol.InitializeParams])
     return _document("initialize params", "What the runtime sends a bridge in `initialize`.", root, defs)
 
 
 def initialize_result_schema() -> Schema:
-    (root,), defs = _components([protocol.InitializeResult])
+    (root,), defs = components([protocol.InitializeResult])
     return _document("initialize result", "A bridge's handshake answer; absent capabilities are a no.", root, defs)
 
 
@@ -498,7 +498,7 @@ def _message_document(
 ) -> Schema:
     """A JSON-RPC line whose `params` follow its method (`if`/`then`); `x-results` maps methods to results."""
     results = [alt for method in table.values() for alt in method.results]
-    roots, defs = _components([method.params for method in table.values()] + results)
+    roots, defs = components([method.params for method in table.values()] + results)
     result_refs = iter(roots[len(table) :])
     branches, result_map = [], {}
     for (name, method), params in zip(table.items(), roots, strict=False):
@@ -542,14 +542,14 @@ def bridge_messages_schema() -> Schema:
 
 def events_schema() -> Schema:
     """A canonical ThreadEvent (assembler.md §3.2, §3.3)."""
-    (root,), defs = _components([ThreadEvent])
+    (root,), defs = components([ThreadEvent])
     return _document("ThreadEvent", "A canonical event the assembler emits; tagged on `type`.", root, defs)
 
 
 def client_interactions_schema() -> Schema:
     """The daemon's client API for pending requests: `thread/pending`, `interaction/respond`, and the
     `interaction/opened` / `interaction/resolved` notifications (`bbridge.wire.client`)."""
-    roots, defs = _components(client.CLIENT_TYPES)
+    roots, defs = components(client.CLIENT_TYPES)
     names = ("thread/pending params", "thread/pending result", "interaction/respond params",
              "interaction/respond result", "interaction/opened params", "interaction/resolved params")  # fmt: skip
     root = {"x-messages": dict(zip(names, roots, strict=True))}
@@ -566,16 +566,3 @@ SCHEMAS: dict[str, Callable[[], Schema]] = {
     "events.schema.json": events_schema,
     "client-interactions.schema.json": client_interactions_schema,
 }
-
-
-def write_schemas(out: Path) -> list[Path]:
-    """Write every schema under `out` (created if needed) and return the paths written."""
-    from bbridge.wire.openrpc import openrpc_document  # built on this module's components
-
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, build in {**SCHEMAS, "openrpc.json": openrpc_document}.items():
-        path = out / name
-        path.write_text(json.dumps(build(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
