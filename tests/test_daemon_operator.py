@@ -234,7 +234,7 @@ async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its
     daemon.tracker.observe(
         "thr_d", {"type": "turn/started", "threadId": "thr_d", "scope": {"kind": "turn", "turnId": "t1"}}
     )
-    bridge._stderr_tail += b"fatal: set BB_P_HOME to the agent's home, then restart bb\n"
+    bridge._stderr.feed(b"fatal: set BB_P_HOME to the agent's home, then restart bb\n")
     await daemon.on_exit(bridge, ExitStatus(3, None))
     events = [msgspec.json.decode(entry)["event"] for entry in daemon.journal.log.thread("thr_d").entries()]
     assert [e["type"] for e in events] == ["provider/error", "turn/completed", "system/warning"]
