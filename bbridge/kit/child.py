@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -134,7 +134,7 @@ class Child:
         assert self.proc is not None and self.proc.stderr is not None
         await self.stderr.pump(self.proc.stderr)
 
-    async def lines(self, max_bytes: int = rpc.MAX_LINE_BYTES) -> AsyncIterator[bytes]:
+    async def lines(self, max_bytes: int = rpc.MAX_LINE_BYTES) -> AsyncGenerator[bytes]:
         """The child's stdout as lines split on LF only (one trailing CR removed; an oversized line skipped), the
         unterminated last one included, until the pipe ends, breaks or is closed."""
         assert self.stdout is not None

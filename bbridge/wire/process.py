@@ -22,7 +22,7 @@ from bbridge.wire import rpc
 
 TAIL_LINES = 40
 TAIL_BYTES = 4000  # protocol.md §9.4's PROVIDER_STDERR_TAIL_MAX_BYTES
-TAIL_LINE_BYTES = 64 * 1024  # a longer stderr line is kept as its head
+TAIL_LINE_BYTES = 64 * 1024
 
 
 async def spawn(
@@ -90,7 +90,7 @@ async def stop(proc: trio.Process, plan: StopPlan) -> None:
 
 class StderrTail:
     """The end of a child's stderr, bounded, for error messages: its last `lines` lines (blank ones skipped with
-    `skip_blank`; one longer than `line_bytes` kept as its head), and its last `max_bytes` bytes as written.
+    `skip_blank`; one longer than `line_bytes` cut to its head, at most `rpc.HEAD_BYTES`), and its last `max_bytes` bytes as written.
     `on_line` sees every line (a bridge logs them)."""
 
     def __init__(
@@ -105,6 +105,7 @@ class StderrTail:
         self._lines: deque[str] = deque(maxlen=lines)
         self._bytes = bytearray()
         self._max_bytes = max_bytes
+        self._line_bytes = line_bytes
         self._reader = rpc.LineReader(line_bytes)
         self._skip_blank = skip_blank
         self._on_line = on_line
@@ -130,7 +131,8 @@ class StderrTail:
         self._bytes += data
         del self._bytes[: -self._max_bytes]
         for line in self._reader.feed(data):
-            self.add((line if isinstance(line, bytes) else line.head).decode("utf-8", errors="replace"))
+            cut = line if isinstance(line, bytes) else line.head[: self._line_bytes]
+            self.add(cut.decode("utf-8", errors="replace"))
 
     def close(self) -> None:
         """The end of stderr: an unterminated last line joins the tail."""
