@@ -40,6 +40,7 @@ from msgspec import UNSET
 from bbridge import logs
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit.child import RUNTIME_ONLY_ENV as RUNTIME_ONLY_ENV  # public API
 from bbridge.kit.child import env_without_runtime as env_without_runtime  # public API
 from bbridge.kit.child import process_recorder as process_recorder  # public API
 from bbridge.kit.child import record_child_io as record_child_io  # public API
