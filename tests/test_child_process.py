@@ -9,14 +9,12 @@ import signal
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from bbridge import kit
 from bbridge.kit.child import Child, run_once
 from bbridge.wire import process, tee
 from bbridge.wire.process import StderrTail, StopPlan
@@ -40,17 +38,6 @@ async def until_gone(pid: int, timeout: float = 5.0) -> bool:
             await trio.sleep(0.02)
         return True
     return False
-
-
-@pytest.fixture
-def recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("BB_PROVIDER_BRIDGE_RECORD_DIR", str(tmp_path))
-    kit.process_recorder.cache_clear()
-    yield tmp_path
-    recorder = kit.process_recorder()
-    if recorder is not None:
-        recorder.close()
-    kit.process_recorder.cache_clear()
 
 
 def lane(path: Path) -> list[str]:

@@ -161,12 +161,12 @@ class Child:
             return True
 
     async def close_stdin(self) -> None:
-        """End the child's input (a writer in progress finishes first); writes after it return False."""
-        async with self._write_lock:
-            stdin, self.stdin = self.stdin, None
-            if stdin is not None:
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stdin.aclose()
+        """End the child's input at once: a write blocked on a child that stopped reading fails (False), as do
+        writes after it."""
+        stdin, self.stdin = self.stdin, None
+        if stdin is not None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stdin.aclose()
 
     async def wait(self) -> int:
         assert self.proc is not None

@@ -1,4 +1,4 @@
-"""One ACP agent subprocess: its launch, its environment, its JSON-RPC connection and its end.
+"""One ACP agent process: its launch, its environment, its JSON-RPC connection and its end.
 
 The agent leads its own process group (termination reaches whatever it
 spawned), speaks newline-delimited JSON-RPC on stdin/stdout through the same
@@ -110,7 +110,7 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
 
 class AgentProcess:
-    """An agent subprocess and its connection; `run` in a task, then `request` / `notify`."""
+    """An agent process and its connection; `run` in a task, then `request` / `notify`."""
 
     def __init__(
         self,
