@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +20,11 @@ import msgspec
 import pytest
 import trio
 
-from bbridge.daemon.config import ProviderConfig
 from bridges.claude_code.models import CATALOG, SELECTED_ONLY
-from tests.conftest import REPO
 from tests.live.anthropic import AnthropicServer, Reply, Request, failure, reply, text, thinking, tool_use
 from tests.live.claude import ensure_cli, offline_env
-from tests.live.processes import leftovers, no_leftovers
+from tests.live.processes import Watch, leftovers
+from tests.live.runner import bridge_provider, conformance
 from tests.live.scenarios import steer_while_a_command_runs
 from tests.support import ASK, FULL, connect, creq, running
 
@@ -39,18 +36,18 @@ INSTRUCTIONS = "You are working inside bb, an agentic IDE."
 PROVIDER_OPTIONS = {"workflowsEnabled": True, "memoryEnabled": True, "providerSubagentsEnabled": True}
 
 
-ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
-
-
 def ours(argv: list[str]) -> bool:
     """A `claude` CLI or a claude-code bridge."""
     return argv[0].endswith("/claude") or "bridges.claude_code" in argv
 
 
+WATCH = Watch("a claude CLI or bridge", ours)
+
+
 @pytest.fixture(scope="module")
 def claude() -> Iterator[Path]:
-    yield ensure_cli()
-    no_leftovers(ROOTS, "a claude CLI or bridge outlived this module", ours)
+    with WATCH.module():
+        yield ensure_cli()
 
 
 @pytest.fixture
@@ -82,7 +79,7 @@ class Live:
         self.home.mkdir(exist_ok=True)
         self.api = api
         env = offline_env(api.url, self.home, extra={"BB_CLAUDE_CODE_EXECUTABLE": str(claude)})
-        self.provider = ProviderConfig(command=[sys.executable, "-m", "bridges.claude_code"], env=env, cwd=str(self.ws))
+        self.provider = bridge_provider("bridges.claude_code", env, self.ws)
 
     def start(self, policy: dict[str, Any] = FULL, thread: str = THREAD) -> dict[str, Any]:
         return {"providerId": PROVIDER, "threadId": thread, "cwd": str(self.ws), "options": options(policy)}
@@ -112,10 +109,8 @@ class Live:
 
 @pytest.fixture
 def live(tmp_path: Path, api: AnthropicServer, claude: Path) -> Iterator[Live]:
-    ROOTS.append(tmp_path)
-    world = Live(tmp_path, api, claude)
-    yield world
-    no_leftovers([tmp_path], "a claude CLI or bridge outlived the daemon that started it", ours)
+    with WATCH.test(tmp_path):
+        yield Live(tmp_path, api, claude)
 
 
 async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
@@ -359,28 +354,20 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: AnthropicServer, cla
     §7.6), and the default one declares none, for bridges without skills: this bridge must serve
     `skills/configure` (protocol.md §2.1 step 4, spec §3.12), so with the default it rightly fails that one rule.
     The interrupt prompt gets a slow answer so the turn still runs when the stop is sent."""
-    ROOTS.append(tmp_path)
     ws, home, bindir = tmp_path / "ws", tmp_path / "home", tmp_path / "bin"
     for folder in (ws, home, bindir):
         folder.mkdir()
     (bindir / "claude").symlink_to(claude)  # conformance strips inherited BB_* variables: found on PATH (§1.3)
-    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
-    fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
-    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
     api.consumes = lambda request: "hold Write" in request.user_text()
     api.script(*[reply(text(*[f"word{i} " for i in range(600)]), delay=0.05)] * 2)
     env = offline_env(api.url, home)
     env["PATH"] = f"{bindir}:{env['PATH']}"
-    result = subprocess.run(
-        [sys.executable, "-m", "bbridge", "conformance", "--fixture", str(tmp_path / "fixture.json"), "--",
-         sys.executable, "-m", "bridges.claude_code"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "20 passed, 0 failed"
-    assert "PASS turn/interrupt-settles-before-response" in result.stdout
-    assert not [r.target for r in api.requests if r.is_proxy_attempt]
-    no_leftovers([tmp_path], "a claude CLI or bridge outlived the conformance run", ours)
+    with WATCH.test(tmp_path, "the conformance run"):
+        result = conformance("bridges.claude_code", tmp_path, ws, env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "20 passed, 0 failed"
+        assert "PASS turn/interrupt-settles-before-response" in result.stdout
+        assert not [r.target for r in api.requests if r.is_proxy_attempt]
 
 
 async def test_a_pending_write_survives_its_clients_disconnect(live: Live) -> None:

@@ -1,6 +1,6 @@
 """The Claude Code translator, rule by rule, for what no recorded cell exercises (spec §10.1).
 
-The recorded cells prove the common path byte for byte (`test_claude_parity.py`); these pin the code-only
+The recorded cells prove the common path byte for byte (`test_translate_parity.py`); these pin the code-only
 rules of §4: retries, hard rate-limit rejections, model fallbacks, late-drain suppression, task families and
 plans, every tool shape, the JavaScript string semantics. Every batch is encoded through the grammar check.
 """

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,12 +30,11 @@ import msgspec
 import pytest
 import trio
 
-from bbridge.daemon.config import ProviderConfig
 from bridges.codex import launch
-from tests.conftest import REPO
 from tests.live import openai
 from tests.live.codex import installed_cli, offline_env
-from tests.live.processes import leftovers, no_leftovers
+from tests.live.processes import Watch, leftovers, no_leftovers
+from tests.live.runner import bridge_provider, conformance
 from tests.live.scenarios import STEER_WORDS, steer_while_a_command_runs
 from tests.support import ASK, FULL, connect, creq, running
 
@@ -59,13 +56,13 @@ DYNAMIC_TOOL = {
     },
 }
 
-ROOTS: list[Path] = []  # every test folder of this module, for the module's final leftover check
+WATCH = Watch("a codex app-server or bridge")
 
 
 @pytest.fixture(scope="module")
 def codex() -> Iterator[Path]:
-    yield installed_cli()
-    no_leftovers(ROOTS, "a codex app-server or bridge outlived this module")
+    with WATCH.module():
+        yield installed_cli()
 
 
 @pytest.fixture
@@ -87,7 +84,7 @@ class Live:
         env = offline_env(tmp_path, api.base_url)
         env[launch.COMMAND_ENV] = str(codex)
         env[launch.ARGS_ENV] = json.dumps(["app-server"])
-        self.provider = ProviderConfig(command=[sys.executable, "-m", "bridges.codex"], env=env, cwd=str(self.ws))
+        self.provider = bridge_provider("bridges.codex", env, self.ws)
 
     def options(self, policy: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -136,9 +133,8 @@ class Live:
 
 @pytest.fixture
 def live(tmp_path: Path, api: openai.ScriptedResponses, codex: Path) -> Iterator[Live]:
-    ROOTS.append(tmp_path)
-    yield Live(tmp_path, api, codex)
-    no_leftovers([tmp_path], "a codex app-server or bridge outlived the daemon that started it")
+    with WATCH.test(tmp_path):
+        yield Live(tmp_path, api, codex)
 
 
 def statuses(client: Any) -> list[str]:
@@ -358,25 +354,17 @@ def test_conformance_with_the_real_cli(tmp_path: Path, api: openai.ScriptedRespo
     stop is sent: an interrupt that lands mid-message leaves codex's agentMessage open (the pinned difference from
     protocol.md §3.3.10 in the module docstring, asserted in test_interrupt_settles_a_stalled_turn_as_interrupted),
     which this rule would fail by the timing of the race alone."""
-    ROOTS.append(tmp_path)
     ws, bindir = tmp_path / "ws", tmp_path / "bin"
     for folder in (ws, bindir):
         folder.mkdir()
     (bindir / "codex").symlink_to(codex)  # conformance strips inherited BB_* variables: found on PATH (§1.3)
-    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
-    fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
-    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
     stalled = dataclasses.replace(openai.text("never sent"), hold=60.0)
     api.route = lambda request: stalled if "hold Write" in json.dumps(request.body["input"][-1]) else None
     env = offline_env(tmp_path, api.base_url)
     env["PATH"] = f"{bindir}:{env['PATH']}"
-    result = subprocess.run(
-        [sys.executable, "-m", "bbridge", "conformance", "--fixture", str(tmp_path / "fixture.json"), "--",
-         sys.executable, "-m", "bridges.codex"],
-        cwd=ws, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    lines = result.stdout.splitlines()
-    assert [line for line in lines if line.startswith("FAIL")] == [], result.stdout + result.stderr
-    assert lines[-1] == "20 passed, 0 failed" and result.returncode == 0
-    assert api.posts(), "the conformance turns reached the scripted model"
-    no_leftovers([tmp_path], "a codex app-server or bridge outlived the conformance run")
+    with WATCH.test(tmp_path, "the conformance run"):
+        result = conformance("bridges.codex", tmp_path, ws, env, cwd=ws, timeout=120)
+        lines = result.stdout.splitlines()
+        assert [line for line in lines if line.startswith("FAIL")] == [], result.stdout + result.stderr
+        assert lines[-1] == "20 passed, 0 failed" and result.returncode == 0
+        assert api.posts(), "the conformance turns reached the scripted model"

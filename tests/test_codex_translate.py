@@ -1,6 +1,6 @@
 """The codex translator, rule by rule, for what no recorded cell exercises (spec §3, the [unverified] rules).
 
-The recorded cells prove the common path byte for byte (`test_codex_translate_parity.py`); these pin the
+The recorded cells prove the common path byte for byte (`test_translate_parity.py`); these pin the
 rules only the reference's source shows. Every batch goes through the grammar check of `encode`.
 """
 

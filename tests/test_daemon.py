@@ -642,7 +642,7 @@ async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> Non
 
     made = daemon.open_delivery(bridge)
     bridge.delivery = Delivery(
-        "p", bridge.assembler, bridge.guard, daemon.journal.log, daemon.provider_threads, made.watched, check,
+        "p", bridge.assembler, bridge.guard, daemon.journal.log, daemon.registry.provider_threads, made.watched, check,
         made.checked,
     )  # fmt: skip
     batch = [

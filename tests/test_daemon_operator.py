@@ -20,6 +20,7 @@ from bbridge.daemon import router
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ProviderConfig, load_config
 from bbridge.daemon.journal import Journal
+from bbridge.daemon.threads import ThreadRecord
 from bbridge.ops import Tail, format_status
 from bbridge.run import write_config
 from bbridge.wire import errors, rpc
@@ -231,7 +232,7 @@ async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its
     the same `system/warning` (an in-process daemon: the bridge's exit handled directly)."""
     daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
     bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
-    daemon.thread_provider["thr_d"] = "p"
+    daemon.registry.records["thr_d"] = ThreadRecord("thr_d", "p")
     daemon.tracker.observe(
         "thr_d", {"type": "turn/started", "threadId": "thr_d", "scope": {"kind": "turn", "turnId": "t1"}}
     )

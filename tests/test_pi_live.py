@@ -10,8 +10,6 @@ process it started outlives its daemon.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,19 +17,17 @@ from typing import Any
 import pytest
 import trio
 
-from bbridge.daemon.config import ProviderConfig
 from bbridge.wire import rpc
-from tests.conftest import REPO
 from tests.live import openai_chat as chat
 from tests.live.pi import MODEL, PROVIDER, Pi, ensure_pi, offline_env
-from tests.live.processes import no_leftovers
+from tests.live.processes import Watch
+from tests.live.runner import bridge_provider, conformance
 from tests.support import FULL, connect, creq, running
 
 THREAD = "thr_pi_live"
 PI = "pi"
 OPTIONS = {"model": f"{PROVIDER}/{MODEL}", "serviceTier": "default", "reasoningLevel": "medium",
            "instructions": "You are working inside bb.", "envVars": {}, **FULL}  # fmt: skip
-ROOTS: list[Path] = []
 
 
 def ours(argv: list[str]) -> bool:
@@ -39,10 +35,13 @@ def ours(argv: list[str]) -> bool:
     return argv[0] == "pi" or any(part.endswith("cli.js") for part in argv) or "bridges.pi" in argv
 
 
+WATCH = Watch("a pi or its bridge", ours)
+
+
 @pytest.fixture(scope="module")
 def pi() -> Iterator[Pi]:
-    yield ensure_pi()
-    no_leftovers(ROOTS, "a pi or its bridge outlived this module", ours)
+    with WATCH.module():
+        yield ensure_pi()
 
 
 @pytest.fixture
@@ -61,7 +60,7 @@ class Live:
         self.home = tmp_path / "home"
         env = offline_env(api.base_url, self.home, extra={"BB_PI_NODE": str(pi.node), "BB_PI_CLI": str(pi.cli)})
         self.sessions = self.home / ".bb" / "pi-bridge-sessions"
-        self.provider = ProviderConfig(command=[sys.executable, "-m", "bridges.pi"], env=env, cwd=str(self.ws))
+        self.provider = bridge_provider("bridges.pi", env, self.ws)
 
     def start(self, thread: str = THREAD, **extra: Any) -> dict[str, Any]:
         return {"providerId": PI, "threadId": thread, "cwd": str(self.ws), "options": OPTIONS, **extra}
@@ -79,9 +78,8 @@ class Live:
 
 @pytest.fixture
 def live(tmp_path: Path, api: chat.ScriptedChat, pi: Pi) -> Iterator[Live]:
-    ROOTS.append(tmp_path)
-    yield Live(tmp_path, api, pi)
-    no_leftovers([tmp_path], "a pi or its bridge outlived the daemon that started it", ours)
+    with WATCH.test(tmp_path):
+        yield Live(tmp_path, api, pi)
 
 
 async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
@@ -328,12 +326,8 @@ def test_conformance_with_the_real_pi(tmp_path: Path, api: chat.ScriptedChat, pi
     with skills declared (the bridge serves `skills/configure`, [M17]) and a known cwd; the interrupt prompt gets
     a slow answer so the turn still runs when the stop is sent. Conformance strips inherited `BB_*` variables:
     the bridge finds pi and node in the `make live-agents` cache."""
-    ROOTS.append(tmp_path)
     ws, home = tmp_path / "ws", tmp_path / "home"
     ws.mkdir()
-    fixture = json.loads((REPO / "conformance" / "default.json").read_text())
-    fixture |= {"skills": {"declared": True}, "cwd": str(ws)}
-    (tmp_path / "fixture.json").write_text(json.dumps(fixture))
 
     def answer(request: chat.Request) -> chat.Reply:
         slow = "hold Write" in json.dumps(request.body.get("messages"))
@@ -341,15 +335,11 @@ def test_conformance_with_the_real_pi(tmp_path: Path, api: chat.ScriptedChat, pi
 
     api.default = answer
     env = offline_env(api.base_url, home)
-    result = subprocess.run(
-        [sys.executable, "-m", "bbridge", "conformance", "--fixture", str(tmp_path / "fixture.json"), "--",
-         sys.executable, "-m", "bridges.pi"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1] == "20 passed, 0 failed", result.stdout
-    assert "PASS turn/interrupt-settles-before-response" in result.stdout
-    no_leftovers([tmp_path], "a pi or its bridge outlived the conformance run", ours)
+    with WATCH.test(tmp_path, "the conformance run"):
+        result = conformance("bridges.pi", tmp_path, ws, env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == "20 passed, 0 failed", result.stdout
+        assert "PASS turn/interrupt-settles-before-response" in result.stdout
 
 
 async def test_a_provider_without_credentials_is_a_legible_failure(live: Live) -> None:

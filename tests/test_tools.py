@@ -17,7 +17,15 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbridge.daemon.tools import MAX_ARGUMENT_BYTES, Checker, DeclarationError, Refusal, ToolTable, failed_result
+from bbridge.daemon.tools import (
+    MAX_ARGUMENT_BYTES,
+    Checker,
+    DeclarationError,
+    Declarations,
+    Refusal,
+    failed_result,
+    lookup,
+)
 from bbridge.ops import format_status
 from bbridge.wire import rpc
 from tests.support import connect, fake_provider, running
@@ -155,7 +163,7 @@ async def test_an_invalid_input_schema_refuses_the_construction_naming_the_tool(
             twice = await _error(client, start(tools=[LOOKUP, LOOKUP]))
             assert twice.code == rpc.INVALID_PARAMS and 'Tool "lookup" is declared twice' in twice.message
             assert "fake" not in daemon.bridges  # nothing was sent: the bridge was never even started
-            assert THREAD not in daemon.thread_provider
+            assert THREAD not in daemon.registry.records
             assert await client.request("thread/start", start(tools=[LOOKUP])) == {"providerThreadId": f"prov-{THREAD}"}
 
 
@@ -334,9 +342,9 @@ ARGUMENTS = _near_valid | st.dictionaries(_keys, _json, max_size=5) | _json
 async def test_the_decision_is_exactly_draft_2020_12_validity() -> None:
     """For random JSON arguments, the daemon's checks (declaration, lookup, checker process) refuse exactly
     what `Draft202012Validator(schema).is_valid` rejects, and relay the rest."""
-    table = ToolTable()
-    table.set(THREAD, await table.declare([{"name": "t", "description": "d", "inputSchema": PROPERTY_SCHEMA}]))
-    tool = table.lookup(THREAD, "t")
+    tool = lookup(
+        await Declarations().declare([{"name": "t", "description": "d", "inputSchema": PROPERTY_SCHEMA}]), "t"
+    )
     assert not isinstance(tool, Refusal)
     checker = Checker()
     reference = jsonschema.Draft202012Validator(PROPERTY_SCHEMA)
@@ -364,7 +372,7 @@ async def test_schemas_and_arguments_too_deep_to_check_are_refused() -> None:
     deep: Any = {"type": "object"}
     for _ in range(120):  # 121 levels: within the 256-level nesting bound, too deep for check_schema's recursion
         deep = {"anyOf": [deep, {"type": "string"}]}
-    table = ToolTable()
+    table = Declarations()
     try:
         await table.declare([{"name": "deep", "description": "d", "inputSchema": deep}])
     except DeclarationError as exc:

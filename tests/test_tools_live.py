@@ -29,6 +29,7 @@ from tests.live.claude import offline_env as claude_env
 from tests.live.codex import installed_cli
 from tests.live.codex import offline_env as codex_env
 from tests.live.processes import no_leftovers
+from tests.live.runner import bridge_provider
 from tests.support import FULL, connect, running
 from tests.test_acp_tools import AGENT
 
@@ -107,7 +108,7 @@ class Claude(Agent):
         home = root / "home"
         home.mkdir()
         env = claude_env(api.url, home, extra={"BB_CLAUDE_CODE_EXECUTABLE": str(ensure_cli())})
-        self.config = ProviderConfig(command=[sys.executable, "-m", "bridges.claude_code"], env=env, cwd=str(root))
+        self.config = bridge_provider("bridges.claude_code", env, root)
         self.api = api
 
     def script(self, arguments: dict[str, Any]) -> None:
@@ -126,7 +127,7 @@ class Codex(Agent):
         env = codex_env(root, api.base_url)
         env[launch.COMMAND_ENV] = str(installed_cli())
         env[launch.ARGS_ENV] = json.dumps(["app-server"])
-        self.config = ProviderConfig(command=[sys.executable, "-m", "bridges.codex"], env=env, cwd=str(root))
+        self.config = bridge_provider("bridges.codex", env, root)
         self.api = api
 
     def script(self, arguments: dict[str, Any]) -> None:

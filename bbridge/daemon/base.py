@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from bbridge.daemon.interactions import Interactions
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.mistakes import Mistakes
-    from bbridge.daemon.tools import Checker, ToolTable
+    from bbridge.daemon.threads import ThreadRegistry
+    from bbridge.daemon.tools import Checker, Declarations
     from bbridge.daemon.tracker import Tracker
 
 DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}
@@ -77,10 +78,8 @@ class DaemonState:
     mistakes: Mistakes
     bridges: dict[str, BridgeProcess]
     start_failures: dict[str, str]  # provider id -> why its last start failed (until a start succeeds)
-    thread_provider: dict[str, str]
-    provider_threads: dict[str, str]
-    thread_owner: dict[str, ClientSink]
-    tools: ToolTable
+    registry: ThreadRegistry
+    declarations: Declarations
     checker: Checker
     clients: list[ClientSink]
     client_info: dict[ClientSink, dict[str, str]]

@@ -9,6 +9,7 @@ call per read (`bbridge.core.outbox.Delivery.take_notes`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,7 +29,6 @@ from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.daemon.router")
 
-_FORWARDED_NOTIFICATIONS = frozenset({"thread/identity", "session/replaced", "provider/recovery"})
 _LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
 
 
@@ -103,7 +103,7 @@ class DeliveryMixin(DaemonState):
                     bridge.delivery.take_params(params, now_ms, lines, touched)
                 return lines
             lines = self._broadcast(lines)
-            if method in _FORWARDED_NOTIFICATIONS:
+            if method in FORWARDED_NOTIFICATIONS:
                 self._on_forwarded(bridge, method, note.params)
             elif method == "error":
                 self._on_bridge_error(bridge, note.params)
@@ -134,7 +134,7 @@ class DeliveryMixin(DaemonState):
             bridge.assembler,
             bridge.guard,
             self.journal.log,
-            self.provider_threads,
+            self.registry.provider_threads,
             _LIFECYCLE,
             None if checker is None else checker.check,
             CHECKED_TYPES,
@@ -276,28 +276,36 @@ class DeliveryMixin(DaemonState):
         return []
 
     def _on_forwarded(self, bridge: BridgeProcess, method: str, raw: msgspec.Raw | None) -> None:
+        """A notification every client gets (with the bridge's `providerId`), after what the daemon learns from it
+        (`FORWARDED_NOTIFICATIONS`)."""
         try:
             params = msgspec.json.decode(raw) if raw is not None else {}
         except msgspec.DecodeError:
             return
         if not isinstance(params, dict):
             return
-        if method == "thread/identity":
-            identity = decode(raw, _Identity)
-            if identity is not None:
-                self.provider_threads[identity.threadId] = identity.providerThreadId
-                bridge.threads.add(identity.threadId)
-        elif method == "session/replaced":
-            replaced = decode(raw, _Replaced)
-            if replaced is not None and replaced.providerThreadId and replaced.contextLost:
-                self._deliver_warning(
-                    bridge,
-                    replaced.threadId,
-                    "Provider session was replaced; provider-side context was lost.",
-                    replaced.reason,
-                )
+        learn = FORWARDED_NOTIFICATIONS[method]
+        if learn is not None:
+            learn(self, bridge, raw)
         params["providerId"] = bridge.provider_id
         self._broadcast([rpc.encode_notification(method, params)])
+
+    def _on_identity(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
+        """`thread/identity`: the thread's provider thread id, and the bridge serves it."""
+        identity = decode(raw, _Identity)
+        if identity is not None:
+            self.registry.identify(identity.threadId, identity.providerThreadId, bridge)
+
+    def _on_replaced(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
+        """`session/replaced`: a warning in the thread's timeline when the provider lost its context."""
+        replaced = decode(raw, _Replaced)
+        if replaced is not None and replaced.providerThreadId and replaced.contextLost:
+            self._deliver_warning(
+                bridge,
+                replaced.threadId,
+                "Provider session was replaced; provider-side context was lost.",
+                replaced.reason,
+            )
 
     def _on_bridge_error(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
         params = decode(raw, ThreadParams)
@@ -312,6 +320,14 @@ class DeliveryMixin(DaemonState):
         if details is not None:
             event["details"] = details
         self._deliver(bridge, thread_id, [event])
+
+
+# The bridge notifications forwarded to every client, each with what the daemon learns from it first (if anything).
+FORWARDED_NOTIFICATIONS: dict[str, Callable[[DeliveryMixin, BridgeProcess, msgspec.Raw | None], None] | None] = {
+    "thread/identity": DeliveryMixin._on_identity,
+    "session/replaced": DeliveryMixin._on_replaced,
+    "provider/recovery": None,
+}
 
 
 async def _let_writers_run() -> None:

@@ -10,6 +10,7 @@ or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly o
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -19,16 +20,14 @@ from msgspec import UNSET
 
 from bbridge.daemon.base import ClientSink, DaemonState
 from bbridge.daemon.bridge import BridgeProcess
-from bbridge.daemon.interactions import TOOL_CALL, Pending
-from bbridge.daemon.tools import Refusal
+from bbridge.daemon.interactions import INTERACTION, TOOL_CALL, Pending
+from bbridge.daemon.tools import Refusal, lookup
 from bbridge.daemon.tools import failed_result as failed_tool_result
 from bbridge.wire import client as client_api
 from bbridge.wire import protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 
 log = structlog.get_logger("bbridge.daemon.router")
-
-RELAYED = frozenset({"item/tool/call", "interaction/request"})
 
 
 class RelayMixin(DaemonState):
@@ -37,7 +36,8 @@ class RelayMixin(DaemonState):
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         """Open `item/tool/call` / `interaction/request` as pending, and answer the bridge with its resolution."""
         unsupported = rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported provider request "{request.method}"')
-        if request.method not in RELAYED:
+        relay = RELAYED.get(request.method)
+        if relay is None:
             raise unsupported
         raw = request.params if request.params is not None else b"null"
         try:
@@ -55,11 +55,14 @@ class RelayMixin(DaemonState):
         thread_id = params.get("threadId")
         if params.get("providerNativeIds") is True and isinstance(thread_id, str):
             _translate_native_ids(bridge, thread_id, params)
-        if request.method == TOOL_CALL:
-            return await self._tool_call(bridge, params)
+        return await relay(self, bridge, params)
+
+    async def _interaction(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
+        """An approval or a question: held pending until a client or the policy answers."""
         params["providerId"] = bridge.provider_id
+        thread_id = params.get("threadId")
         return await self._outcome(
-            self._open(bridge, request.method, params, thread_id if isinstance(thread_id, str) else None)
+            self._open(bridge, INTERACTION, params, thread_id if isinstance(thread_id, str) else None)
         )
 
     async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
@@ -71,7 +74,7 @@ class RelayMixin(DaemonState):
         """
         thread_id = self._tool_thread(bridge, params)
         name: str = params["tool"]
-        found = self.tools.lookup(thread_id, name)
+        found = lookup(self.registry.tools_of(thread_id), name)
         refusal = found if isinstance(found, Refusal) else None
         if not isinstance(found, Refusal):
             params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
@@ -115,16 +118,8 @@ class RelayMixin(DaemonState):
         """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
         thread_id = params.get("threadId")
         if not isinstance(thread_id, str):
-            provider_thread = params.get("providerThreadId")
-            thread_id = next(
-                (
-                    tid
-                    for tid, ptid in self.provider_threads.items()
-                    if ptid == provider_thread and self.thread_provider.get(tid) == bridge.provider_id
-                ),
-                None,
-            )
-        if thread_id is None or self.thread_provider.get(thread_id) != bridge.provider_id:
+            thread_id = self.registry.by_provider_thread(params.get("providerThreadId"), bridge.provider_id)
+        if thread_id is None or not self.registry.on_provider(thread_id, bridge.provider_id):
             return None  # another provider's thread never lends its tools
         return thread_id
 
@@ -143,7 +138,7 @@ class RelayMixin(DaemonState):
         return pending
 
     def _answering_client(self, thread_id: str | None) -> ClientSink | None:
-        client = self.thread_owner.get(thread_id) if thread_id is not None else None
+        client = self.registry.owner_of(thread_id) if thread_id is not None else None
         if client is None or client not in self.clients:
             client = self.clients[-1] if self.clients else None
         return client
@@ -242,6 +237,13 @@ class RelayMixin(DaemonState):
         except msgspec.ValidationError as exc:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"thread/pending: {exc}") from None
         return self.interactions.listing(None if asked.threadId is UNSET else asked.threadId)
+
+
+# The bridge requests the daemon serves: each is relayed to a client as a pending request.
+RELAYED: dict[str, Callable[[RelayMixin, BridgeProcess, dict[str, Any]], Awaitable[Any]]] = {
+    TOOL_CALL: RelayMixin._tool_call,
+    INTERACTION: RelayMixin._interaction,
+}
 
 
 async def _first(*events: trio.Event) -> None:

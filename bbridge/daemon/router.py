@@ -1,15 +1,17 @@
 """The daemon: routes client requests to bridges and bridge output to clients (daemon.md).
 
 This module is the daemon's core: its state, bridge processes and their lifecycle, and client requests, which
-flow to bridges with the daemon's translations (bb↔provider turn ids) and capability gating. Its other concerns
-are mixins of `Daemon`: bridge output to clients (`delivery.py`), bridge requests held as pending thread state
-(`relays.py`), the live view (`status.py`).
+flow to bridges with the daemon's translations (bb↔provider turn ids) and capability gating; what each forwarded
+method does before and after is its rule in `methods.py`, and every thread's record is in `threads.py`. Its other
+concerns are mixins of `Daemon`: bridge output to clients (`delivery.py`), bridge requests held as pending thread
+state (`relays.py`), the live view (`status.py`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +23,25 @@ from bbridge.core.events import Event
 from bbridge.daemon.base import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, ClientSink, Counters
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
-from bbridge.daemon.delivery import DeliveryMixin, ThreadParams, decode
+from bbridge.daemon.delivery import DeliveryMixin
 from bbridge.daemon.extensions import ExtensionChecker
 from bbridge.daemon.interactions import Interactions
 from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call
 from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.relays import RelayMixin
 from bbridge.daemon.status import StatusMixin
-from bbridge.daemon.tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, DeclarationError, ToolTable
+from bbridge.daemon.threads import Cause, ThreadRegistry
+from bbridge.daemon.tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, protocol, rpc
 
-__all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "ClientSink", "Counters", "Daemon"]
+__all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
 
 log = structlog.get_logger("bbridge.daemon.router")
 
 DEFAULT_TIMEOUT_S = 30.0
-THREAD_CREATION_TIMEOUT_S = 120.0
 SHUTDOWN_STOP_TIMEOUT_S = 5.0
-
-FORWARDED = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridge method but the handshake
-# The methods the daemon answers itself (`Daemon.handle`); with FORWARDED, what `openrpc.json` describes.
-OWN_METHODS = ("initialize", "daemon/status", "thread/events", "thread/pending", "interaction/respond", "shutdown")
-_THREAD_CREATION = frozenset({"thread/start", "thread/resume", "thread/fork"})
-_DAEMON_MADE = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
-# Maintenance methods whose own params carry providerId (one bridge may serve several ids): never stripped.
-_KEEP_PROVIDER_ID = frozenset(
-    {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
-)
 
 
 class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
@@ -80,10 +73,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
         self.bridges: dict[str, BridgeProcess] = {}
         self.start_failures: dict[str, str] = {}
-        self.thread_provider: dict[str, str] = {}
-        self.provider_threads: dict[str, str] = {}
-        self.thread_owner: dict[str, ClientSink] = {}
-        self.tools = ToolTable()  # each thread's declared dynamicTools (the latest successful construction)
+        self.registry = ThreadRegistry(self.tracker)  # every thread's provider, owner and tools; where it is let go
+        self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.clients: list[ClientSink] = []
         self.client_info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
@@ -134,7 +125,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                     continue
                 params = {
                     "threadId": thread_id,
-                    "providerThreadId": self.provider_threads.get(thread_id),
+                    "providerThreadId": self.registry.provider_threads.get(thread_id),
                     "intent": "interrupt",
                     "activeTurnId": bridge.assembler.get_provider_turn_id(thread_id, turns[0]) or turns[0],
                 }
@@ -216,19 +207,12 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         message = f"Provider {bridge.provider_id!r} {verb} ({status.describe()})" + (
             f"\nstderr: {tail}" if tail else ""
         )
-        for thread_id in self._threads_of(bridge):
-            streamed = bridge.assembler.streamed_text(thread_id)
-            events = self.tracker.settle_failed(thread_id, self.provider_threads.get(thread_id, ""), message, streamed)
+        for thread_id in list(self.registry.of_bridge(bridge)):
+            events = self.registry.release(thread_id, bridge, Cause.BRIDGE_EXITED, message)
             if events:
                 log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
                 self._publish(thread_id, bridge.provider_id, events)
                 self._advise(bridge, thread_id, message)
-            bridge.watchdogs.forget(thread_id)
-
-    def _threads_of(self, bridge: BridgeProcess) -> list[str]:
-        return [tid for tid, pid in self.thread_provider.items() if pid == bridge.provider_id] + [
-            tid for tid in bridge.threads if tid not in self.thread_provider
-        ]
 
     def waiting_on(self, thread_id: str) -> tuple[str, float] | None:
         """The kind and age of the oldest request a thread waits on (a client's answer, not the bridge)."""
@@ -255,35 +239,31 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             self.clients.remove(client)
             self._clients_changed()
         self.client_info.pop(client, None)
-        for thread_id, owner in list(self.thread_owner.items()):
-            if owner is client:
-                del self.thread_owner[thread_id]
+        self.registry.owner_left(client)
 
     def _clients_changed(self) -> None:
         self.clients_changed.set()
         self.clients_changed = trio.Event()
 
     async def handle(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
-        if method == "initialize":
-            info = params.get("client")
-            if isinstance(info, dict) and isinstance(info.get("name"), str) and isinstance(info.get("version"), str):
-                self.client_info[client] = {"name": info["name"], "version": info["version"]}
-            return self._initialize(params)
-        if method == "daemon/status":
-            return self.status()
-        if method == "thread/events":
-            return self._thread_events(params)
-        if method == "thread/pending":
-            return self.pending_requests(params)
-        if method == "interaction/respond":
-            return self.respond(client, params)
-        if method == "shutdown":
-            self.request_shutdown()
-            await self.stopped.wait()
-            return {}
+        own = OWN.get(method)
+        if own is not None:
+            return await own(self, client, params)
         if method not in FORWARDED:
             raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}")
         return await self._forward(client, method, params)
+
+    async def _hello(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        """`initialize`: what the client calls itself is kept (its answers are signed with it)."""
+        info = params.get("client")
+        if isinstance(info, dict) and isinstance(info.get("name"), str) and isinstance(info.get("version"), str):
+            self.client_info[client] = {"name": info["name"], "version": info["version"]}
+        return self._initialize(params)
+
+    async def _shutdown(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        self.request_shutdown()
+        await self.stopped.wait()
+        return {}
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         providers = [{"providerId": pid, **self.provider_state(pid)} for pid in sorted(self.providers)]
@@ -306,98 +286,58 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         return result
 
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
+        rule = METHODS[method]
         thread_id = params.get("threadId")
-        declared = None
-        if method in _THREAD_CREATION:
-            try:
-                declared = await self.tools.declare(params.get("dynamicTools"))  # refused before the bridge is asked
-            except DeclarationError as exc:
-                raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
-        interrupting = method == "thread/stop" and params.get("intent") == "interrupt" and isinstance(thread_id, str)
-        open_before = self.tracker.open_turns(str(thread_id)) if interrupting else []  # before requests are resolved
-        provider_id = params.get("providerId") if method in _KEEP_PROVIDER_ID else params.pop("providerId", None)
-        if provider_id is None and isinstance(thread_id, str):
-            provider_id = self.thread_provider.get(thread_id)
+        call = Call(client, method, params, thread_id if isinstance(thread_id, str) else None)
+        await rule.prepare(self, call)
+        provider_id = params.get("providerId") if rule.keeps_provider_id else params.pop("providerId", None)
+        if provider_id is None and call.thread_id is not None:
+            provider_id = self.registry.provider_of(call.thread_id)
         if not isinstance(provider_id, str):
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method} needs providerId (string)")
-        bridge = await self.bridge(provider_id)
+        bridge = call.bridge = await self.bridge(provider_id)
         refusal = protocol.method_allowed(method, bridge.capabilities)
         if refusal is not None:
             raise rpc.RpcError(errors.NOT_ADVERTISED, f"Provider {provider_id!r} refused {method}: {refusal}")
-        if isinstance(thread_id, str):
-            known = self.provider_threads.get(thread_id)
-            if known is not None and method not in _THREAD_CREATION:
+        if call.thread_id is not None:
+            known = self.registry.provider_threads.get(call.thread_id)
+            if known is not None and not rule.constructs:
                 params.setdefault("providerThreadId", known)
-            self._translate_turn_ids(bridge, method, thread_id, params)
-            if method in _THREAD_CREATION:
-                self.thread_provider[thread_id] = provider_id
-                self.thread_owner[thread_id] = client
-                bridge.threads.add(thread_id)
-                supplied = params.get("providerThreadId")
-                if method == "thread/resume" and isinstance(supplied, str) and supplied:
-                    self.provider_threads[thread_id] = supplied  # recorded before sending (protocol.md §3.3.6)
-            elif method == "turn/start":
-                bridge.watchdogs.turn_dispatched(thread_id, trio.current_time())
-            elif method == "thread/stop":  # nothing the thread waits on outlives its stop
-                await self.resolve_thread(thread_id, "the thread was stopped")
-        timeout = self.request_timeout_s
-        if method in ("thread/start", "thread/fork"):
-            timeout = max(timeout, THREAD_CREATION_TIMEOUT_S)
+            field = rule.turn_field
+            if field is not None and isinstance(params.get(field), str):
+                params[field] = bridge.assembler.get_provider_turn_id(call.thread_id, params[field]) or params[field]
+            await rule.before(self, call)
 
         def answered(raw: msgspec.Raw) -> None:
-            """In order with the bridge's notifications: a release forgets the thread before a resume's first
-            events, a construction's identity is known before its first turn's."""
-            if isinstance(thread_id, str):
-                if declared is not None:
-                    self.tools.set(thread_id, declared)  # the latest successful construction wins
-                self._after_forward(bridge, method, thread_id, params, raw)
+            if call.thread_id is not None:
+                rule.after_result(self, call, raw)
 
+        timeout = max(self.request_timeout_s, rule.min_timeout_s)
         try:
             raw = await bridge.request(method, params, timeout, on_result=answered)
         except rpc.RpcError as exc:
-            if method == "turn/start" and isinstance(thread_id, str):
-                bridge.watchdogs.dispatch_failed(thread_id)
-            if (
-                open_before
-                and isinstance(thread_id, str)
-                and self._stop_lost_its_race(bridge, thread_id, open_before, exc)
-            ):
-                return {"turnAlreadyEnded": True}
-            if exc.code in _DAEMON_MADE:
+            instead = rule.after_error(self, call, exc)
+            if instead is not None:
+                return instead
+            if exc.code in DAEMON_MADE:
                 raise
             raise bridge.with_env_advice(exc) from None  # "set BB_X …": how, through bbridge
         return msgspec.Raw(raw)
 
-    def _stop_lost_its_race(self, bridge: BridgeProcess, thread_id: str, turns: list[str], exc: rpc.RpcError) -> bool:
-        """An interrupt the bridge refused (`no active turn`) after the turns open at the stop settled meanwhile
-        (a declined approval ended the turn first): the thread is stopped, so is the client's stop."""
-        if exc.code in _DAEMON_MADE or bridge.state != "ready":
-            return False  # the bridge did not answer (exit, timeout): the turns were settled by the daemon, not it
-        if set(turns) & set(self.tracker.open_turns(thread_id)):
-            return False
-        log.info(
-            "an interrupt was refused after the turn had ended; the stop succeeds",
-            providerId=bridge.provider_id,
-            threadId=thread_id,
-            turns=turns,
-            error=exc.message,
-        )
-        return True
 
-    def _translate_turn_ids(self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any]) -> None:
-        field = "expectedTurnId" if method == "turn/steer" else "activeTurnId" if method == "thread/stop" else None
-        if field is not None and isinstance(params.get(field), str):
-            params[field] = bridge.assembler.get_provider_turn_id(thread_id, params[field]) or params[field]
+# The methods the daemon answers itself; with FORWARDED, what `openrpc.json` describes.
+OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] = {
+    "initialize": Daemon._hello,
+    "daemon/status": lambda daemon, client, params: _now(daemon.status()),
+    "thread/events": lambda daemon, client, params: _now(daemon._thread_events(params)),
+    "thread/pending": lambda daemon, client, params: _now(daemon.pending_requests(params)),
+    "interaction/respond": lambda daemon, client, params: _now(daemon.respond(client, params)),
+    "shutdown": Daemon._shutdown,
+}
+OWN_METHODS = tuple(OWN)
 
-    def _after_forward(
-        self, bridge: BridgeProcess, method: str, thread_id: str, params: dict[str, Any], raw: msgspec.Raw
-    ) -> None:
-        if method in _THREAD_CREATION:
-            result = decode(raw, ThreadParams)
-            if result is not None and result.providerThreadId:
-                self.provider_threads[thread_id] = result.providerThreadId
-        elif method == "thread/stop" and params.get("intent") == "release":
-            bridge.guard.clear_thread(thread_id)
-            bridge.watchdogs.forget(thread_id)
-            bridge.threads.discard(thread_id)
-            self.tools.forget(thread_id)
+
+async def _now(result: Any) -> Any:
+    """A synchronous method's answer, as the table's awaitable."""
+    return result

@@ -63,15 +63,15 @@ class StatusMixin(DaemonState):
             if pending.thread_id is not None:
                 known.setdefault(pending.thread_id, 0)
         for thread_id, last_seq in sorted(known.items()):
-            provider_id = self.thread_provider.get(thread_id)
+            provider_id = self.registry.provider_of(thread_id)
             bridge = self.bridges.get(provider_id) if provider_id else None
             work = tracked.get(thread_id)
             turn = bridge.watchdogs.open_turn(thread_id) if bridge else None
-            owner = self.thread_owner.get(thread_id)
+            owner = self.registry.owner_of(thread_id)
             yield {
                 "threadId": thread_id,
                 "providerId": provider_id,
-                "providerThreadId": self.provider_threads.get(thread_id),
+                "providerThreadId": self.registry.provider_threads.get(thread_id),
                 "openTurns": list(work.open_turns) if work else [],
                 "openItems": list(work.open_items) if work else [],
                 "openTurn": None if turn is None else {"turnId": turn.turn_id, "ageS": round(now - turn.started, 3)},

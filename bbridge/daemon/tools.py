@@ -1,9 +1,10 @@
 """Client-declared tools and the checks a bridge's `item/tool/call` passes before it is relayed (issue 13).
 
 A client declares tools as `dynamicTools` on `thread/start` / `thread/resume` / `thread/fork` (protocol.md
-§3.2, §3.3.5). `ToolTable.declare` checks a construction's declarations before anything reaches the bridge
-(each `inputSchema` must be a valid Draft 2020-12 schema, checked once per distinct schema); the daemon keeps
-them per thread once the construction succeeds, the latest successful construction winning. A call's
+§3.2, §3.3.5). `Declarations.declare` checks a construction's declarations before anything reaches the bridge
+(each `inputSchema` must be a valid Draft 2020-12 schema, checked once per distinct schema); the thread's
+record keeps them once the construction succeeds (`daemon/threads.py`), the latest successful construction
+winning, and `lookup` finds a call's tool there. A call's
 arguments are then checked against the declared schema by a `Checker` before the client sees the call.
 
 Bounding the cost, so that big or hostile schemas and arguments never stall other threads:
@@ -78,11 +79,10 @@ def canonical(schema: Any) -> str:
     return msgspec.json.encode(schema, order="sorted").decode()
 
 
-class ToolTable:
-    """Tools declared per bb thread, and the schema texts already found valid."""
+class Declarations:
+    """Checks a construction's `dynamicTools`, remembering the schema texts already found valid."""
 
     def __init__(self) -> None:
-        self.threads: dict[str, dict[str, Tool]] = {}
         self._checked: dict[str, None] = {}  # insertion-ordered set of valid schema texts
 
     async def declare(self, raw: Any) -> dict[str, Tool]:
@@ -127,27 +127,19 @@ class ToolTable:
         if len(self._checked) > MAX_CHECKED_SCHEMAS:
             del self._checked[next(iter(self._checked))]
 
-    def set(self, thread_id: str, tools: dict[str, Tool]) -> None:
-        self.threads[thread_id] = tools
 
-    def forget(self, thread_id: str) -> None:
-        self.threads.pop(thread_id, None)
-
-    def lookup(self, thread_id: str | None, name: str) -> Tool | Refusal:
-        """The declared tool a call names (`mcp__bb-bridge__<name>` too), or the refusal of an undeclared one."""
-        tools = self.threads.get(thread_id, {}) if thread_id is not None else {}
-        tool = tools.get(name)
-        if tool is None and name.startswith(MCP_PREFIX):
-            tool = tools.get(name[len(MCP_PREFIX) :])
-        if tool is not None:
-            return tool
-        if not tools:
-            return Refusal(f'Tool "{name}" is not declared for this thread (no tools are declared)')
-        names = sorted(tools)
-        listed = ", ".join(f'"{n}"' for n in names[:_MAX_NAMES_LISTED]) + (
-            ", …" if len(names) > _MAX_NAMES_LISTED else ""
-        )
-        return Refusal(f'Tool "{name}" is not declared for this thread (declared: {listed})')
+def lookup(tools: dict[str, Tool], name: str) -> Tool | Refusal:
+    """The declared tool a call names (`mcp__bb-bridge__<name>` too), or the refusal of an undeclared one."""
+    tool = tools.get(name)
+    if tool is None and name.startswith(MCP_PREFIX):
+        tool = tools.get(name[len(MCP_PREFIX) :])
+    if tool is not None:
+        return tool
+    if not tools:
+        return Refusal(f'Tool "{name}" is not declared for this thread (no tools are declared)')
+    names = sorted(tools)
+    listed = ", ".join(f'"{n}"' for n in names[:_MAX_NAMES_LISTED]) + (", …" if len(names) > _MAX_NAMES_LISTED else "")
+    return Refusal(f'Tool "{name}" is not declared for this thread (declared: {listed})')
 
 
 class _Process:

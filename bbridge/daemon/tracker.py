@@ -45,9 +45,6 @@ class Tracker:
             work = self._threads[thread_id] = ThreadWork()
         return work
 
-    def forget(self, thread_id: str) -> None:
-        self._threads.pop(thread_id, None)
-
     def observe(self, thread_id: str, event: Event) -> None:
         kind = event["type"]
         if kind == "turn/started":

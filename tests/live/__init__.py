@@ -1,5 +1,10 @@
 """Live-test infrastructure: real agent CLIs run fully offline against scripted model APIs the tests own.
 
+Shared: `tests.live.scripted` (the scripted HTTP server on 127.0.0.1: lifecycle, script queue, request record,
+bounded waits, SSE writing; each API dialect below keeps only its wire format), `tests.live.runner` (the CLIs'
+`.cache` locations, the offline environment's core, a child in its own process group and its stop, a bridge's
+provider entry for the daemon, `bbridge conformance` over a bridge) and `tests.live.processes` (leftover checks).
+
 Claude Code: `tests.live.anthropic` (a scripted Anthropic Messages API on 127.0.0.1, SSE like the real API) and
 `tests.live.claude` (the pinned CLI, an offline environment, a small stream-json driver); what the real CLI was
 seen doing is in `tests/live/NOTES.md`.

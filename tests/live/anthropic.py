@@ -31,22 +31,13 @@ breaking off any stream still being delayed.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import itertools
 import json
-import socket
-import threading
-import time
-import zlib
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
-import trio
+from tests.live import scripted
 
 __all__ = [
     "AnthropicServer",
@@ -64,8 +55,6 @@ __all__ = [
     "thinking",
     "tool_use",
 ]
-
-HOST = "127.0.0.1"
 
 # The `error.type` the real API uses per HTTP status.
 ERROR_TYPES = {
@@ -212,35 +201,14 @@ def as_answer(item: Answer | Block) -> Answer:
     return item if isinstance(item, Reply | Failure) else Reply((item,))
 
 
-def _queued(item: Answer | Block | Computed) -> Answer | Computed:
-    return item if callable(item) else as_answer(item)  # answers and blocks are frozen dataclasses, never callable
-
-
 # -- what the server saw -------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Request:
+class Request(scripted.Request):
     """One request as received, with what was served."""
 
-    method: str
-    target: str  # the request line's target as sent
-    path: str  # without the query string
-    query: str
-    headers: dict[str, str]  # lower-cased names
-    raw: bytes
-    body: Any  # the parsed JSON body, or None
-    at: float  # time.monotonic() on arrival
     answer: Answer | None = None  # what a /v1/messages request got
-    scripted: bool = False  # the answer was taken from the script (not the default)
-    status: int = 0
-    finished: bool = False  # the whole answer was written
-    disconnected: bool = False  # the client went away (or the server stopped) before the answer ended
-
-    @property
-    def is_proxy_attempt(self) -> bool:
-        """A request meant for another host: a CONNECT tunnel or an absolute-URI (proxied) request line."""
-        return self.method == "CONNECT" or "://" in self.target
 
     @property
     def is_messages(self) -> bool:
@@ -303,8 +271,11 @@ def consumes_every_message(request: Request) -> bool:
 # -- the server --------------------------------------------------------------------------------------------------
 
 
-class AnthropicServer:
+class AnthropicServer(scripted.ScriptedServer[Request, Answer | Block]):
     """The scripted API on `http://127.0.0.1:<port>` (`url`). Thread-safe; start/stop or use as a context."""
+
+    request_type = Request
+    name = "anthropic-live"
 
     def __init__(
         self,
@@ -312,273 +283,79 @@ class AnthropicServer:
         *,
         consumes: Callable[[Request], bool] = consumes_every_message,
     ) -> None:
-        self.default: Answer = as_answer(default if default is not None else text("OK"))
+        super().__init__(as_answer(default if default is not None else text("OK")))
         self.consumes = consumes
-        self._script: deque[Answer | Computed] = deque()
-        self._requests: list[Request] = []
-        self._cond = threading.Condition()
-        self._stopping = threading.Event()
         self._ids = itertools.count(1)
-        self._connections: set[socket.socket] = set()
-        self._httpd = _Server((HOST, 0), _Handler)
-        self._httpd.owner = self
-        self._thread: threading.Thread | None = None
-
-    # lifecycle
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"http://{scripted.HOST}:{self.port}"
 
-    def start(self) -> AnthropicServer:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="anthropic-live", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop serving: breaks off delayed streams, closes open connections, joins the serving thread."""
-        self._stopping.set()
-        with self._cond:
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout)
-            self._thread = None
-        with self._cond:
-            conns = list(self._connections)
-        for conn in conns:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        self._httpd.server_close()
-
-    def __enter__(self) -> AnthropicServer:
-        return self.start()
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-
-    # the script
+    def is_call(self, request: Request) -> bool:
+        return request.is_messages
 
     def script(self, *answers: Answer | Block | Computed) -> None:
         """Queue answers (a bare block is a one-block reply; a function makes its answer from the request), served
         in order to consuming requests."""
-        with self._cond:
-            self._script.extend(_queued(a) for a in answers)
-
-    def pending(self) -> int:
-        """How many scripted answers are still queued."""
-        with self._cond:
-            return len(self._script)
-
-    # what was seen
-
-    @property
-    def requests(self) -> list[Request]:
-        with self._cond:
-            return list(self._requests)
+        self.push(*answers)
 
     def messages(self) -> list[Request]:
         """The `POST /v1/messages` requests so far, in arrival order."""
-        return [r for r in self.requests if r.is_messages]
-
-    def wait(self, predicate: Callable[[list[Request]], bool], timeout: float = 10.0) -> list[Request]:
-        """Block until `predicate(all requests)` holds; TimeoutError (listing what was seen) after `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not predicate(list(self._requests)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    seen = [f"{r.method} {r.path} {r.status}" for r in self._requests]
-                    raise TimeoutError(f"the API server did not see what was awaited in {timeout}s; it saw {seen}")
-                self._cond.wait(min(left, 0.1))
-            return list(self._requests)
+        return self.posts()
 
     def wait_messages(self, n: int, timeout: float = 10.0, *, finished: bool = False) -> list[Request]:
         """Block until at least `n` `POST /v1/messages` arrived (and, with `finished`, were fully answered)."""
-
-        def enough(reqs: list[Request]) -> bool:
-            msgs = [r for r in reqs if r.is_messages]
-            return len(msgs) >= n and (not finished or all(r.finished or r.disconnected for r in msgs[:n]))
-
-        return [r for r in self.wait(enough, timeout) if r.is_messages]
+        return self.wait_for_posts(n, timeout, finished=finished)
 
     async def wait_messages_async(self, n: int, timeout: float = 10.0, *, finished: bool = False) -> list[Request]:
-        """`wait_messages` for trio code (runs in a worker thread; the wait itself is bounded by `timeout`)."""
-        return await trio.to_thread.run_sync(
-            lambda: self.wait_messages(n, timeout, finished=finished), abandon_on_cancel=True
-        )
-
-    # used by the handler
-
-    def _record(self, request: Request) -> None:
-        with self._cond:
-            self._requests.append(request)
-            self._cond.notify_all()
-
-    def _changed(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        """`wait_messages` for trio code."""
+        return await self.wait_for_posts_async(n, timeout, finished=finished)
 
     def _take(self, request: Request) -> Answer:
-        with self._cond:
-            if self.consumes(request) and self._script:
-                request.scripted = True
-                queued = self._script.popleft()
-                request.answer = as_answer(queued(request)) if callable(queued) else queued
-            else:
-                request.answer = self.default
-            return request.answer
+        request.answer = as_answer(self.take(request, self.consumes(request)))
+        return request.answer
 
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}_live_{next(self._ids):04d}"
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep unless the server stops first; False when it is stopping."""
-        if seconds > 0:
-            return not self._stopping.wait(seconds)
-        return not self._stopping.is_set()
 
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    owner: AnthropicServer
-
-
-class _Stop(Exception):
-    """The server is stopping: abandon the answer."""
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(scripted.ScriptedHandler[AnthropicServer, Request]):
     protocol_version = "HTTP/1.1"
-    server: _Server
-    timeout = 30  # an idle keep-alive connection is dropped after this long
 
-    def setup(self) -> None:
-        super().setup()
-        with self.server.owner._cond:
-            self.server.owner._connections.add(self.connection)
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError):
-            super().finish()
-        with self.server.owner._cond:
-            self.server.owner._connections.discard(self.connection)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    # request intake
-
-    def _read(self) -> Request:
-        if self.headers.get("transfer-encoding", "").lower() == "chunked":
-            raw = b""
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                raw += self.rfile.read(size)
-                self.rfile.readline()
-        else:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-        encoding = self.headers.get("content-encoding", "").lower()
-        with contextlib.suppress(OSError, zlib.error):
-            if encoding == "gzip":
-                raw = gzip.decompress(raw)
-            elif encoding == "deflate":
-                raw = zlib.decompress(raw)
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        url = urlsplit(self.path)
-        request = Request(
-            self.command, self.path, url.path, url.query, {k.lower(): v for k, v in self.headers.items()}, raw, body,
-            time.monotonic(),
-        )  # fmt: skip
-        self.server.owner._record(request)
-        return request
-
-    def do_GET(self) -> None:
-        self._not_found(self._read())
-
-    def do_HEAD(self) -> None:
-        request = self._read()
-        request.status = 200
-        self.send_response(200)
-        self.send_header("content-length", "0")
-        self.end_headers()
-        self._done(request)
-
-    def do_POST(self) -> None:
-        request = self._read()
-        owner = self.server.owner
-        if request.path == "/v1/messages/count_tokens":
+    def route(self, request: Request) -> None:
+        owner = self.owner
+        if request.method == "CONNECT":  # a proxy tunnel: the client tried to reach a non-loopback host. Refused.
+            self.close_connection = True
+            self.empty(request, 403, (("connection", "close"),))
+        elif request.method == "HEAD":
+            self.empty(request, 200)
+        elif request.method == "GET":
+            self._not_found(request)
+        elif request.path == "/v1/messages/count_tokens":
             self._json(request, 200, {"input_tokens": max(1, len(request.raw) // 4)})
         elif request.path == "/v1/messages":
             answer = owner._take(request)
-            try:
-                if isinstance(answer, Failure) and not answer.in_stream:
-                    self._error(request, answer)
-                elif request.stream:
-                    self._stream(request, answer)
-                elif isinstance(answer, Reply):
-                    self._json(request, 200, self._message(request, answer), answer.headers)
-                else:
-                    self._error(request, answer)
-            except (_Stop, OSError):
-                request.disconnected = True
-                self.close_connection = True
-                owner._changed()
+            if isinstance(answer, Failure) and not answer.in_stream:
+                self._error(request, answer)
+            elif request.stream:
+                self._stream(request, answer)
+            elif isinstance(answer, Reply):
+                self._json(request, 200, self._message(request, answer), answer.headers)
+            else:
+                self._error(request, answer)
         else:
             self._not_found(request)
 
-    do_PUT = do_PATCH = do_DELETE = do_POST
-
-    def do_CONNECT(self) -> None:
-        """A proxy tunnel request: the client tried to reach a non-loopback host (see `offline_env`). Refused."""
-        request = self._read()
-        request.status = 403
-        self.send_response(403)
-        self.send_header("content-length", "0")
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        self._done(request)
-
     # answers
 
-    def _done(self, request: Request) -> None:
-        request.finished = True
-        self.server.owner._changed()
-
     def _json(self, request: Request, status: int, obj: Any, headers: tuple[tuple[str, str], ...] = ()) -> None:
-        data = json.dumps(obj).encode()
-        request.status = status
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("request-id", self.server.owner._next_id("req"))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-        self._done(request)
+        self.json(request, status, obj, (("request-id", self.owner._next_id("req")), *headers))
 
     def _error_body(self, failure: Failure) -> dict[str, Any]:
         return {
             "type": "error",
             "error": {"type": failure.error_type, "message": failure.message},
-            "request_id": self.server.owner._next_id("req"),
+            "request_id": self.owner._next_id("req"),
         }
 
     def _error(self, request: Request, failure: Failure) -> None:
@@ -604,14 +381,14 @@ class _Handler(BaseHTTPRequestHandler):
         return {"type": "tool_use", "id": tool_id, "name": block.name, "input": block.input}
 
     def _tool_ids(self, reply: Reply) -> list[str | None]:
-        owner = self.server.owner
+        owner = self.owner
         return [(b.id or owner._next_id("toolu")) if isinstance(b, ToolUse) else None for b in reply.blocks]
 
     def _message(self, request: Request, reply: Reply) -> dict[str, Any]:
         """A whole (non-streamed) Message."""
         ids = self._tool_ids(reply)
         return {
-            "id": self.server.owner._next_id("msg"),
+            "id": self.owner._next_id("msg"),
             "type": "message",
             "role": "assistant",
             "model": request.model or "claude-live",
@@ -622,25 +399,13 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _stream(self, request: Request, answer: Answer) -> None:
-        owner = self.server.owner
+        owner = self.owner
         reply = answer if isinstance(answer, Reply) else Reply(())
-        request.status = 200
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("request-id", owner._next_id("req"))
-        self.send_header("transfer-encoding", "chunked")
-        for name, value in reply.headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.flush()
+        self.open_stream(request, (("request-id", owner._next_id("req")), *reply.headers))
 
         def event(kind: str, data: dict[str, Any], delay: float = reply.delay) -> None:
-            if not owner._sleep(delay):
-                raise _Stop
-            payload = f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(payload), payload))
-            self.wfile.flush()
+            owner.sleep(delay)
+            self.event(json.dumps(data, separators=(",", ":")), kind)
 
         start: dict[str, Any] = {
             "id": owner._next_id("msg"),
@@ -655,7 +420,7 @@ class _Handler(BaseHTTPRequestHandler):
         event("message_start", {"type": "message_start", "message": start}, reply.first_delay)
         if isinstance(answer, Failure):
             event("error", {"type": "error", "error": {"type": answer.error_type, "message": answer.message}})
-            self._end_chunks(request)
+            self.close_stream(request)
             return
         for index, (block, tool_id) in enumerate(zip(reply.blocks, self._tool_ids(reply), strict=True)):
             opened: dict[str, Any]
@@ -675,12 +440,10 @@ class _Handler(BaseHTTPRequestHandler):
         usage = self._usage(reply, reply.output_tokens)
         event("message_delta", {"type": "message_delta", "delta": stop, "usage": usage})
         event("message_stop", {"type": "message_stop"})
-        self._end_chunks(request)
+        self.close_stream(request)
 
-    def _end_chunks(self, request: Request) -> None:
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-        self._done(request)
+
+AnthropicServer.handler = _Handler
 
 
 def _deltas(block: Block) -> Iterator[dict[str, Any]]:

@@ -22,8 +22,6 @@ import contextlib
 import json
 import os
 import queue
-import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -36,11 +34,11 @@ from typing import Any
 import pytest
 
 from bridges.claude_code.cli import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
+from tests.live import runner
 from tests.support import make_or_skip
 
-REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CODE_VERSION = "2.1.332"
-CLAUDE = REPO / ".cache" / "live" / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
+CLAUDE = runner.LIVE_MODULES / "@anthropic-ai" / "claude-code-linux-x64" / "claude"
 MODEL = "claude-sonnet-4-5"
 API_KEY = "sk-ant-api03-live-test-0000000000000000"
 # The flag-tier settings every recorded full-access session of the reference passed (§1.4 row 16).
@@ -65,9 +63,7 @@ def offline_env(
     Built from scratch (only `PATH` is inherited) so no credential or setting of the host leaks in.
     """
     env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
+        **runner.offline_env(home, path=os.environ.get("PATH", runner.SYSTEM_PATH)),
         "SHELL": "/bin/bash",
         "TMPDIR": str(home / "tmp"),
         "ANTHROPIC_BASE_URL": api_url,
@@ -83,7 +79,6 @@ def offline_env(
         # which records and refuses it (`Request.is_proxy_attempt`); loopback is exempt.
         "HTTPS_PROXY": api_url,
         "HTTP_PROXY": api_url,
-        "NO_PROXY": "127.0.0.1,localhost",
     }
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     return {**env, **(extra or {})}
@@ -164,15 +159,7 @@ class Claude:
         self.argv = list(argv)
         self.cwd = cwd
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group: close() ends the tools it spawned too
-        )
+        self.proc = runner.spawn(self.argv, env, cwd)  # its own process group: close() ends its tools too
         self.mcp_server = mcp_server
         self.mcp_tools = list(mcp_tools)
         self.seen: list[tuple[float, Message]] = []  # (seconds since start, message), every stdout JSON line
@@ -436,30 +423,7 @@ class Claude:
         if self._closed:
             return self.proc.returncode
         self._closed = True
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError, ValueError), self._write_lock:
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(2)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.proc.wait(5)
-        self._signal(signal.SIGKILL)  # whatever the CLI left running in its group (tool subprocesses)
-        for reader in self._readers:
-            reader.join(2)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        return self.proc.returncode
-
-    def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)  # the group this child leads (start_new_session)
+        return runner.stop(self.proc, self._readers, grace, self._write_lock, term=2)
 
     def __enter__(self) -> Claude:
         return self

@@ -16,22 +16,20 @@ bridge sends in the recorded `bridge→provider` lanes; see `tests/live/CODEX_NO
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from tests.live import runner
 from tests.support import make_or_skip
 
-REPO = Path(__file__).resolve().parent.parent.parent
 CODEX_VERSION = "0.171.0"
-CLI = REPO / ".cache/live/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+CLI = runner.LIVE_MODULES / "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
 API_KEY_ENV = "SCRIPTED_OPENAI_API_KEY"  # not BB_*: the bridge strips those from codex's environment
 MODEL = "gpt-5.5"  # a known model: codex offers exec_command and apply_patch without a warning
 CLIENT_INFO = {
@@ -80,11 +78,8 @@ def offline_env(root: Path, base_url: str, model: str = MODEL) -> dict[str, str]
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(config_toml(base_url, model))
     return {
-        "HOME": str(home),
+        **runner.offline_env(home),
         "CODEX_HOME": str(codex_home),
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "NO_PROXY": "127.0.0.1,localhost",
         "OPENAI_BASE_URL": base_url,  # the built-in `openai` provider too, should a config ever fall back to it
         API_KEY_ENV: "sk-dummy-offline",
     }
@@ -261,7 +256,6 @@ async def app_server(cli: Path, env: dict[str, str], cwd: Path) -> AsyncIterator
             await trio.aclose_forcefully(proc.stdin)
             with trio.move_on_after(5):
                 await proc.wait()
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the group: codex's shells and helpers too
+            runner.kill_group(proc.pid)  # the group: codex's shells and helpers too
             with trio.move_on_after(5):
                 await proc.wait()

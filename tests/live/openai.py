@@ -1,6 +1,6 @@
 """A scripted OpenAI Responses API server for live tests of the real Codex CLI, fully offline.
 
-`ScriptedResponses` is a stdlib `ThreadingHTTPServer` on 127.0.0.1 (a free port) in a background thread. Every
+`ScriptedResponses` is a `tests.live.scripted` server on 127.0.0.1 (a free port) in a background thread. Every
 `POST .../responses` pops the next scripted `Reply` (or the default) and answers it as the real API does: an SSE
 stream (`response.created`, `response.output_item.added`/`.done`, text and reasoning-summary deltas, function-call
 argument deltas, `response.completed` with usage) or an HTTP error with the API's JSON error body. Anything else
@@ -19,19 +19,14 @@ request itself (for concurrent sessions); `custom_tool_call` answers with a free
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
-import threading
 import time
-import zlib
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from dataclasses import dataclass
 
-Json = dict[str, Any]
+from tests.live import scripted
+from tests.live.scripted import Json
 
 
 @dataclass(frozen=True)
@@ -45,15 +40,7 @@ class Reply:
     hold: float = 0.0  # seconds slept before the first event: the stream opens and says nothing yet
 
 
-@dataclass(frozen=True)
-class Request:
-    """One request the server saw."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any  # decoded JSON, the raw text when it is not JSON, None when empty
-    at: float = field(default_factory=time.monotonic)
+Request = scripted.Request
 
 
 _ids = itertools.count(1)
@@ -215,145 +202,57 @@ def http_error(
     return Reply(status=status, error={"error": {"message": message, "type": error_type, "param": None, "code": code}})
 
 
-def _decode(raw: bytes, encoding: str) -> Any:
-    if encoding == "gzip":
-        raw = gzip.decompress(raw)
-    elif encoding == "deflate":
-        raw = zlib.decompress(raw)
-    elif encoding:
-        return f"<{len(raw)} bytes, content-encoding {encoding}>"
-    if not raw:
-        return None
-    text = raw.decode("utf-8", "replace")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-class ScriptedResponses:
+class ScriptedResponses(scripted.ScriptedServer[Request, Reply]):
     """The server: `push` replies, read `requests`/`posts()`; a context manager that starts and stops it."""
 
+    name = "openai-responses-live"
+
     def __init__(self, default: Reply | None = None) -> None:
-        self.default = default if default is not None else text("ok")
+        super().__init__(default if default is not None else text("ok"))
         # Consulted first for every `POST /responses`: a Reply chosen from the request (concurrent sessions whose
         # order is not known, e.g. `bbridge conformance`), or None for the script.
         self.route: Callable[[Request], Reply | None] | None = None
-        self.requests: list[Request] = []
-        self._script: deque[Reply] = deque()
-        self._lock = threading.Condition()
-        self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
 
     @property
     def base_url(self) -> str:
         """The provider `base_url` for codex: it appends `/responses`, `/models`, ... to it."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{scripted.HOST}:{self.port}/v1"
 
-    def push(self, *replies: Reply) -> None:
-        """Queue replies for the next `POST /responses`, in order."""
-        with self._lock:
-            self._script.extend(replies)
+    def is_call(self, request: Request) -> bool:
+        return request.method == "POST" and request.path.endswith("/responses")
 
-    def posts(self) -> list[Request]:
-        """The `POST .../responses` requests seen so far."""
-        with self._lock:
-            return [r for r in self.requests if r.method == "POST" and r.path.endswith("/responses")]
-
-    def wait_for_posts(self, count: int, timeout: float = 20.0) -> list[Request]:
-        """Block until `count` posts were seen (AssertionError after `timeout` seconds)."""
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(self.posts()) >= count, timeout):
-                raise AssertionError(f"{len(self.posts())} POST /responses seen, wanted {count}: {self.requests}")
-            return self.posts()
-
-    def _record(self, request: Request) -> None:
-        with self._lock:
-            self.requests.append(request)
-            self._lock.notify_all()
-
-    def _next(self, request: Request) -> Reply:
-        with self._lock:
-            self._record(request)
-            routed = self.route(request) if self.route is not None else None
-            if routed is not None:
-                return routed
-            return self._script.popleft() if self._script else self.default
-
-    def __enter__(self) -> ScriptedResponses:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+    def answer(self, request: Request) -> Reply:
+        routed = self.route(request) if self.route is not None else None
+        return routed if routed is not None else self.take(request)
 
 
-def _handler(server: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.0: each answer ends by closing the connection, so an SSE stream needs no length or chunking.
-        protocol_version = "HTTP/1.0"
-        timeout = 30  # a client that stalls mid-request frees the thread
+class _Handler(scripted.ScriptedHandler[ScriptedResponses, Request]):
+    # HTTP/1.0: each answer ends by closing the connection, so an SSE stream needs no length or chunking.
+    protocol_version = "HTTP/1.0"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def route(self, request: Request) -> None:
+        if self.owner.is_call(request):
+            self._respond(request, self.owner.answer(request))
+        elif request.method == "GET" and request.path.endswith("/models"):
+            self.json(request, 200, {"object": "list", "data": [], "models": []})
+        else:
+            self.json(
+                request, 404, {"error": {"message": f"no route {request.target}", "type": "invalid_request_error"}}
+            )
 
-        def _request(self) -> Request:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = _decode(raw, (self.headers.get("Content-Encoding") or "").lower())
-            return Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+    def _respond(self, request: Request, reply: Reply) -> None:
+        if reply.status != 200:
+            self.json(request, reply.status, reply.error or {})
+            return
+        self.open_stream(request)
+        self.owner.sleep(reply.hold)
+        streaming = False
+        for event in reply.events:
+            if streaming and reply.delay:
+                self.owner.sleep(reply.delay)
+            self.event(json.dumps(event), event["type"])
+            streaming = streaming or event["type"].endswith(".delta")
+        self.close_stream(request)
 
-        def _json(self, status: int, body: Json) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
-        def do_POST(self) -> None:
-            request = self._request()
-            if not self.path.split("?")[0].endswith("/responses"):
-                server._record(request)
-                self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
-                return
-            reply = server._next(request)
-            if reply.status != 200:
-                self._json(reply.status, reply.error or {})
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            try:
-                if reply.hold and server._stopping.wait(reply.hold):
-                    return
-                streaming = False
-                for event in reply.events:
-                    if streaming and reply.delay and server._stopping.wait(reply.delay):
-                        return
-                    self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
-                    self.wfile.flush()
-                    streaming = streaming or event["type"].endswith(".delta")
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away (an interrupted turn)
-
-        def do_GET(self) -> None:
-            server._record(self._request())
-            if self.path.split("?")[0].endswith("/models"):
-                self._json(200, {"object": "list", "data": [], "models": []})
-            else:
-                self._json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
-
-        do_DELETE = do_PUT = do_GET
-
-    return Handler
+ScriptedResponses.handler = _Handler

@@ -1,6 +1,6 @@
 """A scripted OpenAI Chat Completions server for live tests of the real pi CLI, fully offline.
 
-`ScriptedChat` is a stdlib `ThreadingHTTPServer` on 127.0.0.1 (a free port) in a background thread. Every
+`ScriptedChat` is a `tests.live.scripted` server on 127.0.0.1 (a free port) in a background thread. Every
 `POST .../chat/completions` takes the next scripted answer (or the default) and answers it as the real API does
 with `stream: true`: SSE `data: {chunk}` lines of `chat.completion.chunk` objects whose `choices[0].delta` carries
 `reasoning_content` (what pi's `openai-completions` provider reads as thinking; it also accepts `reasoning` and
@@ -22,19 +22,16 @@ turn running, e.g. to abort it; a stalled stream ends at once when the server st
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
-import threading
 import time
-import zlib
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
-Json = dict[str, Any]
+from tests.live import scripted
+from tests.live.scripted import Json
+
 MODEL = "scripted-model"
 
 
@@ -50,15 +47,9 @@ class Reply:
     done: bool = True  # end with `data: [DONE]`
 
 
-@dataclass(frozen=True)
-class Request:
+@dataclass
+class Request(scripted.Request):
     """One request the server saw."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any  # decoded JSON, the raw text when it is not JSON, None when empty
-    at: float = field(default_factory=time.monotonic)
 
     def last_user_text(self) -> str:
         """The text of the last `user` message of a chat request ('' when there is none)."""
@@ -204,158 +195,53 @@ def http_error(
     return Reply(status=status, error=body, headers=headers)
 
 
-def _decode(raw: bytes, encoding: str) -> Any:
-    if encoding == "gzip":
-        raw = gzip.decompress(raw)
-    elif encoding == "deflate":
-        raw = zlib.decompress(raw)
-    elif encoding:
-        return f"<{len(raw)} bytes, content-encoding {encoding}>"
-    if not raw:
-        return None
-    body = raw.decode("utf-8", "replace")
-    try:
-        return json.loads(body)
-    except ValueError:
-        return body
-
-
 def _is_chat(path: str) -> bool:
-    return path.split("?")[0].rstrip("/").endswith("/chat/completions")
+    return path.rstrip("/").endswith("/chat/completions")
 
 
-class ScriptedChat:
+class ScriptedChat(scripted.ScriptedServer[Request, Reply]):
     """The server: `push` answers, read `requests`/`posts()`; a context manager that starts and stops it."""
 
-    def __init__(self, default: Answer | None = None) -> None:
-        self.default: Answer = default if default is not None else (lambda request: text("ok"))
-        self.requests: list[Request] = []
-        self._script: deque[Answer] = deque()
-        self._lock = threading.Condition()
-        self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    request_type = Request
+    name = "openai-chat-live"
 
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
+    def __init__(self, default: Answer | None = None) -> None:
+        super().__init__(default if default is not None else (lambda request: text("ok")))
 
     @property
     def base_url(self) -> str:
         """The provider `baseUrl`: the OpenAI SDK appends `/chat/completions` to it."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{scripted.HOST}:{self.port}/v1"
 
-    def push(self, *answers: Answer) -> None:
-        """Queue answers for the next `POST /chat/completions`, in order (a callable computes its Reply)."""
-        with self._lock:
-            self._script.extend(answers)
-
-    def pending(self) -> int:
-        """Scripted answers not taken yet."""
-        with self._lock:
-            return len(self._script)
-
-    def posts(self) -> list[Request]:
-        """The `POST .../chat/completions` requests seen so far."""
-        with self._lock:
-            return [r for r in self.requests if r.method == "POST" and _is_chat(r.path)]
-
-    def wait_for_posts(self, count: int, timeout: float = 20.0) -> list[Request]:
-        """Block until `count` posts were seen (AssertionError after `timeout` seconds)."""
-        with self._lock:
-            if not self._lock.wait_for(lambda: len(self.posts()) >= count, timeout):
-                raise AssertionError(f"{len(self.posts())} POST /chat/completions seen, wanted {count}")
-            return self.posts()
-
-    def _record(self, request: Request) -> None:
-        with self._lock:
-            self.requests.append(request)
-            self._lock.notify_all()
-
-    def _next(self, request: Request) -> Reply:
-        with self._lock:
-            self._record(request)
-            answer = self._script.popleft() if self._script else self.default
-        return answer(request) if callable(answer) else answer
-
-    def __enter__(self) -> ScriptedChat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+    def is_call(self, request: Request) -> bool:
+        return request.method == "POST" and _is_chat(request.path)
 
 
-def _handler(server: ScriptedChat) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.0: each answer ends by closing the connection, so an SSE stream needs no length or chunking.
-        protocol_version = "HTTP/1.0"
-        timeout = 30  # a client that stalls mid-request frees the thread
+class _Handler(scripted.ScriptedHandler[ScriptedChat, Request]):
+    # HTTP/1.0: each answer ends by closing the connection, so an SSE stream needs no length or chunking.
+    protocol_version = "HTTP/1.0"
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def route(self, request: Request) -> None:
+        if not self.owner.is_call(request):
+            message = f"Invalid URL ({request.method} {request.target})"
+            error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+            self.json(request, 404, {"error": error})
+            return
+        reply = self.owner.take(request)
+        if reply.status != 200:
+            self.json(request, reply.status, reply.error or {}, reply.headers)
+            return
+        self.open_stream(request, reply.headers)
+        streaming = False
+        for chunk in reply.chunks:
+            if streaming and reply.delay:
+                self.owner.sleep(reply.delay)
+            self.event(json.dumps(chunk))
+            delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+            streaming = streaming or any(delta.get(k) for k in ("content", "reasoning_content", "tool_calls"))
+        if reply.done:
+            self.event("[DONE]")
+        self.close_stream(request)
 
-        def _request(self) -> Request:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = _decode(raw, (self.headers.get("Content-Encoding") or "").lower())
-            return Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
 
-        def _json(self, status: int, body: Json, headers: tuple[tuple[str, str], ...] = ()) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in headers:
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _not_found(self) -> None:
-            message = f"Invalid URL ({self.command} {self.path})"
-            self._json(
-                404, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
-            )
-
-        def do_POST(self) -> None:
-            request = self._request()
-            if not _is_chat(self.path):
-                server._record(request)
-                self._not_found()
-                return
-            reply = server._next(request)
-            try:
-                if reply.status != 200:
-                    self._json(reply.status, reply.error or {}, reply.headers)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Cache-Control", "no-cache")
-                for name, value in reply.headers:
-                    self.send_header(name, value)
-                self.end_headers()
-                streaming = False
-                for chunk in reply.chunks:
-                    if streaming and reply.delay and server._stopping.wait(reply.delay):
-                        return
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    self.wfile.flush()
-                    delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
-                    streaming = streaming or any(delta.get(k) for k in ("content", "reasoning_content", "tool_calls"))
-                if reply.done:
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client went away (an aborted turn)
-
-        def do_GET(self) -> None:
-            server._record(self._request())
-            self._not_found()
-
-        do_DELETE = do_PUT = do_PATCH = do_GET
-
-    return Handler
+ScriptedChat.handler = _Handler

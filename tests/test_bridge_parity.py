@@ -1,7 +1,8 @@
-"""Recorded `acp-cursor` cells replayed through `bridges.acp` (with the fake agent) equal the goldens.
+"""Recorded cells replayed through each provider's live bridge (the fake agent of protocol.md §6.4 playing the
+provider lanes) equal the goldens: one row per provider in `tests.parity.BRIDGES`.
 
-Needs ../shared (skips with a reason without it). The allowlist is the committed one; every entry must mask
-something in the run, so a fixed difference makes its entry fail as stale.
+Needs ../shared (skips with a reason without it). Each allowlist is the committed one, its length pinned; every
+entry must mask something in the run, so a fixed difference makes its entry fail as stale.
 """
 
 from __future__ import annotations
@@ -14,28 +15,43 @@ import pytest
 
 from bbridge.core.events import Event, encode_event
 from bbridge.replay import bridge_parity
-from tests.conftest import REPO, missing_reason, shared_path
-
-RECORDINGS = shared_path("recordings", "acp-cursor")
-CELLS = sorted(p for p in RECORDINGS.iterdir() if p.is_dir()) if RECORDINGS is not None else []
-BRIDGE = [sys.executable, "-m", "bridges.acp"]
-pytestmark = pytest.mark.skipif(RECORDINGS is None, reason=missing_reason("recordings", "acp-cursor"))
+from tests.conftest import REPO, shared_path
+from tests.parity import BRIDGES, Bridge, recorded_cells
 
 
-def test_every_cell_matches_its_golden() -> None:
+@pytest.mark.parametrize("bridge", BRIDGES.values(), ids=BRIDGES.keys())
+def test_every_cell_matches_its_golden(bridge: Bridge) -> None:
+    if bridge.missing is not None:
+        pytest.skip(bridge.missing)
     golden = shared_path("golden")
     assert golden is not None
-    checks = list(bridge_parity.check_cells(BRIDGE, CELLS, golden, drain=0.15, settle=0.3))
+    cells = recorded_cells(bridge.recordings)
+    allowlist = REPO / "conformance" / bridge.allowlist
+    also: list[str] = []
+
+    def check_more(cell: Path, run: bridge_parity.Run) -> None:
+        if bridge.also is not None and (problem := bridge.also(cell, run)) is not None:
+            also.append(problem)
+
+    runs = bridge_parity.check_cells(
+        bridge.command, cells, golden, allowlist, drain=bridge.drain, settle=bridge.settle, on_run=check_more
+    )
+    checks = list(runs)
     failures = [check.line() for check in checks if not check.ok]
     assert not failures, "\n".join(failures)
-    assert len(checks) == len(CELLS) >= 10
+    assert len(checks) == len(cells) >= bridge.min_cells
+    assert len(bridge_parity.read_allowlist(allowlist)) == bridge.allowlisted
+    assert not also, "\n".join(also)
 
 
 def test_cli_prints_one_line_per_cell_and_the_summary(tmp_path: Path) -> None:
+    acp = BRIDGES["acp"]
+    if acp.missing is not None:
+        pytest.skip(acp.missing)
     golden = shared_path("golden")
     assert golden is not None
-    cell = next(c for c in CELLS if c.name == "approval-allow")
-    command = [sys.executable, "-m", "bbridge", "parity", "bridge", "--provider-cmd", " ".join(BRIDGE)]
+    cell = next(c for c in recorded_cells(acp.recordings) if c.name == "approval-allow")
+    command = [sys.executable, "-m", "bbridge", "parity", "bridge", "--provider-cmd", " ".join(acp.command)]
     command += ["--golden", str(golden), "--dump-dir", str(tmp_path), str(cell)]
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=60)
     lines = result.stdout.splitlines()

@@ -1,21 +1,17 @@
-"""The Claude Code translator against every recorded claude-code cell, byte for byte (spec §8.4, §9).
+"""The Claude Code translator's replay of a recorded claude-code cell, byte for byte (spec §8.4, §9).
 
 Each cell's runtime requests and CLI messages are replayed in wire order into translators, applying the runtime
 requests the way the bridge would (a construction starts a fresh translator and writes `session.reset`, an
 accepted turn or steer writes `input.accepted`, an interrupt writes the settlement and drops the old child's
-later lines). The `thread/delta` lines produced must equal the cell's `bridge→runtime.current` ones, in order.
-Cells that still differ are listed with a reason in `claude_translate_gaps.json`; a listed cell that starts
-matching fails too, so the list only shrinks.
+later lines). The `thread/delta` lines produced must equal the cell's `bridge→runtime.current` ones, in order
+(`tests/test_translate_parity.py`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from bbridge.core import grammar as g
 from bbridge.core import js
@@ -30,18 +26,9 @@ from bbridge.wire.recording import (
 )
 from bridges.claude_code.encode import delta_notification
 from bridges.claude_code.translate import Translator
-from tests.conftest import missing_reason, shared_path
 
-CELLS = shared_path("recordings", "claude-code")
-GAPS: dict[str, str] = json.loads((Path(__file__).parent / "claude_translate_gaps.json").read_text())
 CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")
 CONTROL = ("control_request", "control_response", "control_cancel_request")
-
-
-def _cells() -> list[str]:
-    if CELLS is None:
-        return []
-    return sorted(p.name for p in CELLS.iterdir() if lane_path(p, "bridge→runtime", current=True).exists())
 
 
 @dataclass
@@ -113,32 +100,10 @@ def replay(cell: Path) -> list[bytes]:
     return run.lines
 
 
-def recorded(cell: Path) -> list[bytes]:
-    return [e.line.encode() for e in bridge_lane(cell) if json.loads(e.line).get("method") == "thread/delta"]
+def recorded(cell: Path) -> list[str]:
+    return [e.line for e in bridge_lane(cell) if js.parse(e.line).get("method") == "thread/delta"]
 
 
-def first_difference(ours: list[bytes], theirs: list[bytes]) -> str | None:
-    for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
-        if a != b:
-            return f"notification {index}:\n ours:   {a.decode()}\n theirs: {b.decode()}"
-    if len(ours) != len(theirs):
-        extra = ours[len(theirs)] if len(ours) > len(theirs) else theirs[len(ours)]
-        return f"{len(ours)} notifications, recorded {len(theirs)}; first unmatched: {extra.decode()}"
-    return None
-
-
-@pytest.mark.skipif(CELLS is None, reason=missing_reason("recordings", "claude-code"))
-@pytest.mark.parametrize("name", _cells())
-def test_translator_matches_the_recorded_cell(name: str) -> None:
-    assert CELLS is not None
-    difference = first_difference(replay(CELLS / name), recorded(CELLS / name))
-    if name in GAPS:
-        assert difference is not None, f"{name} matches now: remove it from claude_translate_gaps.json"
-        return
-    assert difference is None, difference
-
-
-def test_known_gaps_name_real_cells() -> None:
-    if CELLS is None:
-        pytest.skip(missing_reason("recordings", "claude-code"))
-    assert set(GAPS) <= set(_cells())
+def pair(cell: Path) -> tuple[list[str], list[str]]:
+    """The `thread/delta` lines the translator writes for `cell`, and the recorded ones."""
+    return [line.decode() for line in replay(cell)], recorded(cell)

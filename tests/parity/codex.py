@@ -1,9 +1,16 @@
-"""The codex translator against every recorded cell (spec §3, §5, §7): byte parity of the deltas.
+"""What codex parity checks beyond the shared shape: the translator's replay, and the bridge's control lane.
 
-Each cell's provider lane is fed through a fresh `Translator`/`DeltaPath` per session construction, in
-wire order, with the runtime requests and codex answers that shape translator state applied as the
-bridge applies them (§2.4–§2.8). The produced `thread/delta` batches must equal the recorded
-`bridge→runtime(.current)` ones; cells in `codex_translate_gaps.json` are known to differ and must.
+Translator (spec §3, §5, §7; `tests/test_translate_parity.py`): each cell's provider lane is fed through a fresh
+`Translator`/`DeltaPath` per session construction, in wire order, with the runtime requests and codex answers that
+shape translator state applied as the bridge applies them (§2.4–§2.8). The produced `thread/delta` batches must equal the recorded
+`bridge→runtime(.current)` ones.
+
+Control lane (`tests/test_bridge_parity.py`, from the same replay as the events): every other line the bridge
+wrote (results, errors, `thread/identity`, `error`, `session/replaced`, its own requests) equals the cell's
+`bridge→runtime.current` lane, byte for byte as JSON text, in order. Excluded: the harness's own `initialize`,
+and answers to the maintenance methods, which describe the recording host (codex-bridge.md §2.3: not replayed).
+The `model-list` cell's recorded `initialize` result predates `grammarVersions` and `steerMode`; it is compared
+with the line the reference emits today (§2.1).
 """
 
 from __future__ import annotations
@@ -14,19 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.replay import bridge_parity
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, read_cell
 from bridges.codex.encode import delta_params
 from bridges.codex.translate import DeltaPath, Translator, codex_thread
+from tests.support import capabilities
 
-ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
-GAPS = Path(__file__).with_name("codex_translate_gaps.json")
-CELLS = (
-    sorted(path.name for path in ROOT.iterdir() if (path / "provider→bridge.ndjson").exists()) if ROOT.exists() else []
+HOST_DEPENDENT = frozenset(
+    {"provider/health", "provider/usage", "provider/installation/status", "provider/installation/run"}
 )
+CURRENT_CAPABILITIES = capabilities(
+    sessionRestore=True, threadArchive=True, threadRename=True, threadGoalClear=True, fork="checkpoint",
+    approvalEnforcedBy="runtime", steerMode="inject",
+)  # fmt: skip
 
 
 @dataclass
@@ -144,23 +154,45 @@ def recorded(cell: Path) -> list[str]:
     return batches
 
 
-def first_difference(got: list[str], want: list[str]) -> str:
-    for index, (mine, theirs) in enumerate(zip(got, want, strict=False)):
-        if mine != theirs:
-            return f"batch {index}:\n got  {mine}\n want {theirs}"
-    return f"batch counts differ: got {len(got)}, want {len(want)}"
+def pair(cell: Path) -> tuple[list[str], list[str]]:
+    """The delta batches the translator writes for `cell`, and the recorded ones."""
+    return produced(cell), recorded(cell)
 
 
-@pytest.mark.parametrize("cell", CELLS)
-def test_cell_parity(cell: str) -> None:
-    gaps: dict[str, str] = json.loads(GAPS.read_text())
-    got, want = produced(ROOT / cell), recorded(ROOT / cell)
-    if cell in gaps:
-        assert got != want, f"{cell} now matches: remove it from {GAPS.name}"
-    else:
-        assert got == want, first_difference(got, want)
+def runtime_methods(cell: Path) -> dict[Any, str]:
+    """The method of each runtime request id in the cell."""
+    methods: dict[Any, str] = {}
+    for entry in read_cell(cell):
+        if entry.dir == RUNTIME_TO_BRIDGE:
+            message = js.parse(entry.line)
+            if isinstance(message, dict) and "id" in message and isinstance(message.get("method"), str):
+                methods[message["id"]] = message["method"]
+    return methods
 
 
-def test_gaps_name_recorded_cells() -> None:
-    gaps: dict[str, str] = json.loads(GAPS.read_text())
-    assert set(gaps) <= set(CELLS)
+def comparable(message: dict[str, Any], methods: dict[Any, str]) -> bool:
+    if message.get("method") == "thread/delta" or message.get("id") == "parity-initialize":
+        return False
+    answered = methods.get(message["id"]) if "method" not in message and "id" in message else None
+    return answered not in HOST_DEPENDENT
+
+
+def expected_control(cell: Path) -> list[str]:
+    methods = runtime_methods(cell)
+    lines: list[str] = []
+    for entry in bridge_lane(cell):
+        message = js.parse(entry.line)
+        if not comparable(message, methods):
+            continue
+        if "method" not in message and methods.get(message.get("id")) == "initialize":
+            message["result"]["capabilities"] = CURRENT_CAPABILITIES
+        lines.append(js.stringify(message))
+    return lines
+
+
+def control_lane_difference(cell: Path, run: bridge_parity.Run) -> str | None:
+    """Where the bridge's control lines for `cell` differ from the recorded lane, or None."""
+    methods = runtime_methods(cell)
+    if [js.stringify(m) for m in run.control if comparable(m, methods)] == expected_control(cell):
+        return None
+    return f"{cell.name}: control lines differ"

@@ -1,0 +1,175 @@
+"""Every thread the daemon serves, one record each, and `release`: the one place a thread is let go.
+
+A thread's record (`ThreadRecord`) holds what the daemon learnt when a client constructed it: its provider (which
+routes a later request that names none), the client that owns it (asked first by the thread's bridge requests)
+and the tools it declared. Three structures are indexed otherwise for speed and stay where they are, the registry
+owning their lifetime: the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery,
+which stamps every event from it and updates it on a `thread/identity` event), a bridge's members
+(`BridgeProcess.threads`, which a read's traffic joins in one set union) and its watchdogs (`Watchdogs`, swept
+per bridge with its provider's timeouts); the open work (`Tracker`) is fed per lifecycle event.
+
+What each way of letting a thread go clears is `LETS_GO`, read by `release`. What a thread is not let go of:
+
+* its record and provider thread id: kept for `daemon/status`, and so a request without `providerId` still
+  finds the provider after a release or a bridge restart;
+* its owner: cleared only when the owning client goes away (`owner_left`), never by a release;
+* its pending requests: resolved by policy before a `thread/stop` (any intent) is sent
+  (`RelayMixin.resolve_thread`) and, for a bridge that exits, by provider before its threads are let go
+  (`RelayMixin.resolve_provider`: a request may name no thread);
+* its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
+  per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
+
+A `thread/discard` and a `session/replaced` notice let nothing go here: the bridge drops or replaces its session,
+and the daemon forwards them as any other method or notice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from bbridge.core.events import Event
+    from bbridge.daemon.base import ClientSink
+    from bbridge.daemon.bridge import BridgeProcess
+    from bbridge.daemon.tools import Tool
+    from bbridge.daemon.tracker import Tracker
+
+
+class Cause(enum.Enum):
+    """Why a thread is let go."""
+
+    RELEASED = "released"  # its bridge answered a `thread/stop` with intent `release`
+    BRIDGE_EXITED = "bridge exited"  # its bridge process ended; its open work is settled as failed
+
+
+class Piece(enum.Enum):
+    """A part of a thread's state that a release may clear."""
+
+    TOOLS = "tools"  # the declared dynamicTools
+    WATCHDOGS = "watchdogs"  # its pending turn start, open turns and last traffic in its bridge's watchdogs
+    TRACKER = "tracker"  # its open work, settled as failed
+    GUARD = "guard"  # its grammar guard state in its bridge
+    MEMBERSHIP = "membership"  # its place in `BridgeProcess.threads`
+
+
+LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
+    # A released thread may be resumed later (a construction declares its tools again); the daemon keeps its
+    # record and open work, and the bridge stops counting it.
+    Cause.RELEASED: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS}),
+    # A dead bridge's guard and members go with its process; its threads keep their tools for the next process.
+    Cause.BRIDGE_EXITED: frozenset({Piece.TRACKER, Piece.WATCHDOGS}),
+}
+
+
+@dataclass(eq=False)
+class ThreadRecord:
+    """One thread a client constructed through this daemon."""
+
+    thread_id: str
+    provider_id: str  # the provider of its latest construction
+    owner: ClientSink | None = None  # the client of its latest construction, while it is connected
+    tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
+
+
+class ThreadRegistry:
+    """The daemon's threads: their records, their provider thread ids, and where each is let go."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.records: dict[str, ThreadRecord] = {}
+        self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
+        self._tracker = tracker
+
+    # -- learning a thread ----------------------------------------------------------------------------------
+
+    def construct(self, thread_id: str, provider_id: str, owner: ClientSink, bridge: BridgeProcess) -> None:
+        """A construction (`thread/start`, `thread/resume`, `thread/fork`) about to be sent to `bridge`."""
+        record = self.records.get(thread_id)
+        if record is None:
+            self.records[thread_id] = ThreadRecord(thread_id, provider_id, owner)
+        else:
+            record.provider_id, record.owner = provider_id, owner
+        bridge.threads.add(thread_id)
+
+    def constructed(self, thread_id: str, tools: dict[str, Tool] | None, provider_thread_id: str | None) -> None:
+        """A construction's answer: its declared tools win (`None`: the request carried no declaration check) and
+        the provider thread id it names is recorded."""
+        record = self.records.get(thread_id)
+        if tools is not None and record is not None:
+            record.tools = tools
+        if provider_thread_id:
+            self.provider_threads[thread_id] = provider_thread_id
+
+    def identify(self, thread_id: str, provider_thread_id: str, bridge: BridgeProcess | None = None) -> None:
+        """A provider thread id learnt before or outside an answer (a resume's, a `thread/identity` notice)."""
+        self.provider_threads[thread_id] = provider_thread_id
+        if bridge is not None:
+            bridge.threads.add(thread_id)
+
+    def owner_left(self, client: ClientSink) -> None:
+        """A client went away: its threads have no owner until a construction names one."""
+        for record in self.records.values():
+            if record.owner is client:
+                record.owner = None
+
+    # -- reading ----------------------------------------------------------------------------------------------
+
+    def provider_of(self, thread_id: str) -> str | None:
+        record = self.records.get(thread_id)
+        return None if record is None else record.provider_id
+
+    def owner_of(self, thread_id: str) -> ClientSink | None:
+        record = self.records.get(thread_id)
+        return None if record is None else record.owner
+
+    def tools_of(self, thread_id: str | None) -> dict[str, Tool]:
+        record = self.records.get(thread_id) if thread_id is not None else None
+        return {} if record is None else record.tools
+
+    def on_provider(self, thread_id: str, provider_id: str) -> bool:
+        """Whether the thread was constructed on that provider (another provider's thread never lends its tools)."""
+        record = self.records.get(thread_id)
+        return record is not None and record.provider_id == provider_id
+
+    def by_provider_thread(self, provider_thread_id: object, provider_id: str) -> str | None:
+        """The bb thread of a provider thread on that provider."""
+        return next(
+            (
+                tid
+                for tid, ptid in self.provider_threads.items()
+                if ptid == provider_thread_id and self.on_provider(tid, provider_id)
+            ),
+            None,
+        )
+
+    def of_bridge(self, bridge: BridgeProcess) -> Iterator[str]:
+        """The threads constructed on the bridge's provider, then the bridge's other members."""
+        for thread_id, record in self.records.items():
+            if record.provider_id == bridge.provider_id:
+                yield thread_id
+        for thread_id in bridge.threads:
+            if thread_id not in self.records:
+                yield thread_id
+
+    # -- letting go ---------------------------------------------------------------------------------------------
+
+    def release(self, thread_id: str, bridge: BridgeProcess, cause: Cause, message: str = "") -> list[Event]:
+        """Let the thread go from `bridge` for `cause`, clearing what `LETS_GO` names; returns the events that
+        settle its open work as failed (a bridge exit, with `message`; none otherwise)."""
+        pieces = LETS_GO[cause]
+        settlement: list[Event] = []
+        if Piece.TRACKER in pieces:
+            streamed = bridge.assembler.streamed_text(thread_id)
+            ptid = self.provider_threads.get(thread_id, "")
+            settlement = self._tracker.settle_failed(thread_id, ptid, message, streamed)
+        if Piece.GUARD in pieces:
+            bridge.guard.clear_thread(thread_id)
+        if Piece.WATCHDOGS in pieces:
+            bridge.watchdogs.forget(thread_id)
+        if Piece.MEMBERSHIP in pieces:
+            bridge.threads.discard(thread_id)
+        if Piece.TOOLS in pieces and (record := self.records.get(thread_id)) is not None:
+            record.tools = {}
+        return settlement

@@ -1,0 +1,95 @@
+"""The thread registry: what each way of letting a thread go clears, and what it keeps (issue 32, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bbridge.daemon import router
+from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.methods import FORWARDED, METHODS, RULES
+from bbridge.daemon.threads import Cause, ThreadRecord
+from bbridge.daemon.tools import Tool
+from tests.support import connect, fake_provider, running
+from tests.test_tools import LOOKUP, OK, run_call, start
+
+THREAD = "thr_tools"
+
+
+def test_every_forwarded_method_has_one_rule() -> None:
+    assert set(METHODS) == FORWARDED
+    assert set(RULES) <= FORWARDED  # a misspelt method would otherwise never be given its rule
+
+
+def _in_process() -> tuple[router.Daemon, BridgeProcess]:
+    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    return daemon, BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+
+
+def _busy(daemon: router.Daemon, bridge: BridgeProcess, owner: Any) -> None:
+    """A recorded thread with an open turn, a pending turn start, guard state, tools and bridge membership."""
+    daemon.registry.construct("thr", "p", owner, bridge)
+    daemon.registry.constructed("thr", {"t": Tool("t", "{}")}, "prov-thr")
+    started = {"type": "turn/started", "threadId": "thr", "scope": {"kind": "turn", "turnId": "T1"}}
+    daemon.tracker.observe("thr", started)
+    bridge.guard.observe(started)
+    bridge.watchdogs.observe("thr", started, 0)
+    bridge.watchdogs.turn_dispatched("thr", 1)
+
+
+async def test_a_release_lets_go_of_the_bridge_side_and_keeps_the_record() -> None:
+    daemon, bridge = _in_process()
+    owner = object()
+    _busy(daemon, bridge, owner)
+    assert daemon.registry.release("thr", bridge, Cause.RELEASED) == []
+    assert "thr" not in bridge.threads and not bridge.watchdogs.pending_start("thr")
+    assert bridge.watchdogs.open_turn("thr") is None and not bridge.guard._threads.get("thr")
+    assert daemon.registry.tools_of("thr") == {}
+    # kept: the provider routes a later request, the owner is asked first, the open work is still shown
+    assert daemon.registry.provider_of("thr") == "p" and daemon.registry.owner_of("thr") is owner
+    assert daemon.registry.provider_threads["thr"] == "prov-thr"
+    assert daemon.tracker.open_turns("thr") == ["T1"]
+
+
+async def test_a_bridge_exit_settles_open_work_and_keeps_the_tools() -> None:
+    daemon, bridge = _in_process()
+    _busy(daemon, bridge, None)
+    settled = daemon.registry.release("thr", bridge, Cause.BRIDGE_EXITED, "gone")
+    assert [e["type"] for e in settled] == ["provider/error", "turn/completed"]
+    assert settled[0]["message"] == "gone" and settled[0]["providerThreadId"] == "prov-thr"
+    assert daemon.tracker.open_turns("thr") == [] and not bridge.watchdogs.pending_start("thr")
+    assert list(daemon.registry.tools_of("thr")) == ["t"]  # for the next bridge process of the provider
+
+
+async def test_a_bridges_threads_are_its_providers_records_then_its_other_members() -> None:
+    daemon, bridge = _in_process()
+    daemon.registry.records["thr_a"] = ThreadRecord("thr_a", "p")
+    daemon.registry.records["thr_q"] = ThreadRecord("thr_q", "q")
+    bridge.threads.update({"thr_heard", "thr_a"})
+    assert list(daemon.registry.of_bridge(bridge)) == ["thr_a", "thr_heard"]
+
+
+async def test_a_stop_with_intent_release_through_the_daemon(tmp_path: Path) -> None:
+    """After the bridge answers a release, its thread is no member of the bridge and has no tools (a call is
+    refused as undeclared); the daemon still routes the thread (no providerId needed) and shows its provider,
+    provider thread and owner."""
+    async with running(tmp_path, {"fake": fake_provider("tool")}) as (daemon, path):
+        async with connect(path, answer=lambda request: OK) as client:
+            await client.request("thread/start", start(tools=[LOOKUP]))
+            assert await run_call(client, {"tool": "lookup", "arguments": {"query": "q"}}, 1) == OK
+            status = await client.request("daemon/status", {})
+            assert status["providers"][0]["threads"] == 1
+            await client.request("thread/stop", {"threadId": THREAD, "intent": "release"})
+            status = await client.request("daemon/status", {})
+            assert status["providers"][0]["threads"] == 0
+            [thread] = [t for t in status["threads"] if t["threadId"] == THREAD]
+            assert thread["providerId"] == "fake" and thread["providerThreadId"] == f"prov-{THREAD}"
+            assert thread["clients"]["owner"] is not None
+            turn = {"threadId": THREAD, "input": [{"type": "text", "text": '{"tool": "lookup", "arguments": {}}'}]}
+            await client.request("turn/start", turn | {"clientRequestId": "creq_abcdefghjn"})
+            with trio.fail_after(10):
+                await client.wait_for(lambda: client.types(THREAD).count("turn/completed") >= 2)
+            assert daemon.counters.tool_calls_refused == 1
