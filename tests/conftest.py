@@ -11,6 +11,7 @@ so a fresh clone without ../shared still passes.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,17 @@ def golden_root() -> Path:
 @pytest.fixture(scope="session")
 def cases_path() -> Path:
     return require_shared("golden", "synthetic", "cases.ndjson")
+
+
+@pytest.fixture
+def recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Record mode on for this process's provider lanes (the kit's recorder), into `tmp_path`."""
+    from bbridge import kit
+
+    monkeypatch.setenv("BB_PROVIDER_BRIDGE_RECORD_DIR", f"  {tmp_path}  ")
+    kit.process_recorder.cache_clear()
+    yield tmp_path
+    recorder = kit.process_recorder()
+    if recorder is not None:
+        recorder.close()
+    kit.process_recorder.cache_clear()

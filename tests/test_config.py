@@ -63,6 +63,7 @@ def test_a_broken_provider_is_refused_and_the_good_one_and_echo_serve(tmp_path: 
         ('command = ["b"]\nenv_passthrough = "KEY"', "env_passthrough", "expected an array, got a string"),
         ('command = ["b"]\nturn_start_timeout_s = -1', "turn_start_timeout_s", "positive, finite number of seconds"),
         ('command = ["b"]\nturn_start_sweep_s = 0', "turn_start_sweep_s", "positive, finite number of seconds"),
+        ('command = ["b"]\nstop_grace_s = 0', "stop_grace_s", "positive, finite number of seconds"),
         ('command = ["b"]\nturn_stall_timeout_s = nan', "turn_stall_timeout_s", "finite number of seconds, got nan"),
         ('command = ["b"]\nturn_stall_timeout_s = inf', "turn_stall_timeout_s", "finite number of seconds, got inf"),
         ('command = ["b"]\nturn_stall_timeout_s = true', "turn_stall_timeout_s", "expected a number, got a boolean"),

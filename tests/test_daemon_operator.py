@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -235,9 +236,21 @@ async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its
     daemon.tracker.observe(
         "thr_d", {"type": "turn/started", "threadId": "thr_d", "scope": {"kind": "turn", "turnId": "t1"}}
     )
-    bridge._stderr_tail += b"fatal: set BB_P_HOME to the agent's home, then restart bb\n"
+    bridge._stderr.feed(b"fatal: set BB_P_HOME to the agent's home, then restart bb\n")
     await daemon.on_exit(bridge, ExitStatus(3, None))
     events = [msgspec.json.decode(entry)["event"] for entry in daemon.journal.log.thread("thr_d").entries()]
     assert [e["type"] for e in events] == ["provider/error", "turn/completed", "system/warning"]
     assert "set BB_P_HOME" in events[0]["message"] and "[bbridge" not in events[0]["message"]
     assert events[2]["code"] == "bridge_env_not_passed" and events[2]["details"]["variables"] == ["BB_P_HOME"]
+
+
+async def test_a_bridge_that_ignores_sigterm_is_killed_after_its_providers_stop_grace() -> None:
+    """`stop_grace_s` (bbridge.toml) is the time from the SIGTERM to the SIGKILL of the bridge's group."""
+    daemon = router.Daemon({"p": fake_provider("ignore-term", stop_grace_s=0.5)}, text_delta_flush_ms=0)
+    async with trio.open_nursery() as nursery:
+        bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+        await bridge.start(nursery)
+        started = trio.current_time()
+        await bridge.terminate()
+        assert 0.5 <= trio.current_time() - started < 3  # the default grace is 5 s
+        assert bridge.exit == ExitStatus(None, signal.SIGKILL)

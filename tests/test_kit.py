@@ -6,7 +6,6 @@ import inspect
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,17 +399,6 @@ def test_env_without_runtime() -> None:
     env = {"PATH": "/bin", "BB_PROVIDER_BRIDGE_RECORD_DIR": "/rec", "ELECTRON_RUN_AS_NODE": "1", "BB_OTHER": "x"}
     assert kit.env_without_runtime(env) == {"PATH": "/bin", "BB_OTHER": "x"}
     assert "BB_PROVIDER_BRIDGE_RECORD_DIR" in env  # a copy
-
-
-@pytest.fixture
-def recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("BB_PROVIDER_BRIDGE_RECORD_DIR", f"  {tmp_path}  ")
-    kit.process_recorder.cache_clear()
-    yield tmp_path
-    recorder = kit.process_recorder()
-    if recorder is not None:
-        recorder.close()
-    kit.process_recorder.cache_clear()
 
 
 def read_lane(path: Path) -> list[dict[str, Any]]:

@@ -1,18 +1,19 @@
 """One provider bridge subprocess: spawn, handshake, requests, exit (protocol.md §2, §9).
 
 The process leads its own process group so termination reaches its
-children. Its stdout is the JSON-RPC connection; stderr is logged line by line
-and its last 4,000 bytes are kept for error messages.
+children (`wire/process.py`: spawn, stderr tail and stop, as a bridge runs its
+own children). Its stdout is the JSON-RPC connection; stderr is logged line by
+line and its last 4,000 bytes are kept for error messages.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +28,24 @@ from bbridge.core.guard import Guard
 from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
-from bbridge.wire import errors, protocol, rpc
+from bbridge.wire import errors, process, protocol, rpc, tee
 from bbridge.wire.deltas import DELTA_LINES
 from bbridge.wire.record import RECORD_ENV, Recorder, RuntimeScoper
 from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
 
 log = structlog.get_logger("bbridge.daemon.bridge")
 
-STDERR_TAIL_BYTES = 4000
+STDERR_TAIL_BYTES = process.TAIL_BYTES
 # What a bridge that fails before its handshake said, for its error line: a few lines, each cut (issue 21).
 STARTUP_JUNK_LINES = 3
 SAID_LINE_CHARS = 160
 STDERR_SAID_LINES = 3
 EXIT_GRACE_S = 1.0
-TERMINATE_GRACE_S = 5.0
+TERMINATE_GRACE_S = 5.0  # how long `terminate` waits for the exit after its stop
 KILL_GRACE_S = 1.0
+# protocol.md §9.4: SIGTERM the leader (the bridge closes its sessions), SIGKILL the group after the provider's
+# `stop_grace_s` (this default), then SIGTERM whatever of the group outlived the leader
+BRIDGE_STOP = process.StopPlan(grace_s=5.0, kill_wait_s=KILL_GRACE_S, leftovers=signal.SIGTERM)
 INITIALIZE_TIMEOUT_S = 30.0
 PIPE_READ_BYTES = 1 << 16
 CLIENT_INFO = {"name": "bbridge", "version": "0.1.0"}
@@ -127,43 +131,6 @@ class BridgeHost(Protocol):
     def open_delivery(self, bridge: BridgeProcess) -> Delivery: ...
 
 
-class _RecordingSend(trio.abc.SendStream):
-    """Tees every line written to the bridge into the `runtime→bridge` lane."""
-
-    def __init__(self, inner: trio.abc.SendStream, tee: Callable[[str, bytes], None]) -> None:
-        self._inner, self._tee = inner, tee
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        for line in bytes(data).split(b"\n"):
-            if line:
-                self._tee(RUNTIME_TO_BRIDGE, line)
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _RecordingReceive(trio.abc.ReceiveStream):
-    """Tees every complete line read from the bridge into the `bridge→runtime` lane."""
-
-    def __init__(self, inner: trio.abc.ReceiveStream, tee: Callable[[str, bytes], None]) -> None:
-        self._inner, self._tee = inner, tee
-        self._lines = rpc.LineReader()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self._inner.receive_some(max_bytes)
-        for line in self._lines.feed(bytes(data)):
-            if isinstance(line, bytes):
-                self._tee(BRIDGE_TO_RUNTIME, line)
-        return data
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
 class _PipeReceive(trio.abc.ReceiveStream):
     """A bridge's stdout, read as soon as it is readable: one scheduler pass and one `read` per chunk.
 
@@ -226,7 +193,9 @@ class BridgeProcess:
         self.stopping = False
         self._proc: trio.Process | None = None
         self._conn: rpc.Connection | None = None
-        self._stderr_tail = bytearray()
+        self._stderr = process.StderrTail(
+            0, line_bytes=STDERR_TAIL_BYTES, on_line=lambda line: self._log.info("bridge stderr", line=line)
+        )
         self._startup_junk: list[str] | None = []  # non-protocol stdout lines until the handshake succeeds
         self._finished = trio.Event()
         self._stdout_closed = trio.Event()
@@ -251,15 +220,7 @@ class BridgeProcess:
                 variables=self.stripped,
             )
         try:
-            proc = await trio.lowlevel.open_process(
-                self.config.command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.config.cwd,
-                env=env,
-                start_new_session=True,
-            )
+            proc = await process.spawn(self.config.command, env=env, cwd=self.config.cwd)
         except OSError as exc:
             hint = " (is it installed, and on the daemon's PATH or named by its full path?)"
             self._fail(
@@ -276,7 +237,12 @@ class BridgeProcess:
             receive = _PipeReceive(receive)
         if self.record_dir is not None:
             self._recorder = Recorder(self.record_dir / self.provider_id)
-            send, receive = _RecordingSend(send, self._tee), _RecordingReceive(receive, self._tee)
+            send, receive = tee.tee(
+                send,
+                receive,
+                lambda line: self._tee(RUNTIME_TO_BRIDGE, line),
+                lambda line: self._tee(BRIDGE_TO_RUNTIME, line),
+            )
         self._conn = rpc.Connection(
             send,
             receive,
@@ -289,7 +255,7 @@ class BridgeProcess:
         self.host.on_status(self)
         self._log.info("bridge spawned", command=self.config.command)
         nursery.start_soon(self._read_stdout)
-        nursery.start_soon(self._read_stderr, proc.stderr)
+        nursery.start_soon(self._stderr.pump, proc.stderr)
         nursery.start_soon(self._wait_exit)
         nursery.start_soon(self._sweep_watchdogs)
         try:
@@ -372,7 +338,7 @@ class BridgeProcess:
 
     @property
     def stderr_tail(self) -> str:
-        return self._stderr_tail.decode("utf-8", errors="replace")
+        return self._stderr.text
 
     async def _read_stdout(self) -> None:
         assert self._conn is not None
@@ -380,20 +346,6 @@ class BridgeProcess:
             await self._conn.run()
         finally:
             self._stdout_closed.set()
-
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        lines = rpc.LineReader(STDERR_TAIL_BYTES)
-        try:
-            while data := await stream.receive_some():
-                self._stderr_tail += data
-                del self._stderr_tail[:-STDERR_TAIL_BYTES]
-                for line in lines.feed(bytes(data)):
-                    if isinstance(line, bytes):
-                        self._log.info("bridge stderr", line=line.decode("utf-8", errors="replace"))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        for line in lines.close():
-            self._log.info("bridge stderr", line=line.decode("utf-8", errors="replace"))
 
     async def _wait_exit(self) -> None:
         assert self._proc is not None
@@ -423,12 +375,13 @@ class BridgeProcess:
                 await self.host.on_watchdog(self, due)
 
     async def terminate(self, kill_grace: float = KILL_GRACE_S) -> None:
-        """SIGTERM the leader; after the grace, SIGTERM then SIGKILL the whole group."""
+        """Stop the process (`BRIDGE_STOP` with the provider's `stop_grace_s`), then wait for its exit's handling."""
         self.stopping = True
         proc = self._proc
         if proc is None:
             return
-        await terminate_group(proc, kill_grace)
+        plan = dataclasses.replace(BRIDGE_STOP, grace_s=self.config.stop_grace_s, kill_wait_s=kill_grace)
+        await process.stop(proc, plan)
         await self._wait_finished(TERMINATE_GRACE_S)
 
     # -- traffic -------------------------------------------------------------
@@ -479,27 +432,3 @@ def quoted(lines: list[str]) -> str:
     """Lines as JSON strings (escapes keep the message on one line), each cut to `SAID_LINE_CHARS`, ' / ' between."""
     cut = [line.rstrip() if len(line) <= SAID_LINE_CHARS else line[: SAID_LINE_CHARS - 1] + "…" for line in lines]
     return " / ".join(json.dumps(line, ensure_ascii=False) for line in cut)
-
-
-async def terminate_group(proc: trio.Process, kill_grace: float = KILL_GRACE_S) -> None:
-    """Stop a process spawned with `start_new_session` (protocol.md §9.4): SIGTERM the leader, SIGKILL the group
-    after the grace, then SIGTERM whatever of the group outlived the leader."""
-    if proc.returncode is None:
-        _signal(proc.pid, signal.SIGTERM, group=False)
-        with trio.move_on_after(TERMINATE_GRACE_S):
-            await proc.wait()
-        if proc.returncode is None:
-            _signal(proc.pid, signal.SIGKILL, group=True)
-            with trio.move_on_after(kill_grace):
-                await proc.wait()
-    _signal(proc.pid, signal.SIGTERM, group=True)
-
-
-def _signal(pid: int, sig: signal.Signals, *, group: bool) -> None:
-    try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

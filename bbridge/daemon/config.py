@@ -38,6 +38,7 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True):
     turn_start_sweep_s: float = 15.0
     turn_stall_timeout_s: float = 600.0
     interaction_timeout_s: float = 300.0  # a pending request with no client connected, then the policy answers
+    stop_grace_s: float = 5.0  # a stopped bridge's SIGTERM to SIGKILL of its group (protocol.md §9.4)
     extension_kinds: dict[str, ExtensionKind] = {}
 
     def __post_init__(self) -> None:
@@ -268,6 +269,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "command": _check_command,
     "turn_start_timeout_s": _check_seconds,
     "turn_start_sweep_s": _check_seconds,
+    "stop_grace_s": _check_seconds,
     "turn_stall_timeout_s": _check_seconds,
     "interaction_timeout_s": _check_seconds,
     "extension_kinds": _check_extension_kinds,

@@ -12,8 +12,10 @@
   (`deltas`: `encode_deltas`, and `DeltaEncoder` for a bridge whose reference
   wrote some members in another order).
 * `UsageMeter`: per-turn providers sum usage in the bridge (assembler.md §11.1).
-* Record mode for the provider lanes (protocol.md §5.3, §5.5): `record_child_io`
-  and `env_without_runtime`.
+* The provider's processes (`bbridge.kit.child`): `Child`, the agent child every
+  bridge runs (own process group, record-mode tee on the provider lanes,
+  protocol.md §5.3, §5.5, stderr tail, line framing, stop), and `run_once`
+  for probes; `record_child_io` and `env_without_runtime` are re-exported here.
 
 Grammar negotiation (§2.4, §11.11): the kit emits grammar v3 only. It answers
 the highest version in both its range and the params' `grammarVersions`. When
@@ -25,11 +27,10 @@ runtime's own check decide.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -41,18 +42,19 @@ from msgspec import UNSET
 from bbridge import logs
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit.child import RUNTIME_ONLY_ENV as RUNTIME_ONLY_ENV  # public API
+from bbridge.kit.child import env_without_runtime as env_without_runtime  # public API
+from bbridge.kit.child import process_recorder as process_recorder  # public API
+from bbridge.kit.child import record_child_io as record_child_io  # public API
 from bbridge.kit.deltas import DeltaEncoder as DeltaEncoder  # the public API: `from bbridge.kit import ...`
 from bbridge.kit.deltas import DeltaError as DeltaError
 from bbridge.kit.deltas import encode_deltas as encode_deltas
 from bbridge.wire import protocol, rpc
-from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 log = structlog.get_logger("bbridge.kit")
 
 P = TypeVar("P")
 Handler = Callable[[P], Awaitable[Any]]
-RUNTIME_ONLY_ENV = ("BB_PROVIDER_BRIDGE_RECORD_DIR", "ELECTRON_RUN_AS_NODE")
 
 # -- deltas (`encode_deltas`, `DeltaEncoder`: `deltas.py`) ---------------------
 
@@ -136,76 +138,6 @@ def is_standalone_compact(inputs: list[dict[str, Any]]) -> bool:
     rest = rest[1:] if rest.startswith(" ") else rest
     remaining = [_utf16_slice(text, 0, start) + rest if i == index else e.get("text", "") for i, e in enumerate(inputs)]
     return all(not js.trim(part) for part in remaining)
-
-
-# -- record mode (provider lanes) ---------------------------------------------
-
-
-def env_without_runtime(env: Mapping[str, str]) -> dict[str, str]:
-    """A child's environment: no record dir (a recorded child never records) and no Electron flag (§5.5)."""
-    return {k: v for k, v in env.items() if k not in RUNTIME_ONLY_ENV}
-
-
-@functools.cache
-def process_recorder() -> Recorder | None:
-    """The process-wide recorder (one `run`, one `seq` for every lane), or None when recording is off."""
-    root = record_dir_from_env()
-    return Recorder(root) if root is not None else None
-
-
-class _TeeSend(trio.abc.SendStream):
-    """Records each complete line written, before writing it."""
-
-    def __init__(self, inner: trio.abc.SendStream, record: Callable[[bytes], None]) -> None:
-        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        for line in self._lines.feed(data):
-            if isinstance(line, bytes):
-                self._record(line)
-        await self._inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self._inner.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-class _TeeReceive(trio.abc.ReceiveStream):
-    """Records each complete line read."""
-
-    def __init__(self, inner: trio.abc.ReceiveStream, record: Callable[[bytes], None]) -> None:
-        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        data = await self._inner.receive_some(max_bytes)
-        for line in self._lines.feed(data):
-            if isinstance(line, bytes):
-                self._record(line)
-        return data
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def record_child_io(
-    stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream, *, thread_id: str | None
-) -> tuple[trio.abc.SendStream, trio.abc.ReceiveStream]:
-    """Wrap a provider child's pipes so its lines land in the `bridge→provider` / `provider→bridge` lanes.
-
-    Call right after spawning, with the bb thread the child serves (None for process-wide work such as
-    `model/list`). Returns the pipes unchanged when recording is off. Oversized and unterminated final lines
-    are not recorded.
-    """
-    recorder = process_recorder()
-    if recorder is None:
-        return stdin, stdout
-    scope = sanitize_scope(thread_id)
-    return (
-        _TeeSend(stdin, lambda line: recorder.record(BRIDGE_TO_PROVIDER, scope, line)),
-        _TeeReceive(stdout, lambda line: recorder.record(PROVIDER_TO_BRIDGE, scope, line)),
-    )
 
 
 # -- the bridge ----------------------------------------------------------------

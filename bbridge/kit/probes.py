@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from bbridge.core import js
+from bbridge.kit.child import run_once
 from bbridge.wire import maintenance as m
 
 PROBE_TIMEOUT_S = 5.0  # `which` / `--version`
@@ -60,23 +61,14 @@ def older(current: str | None, latest: str | None) -> bool:
 
 
 async def run_probe(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> str | None:
-    """A command's stdout+stderr; None when it cannot start, fails or outlives `timeout`."""
-    with trio.move_on_after(timeout):
-        try:
-            done = await trio.run_process(
-                list(argv), capture_stdout=True, capture_stderr=True, check=False, env=env, deliver_cancel=_kill
-            )
-        except OSError:
-            return None
-        if done.returncode != 0:
-            return None
-        return (done.stdout + done.stderr).decode(errors="replace")
-    return None
-
-
-async def _kill(process: trio.Process) -> None:
-    """A probe past its timeout is killed outright: its answer no longer matters."""
-    process.kill()
+    """A command's stdout+stderr; None when it cannot start, fails or outlives `timeout` (then it is killed)."""
+    try:
+        done = await run_once(argv, env=env, timeout=timeout)
+    except OSError:
+        return None
+    if done is None or done.returncode != 0:
+        return None
+    return (done.stdout + done.stderr).decode(errors="replace")
 
 
 async def concurrently(jobs: Mapping[str, Callable[[], Awaitable[str | None]]]) -> dict[str, str | None]:

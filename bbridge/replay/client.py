@@ -13,7 +13,6 @@ condition-driven and always bounded; a bridge that exits ends them early.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -27,17 +26,17 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event, stamp
 from bbridge.core.guard import Guard, Violation
 from bbridge.daemon.bridge import (
+    BRIDGE_STOP,
     STDERR_SAID_LINES,
     STDERR_TAIL_BYTES,
     ExitStatus,
     bridge_env,
     quoted,
-    terminate_group,
 )
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.mistakes import drop_hint
 from bbridge.replay.cells import GOLDEN_ENTROPY
-from bbridge.wire import rpc
+from bbridge.wire import process, rpc
 
 log = structlog.get_logger("bbridge.conformance")
 
@@ -142,14 +141,7 @@ class Client:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn in its own process group with the runtime's environment rules (protocol.md §9.6)."""
         config = ProviderConfig(command=list(self.command), env=dict(self.env))
-        self._proc = await trio.lowlevel.open_process(
-            list(self.command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=bridge_env(self.provider_id, config, os.environ, None),
-            start_new_session=True,
-        )
+        self._proc = await process.spawn(self.command, env=bridge_env(self.provider_id, config, os.environ, None))
         assert self._proc.stdout is not None and self._proc.stderr is not None
         nursery.start_soon(self._read_stdout, self._proc.stdout)
         nursery.start_soon(self._read_stderr, self._proc.stderr)
@@ -160,7 +152,7 @@ class Client:
             return
         await self.close_stdin()
         with trio.CancelScope(shield=True):
-            await terminate_group(self._proc)
+            await process.stop(self._proc, BRIDGE_STOP)
 
     async def wait_exit(self, timeout: float) -> bool:
         """Whether the process exited on its own within `timeout`."""

@@ -1,7 +1,7 @@
 """The ACP bridge (`python -m bridges.acp [--pass-env NAME]... -- AGENT_CMD ARGS...`), written with `bbridge.kit`.
 
 It speaks the bb Provider Bridge Protocol 2 (grammar v3) upward and the Agent
-Client Protocol version 1 downward, as the client of one agent subprocess per
+Client Protocol version 1 downward, as the client of one agent process per
 thread: `thread/start` runs `session/new`, `thread/resume` runs `session/load`
 (or, when the agent does not advertise `loadSession`, a fresh `session/new`
 announced by a `session/replaced` with `contextLost`), `thread/fork` runs
@@ -10,7 +10,7 @@ from `options.providerOptions.acpLaunchSpec` (`{command, args, env, cwd}`,
 which wins). The agent's environment is an allowlist; `--pass-env NAME` adds
 a variable of the bridge's own environment (an API key the agent needs).
 
-Modules: `bridge` (the runtime methods), `agent` (the subprocess), `session`
+Modules: `bridge` (the runtime methods), `agent` (the agent process), `session`
 (one thread's session and turns), `translate` (ACP updates → deltas), `tools`
 and `presentation` (tool-call shapes and rows), `permissions` (approvals),
 `content` (prompt blocks, the agent's file requests), `wire` (the ACP subset).

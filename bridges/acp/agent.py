@@ -1,4 +1,4 @@
-"""One ACP agent subprocess: its launch, its environment, its JSON-RPC connection and its end.
+"""One ACP agent process: its launch, its environment, its JSON-RPC connection and its end.
 
 The agent leads its own process group (termination reaches whatever it
 spawned), speaks newline-delimited JSON-RPC on stdin/stdout through the same
@@ -11,11 +11,7 @@ environment; the runtime-only variables never reach it.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +20,8 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.kit import env_without_runtime, record_child_io
+from bbridge.kit import env_without_runtime
+from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
 
 log = structlog.get_logger("bridges.acp")
@@ -37,7 +34,7 @@ BASE_ENV = (
 )  # fmt: skip
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 STDERR_TAIL_LINES = 40
-TERMINATE_GRACE_S = 2.0
+STOP = StopPlan(grace_s=2.0)  # SIGTERM the agent; after 2 s, SIGKILL its group (whatever it left behind too)
 EXIT_GRACE_S = 1.0
 
 
@@ -113,7 +110,7 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
 
 class AgentProcess:
-    """An agent subprocess and its connection; `run` in a task, then `request` / `notify`."""
+    """An agent process and its connection; `run` in a task, then `request` / `notify`."""
 
     def __init__(
         self,
@@ -135,12 +132,17 @@ class AgentProcess:
         self.done = trio.Event()  # the process exited and `on_exit` ran
         self.error: str | None = None
         self.returncode: int | None = None
-        self.stderr_tail: list[str] = []
         self.stopping = False
-        self._proc: trio.Process | None = None
+        self._log = log.bind(agent=launch.command, threadId=thread_id)
+        self._child = Child(
+            [launch.command, *launch.args],
+            env=self.env,
+            cwd=cwd,
+            thread_id=thread_id,
+            tail=StderrTail(STDERR_TAIL_LINES, on_line=lambda line: self._log.debug("agent stderr", line=line)),
+        )
         self._conn: rpc.Connection | None = None
         self._written: _Written | None = None
-        self._log = log.bind(agent=launch.command, threadId=thread_id)
 
     @property
     def exited(self) -> bool:
@@ -148,28 +150,19 @@ class AgentProcess:
 
     async def run(self, on_exit: Callable[[AgentProcess], Awaitable[None]] | None = None) -> None:
         """Spawn, serve the connection until the process ends, then report; kills the process when cancelled."""
+        child = self._child
         try:
-            proc = await trio.lowlevel.open_process(
-                [self.launch.command, *self.launch.args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.cwd,
-                env=self.env,
-                start_new_session=True,
-            )
+            proc = await child.spawn()
         except OSError as exc:
             self.error = f'Failed to launch ACP agent "{self.launch.label}": {exc}'
             self.ready.set()
             self.done.set()
             return
-        self._proc = proc
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        send, receive = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
-        self._written = _Written(send)
+        assert child.stdin is not None and child.stdout is not None
+        self._written = _Written(child.stdin)
         self._conn = rpc.Connection(
             self._written,
-            receive,
+            child.stdout,
             name=f"acp-agent:{self.launch.command}",
             on_request=self._on_request,
             on_notifications=self._on_notifications,
@@ -181,7 +174,7 @@ class AgentProcess:
             async with trio.open_nursery() as nursery:
                 drained = [trio.Event(), trio.Event()]
                 nursery.start_soon(_until_done, drained[0], self._conn.run)
-                nursery.start_soon(_until_done, drained[1], self._pump_stderr, proc.stderr)
+                nursery.start_soon(_until_done, drained[1], child.pump_stderr)
                 self.returncode = await proc.wait()
                 with trio.move_on_after(EXIT_GRACE_S):  # exit may precede the last output (§9.4)
                     for event in drained:
@@ -195,15 +188,6 @@ class AgentProcess:
             with trio.CancelScope(shield=True):
                 await self.terminate()
             self.done.set()
-
-    async def _pump_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        lines = rpc.LineReader(64 * 1024)
-        async for data in stream:
-            for line in lines.feed(data):
-                if isinstance(line, bytes):
-                    text = line.decode("utf-8", errors="replace")
-                    self.stderr_tail = [*self.stderr_tail[-STDERR_TAIL_LINES + 1 :], text]
-                    self._log.debug("agent stderr", line=text)
 
     async def _on_notifications(self, batch: list[rpc.Notification]) -> None:
         if self.on_notification is None:
@@ -236,25 +220,19 @@ class AgentProcess:
         if self._conn is not None and not self._conn.closed:
             await self._conn.notify(method, params)
 
+    @property
+    def stderr_tail(self) -> list[str]:
+        return self._child.stderr.lines
+
     def exit_message(self) -> str:
         code = "" if self.returncode is None else f" (code {self.returncode})"
         tail = "\n".join(self.stderr_tail).strip()
         return f'ACP agent "{self.launch.label}" exited unexpectedly{code}' + (f": {tail}" if tail else "")
 
     async def terminate(self) -> None:
-        """SIGTERM the agent; after a grace, SIGKILL its whole process group (whatever it left behind too)."""
+        """Stop the agent (`STOP`); its stdin stays open until then."""
         self.stopping = True
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.returncode is None:
-            proc.terminate()
-            with trio.move_on_after(TERMINATE_GRACE_S):
-                await proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if proc.returncode is None:
-            await proc.wait()
+        await self._child.stop(STOP, close_stdin=False)
 
 
 async def _until_done(done: trio.Event, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:

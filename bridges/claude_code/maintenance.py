@@ -3,7 +3,7 @@
 They are host probes the runtime's account and install screens call, never a turn: each one looks at the CLI
 (`which`, `--version`, `doctor`), npm, the stored OAuth credentials and Anthropic's usage endpoint afresh. A
 probe that fails or times out counts as "no output", so a broken host degrades a screen instead of failing it.
-Blocking work runs in trio's worker threads or as trio subprocesses, so sessions keep streaming meanwhile.
+Blocking work runs in trio's worker threads or as the kit's one-shot commands, so sessions keep streaming meanwhile.
 """
 
 from __future__ import annotations

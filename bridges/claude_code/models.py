@@ -6,7 +6,6 @@ The CLI lists its models in its `initialize` answer, so a short-lived probe chil
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +13,7 @@ import msgspec
 import trio
 
 from bbridge.core import js
-from bbridge.wire import rpc
+from bbridge.kit.child import Child
 from bridges.claude_code import cli
 
 MEMO_S = 120.0
@@ -115,41 +114,35 @@ def build(discovered: list[Any]) -> dict[str, Any]:
 
 async def probe(env: Mapping[str, str], cwd: str) -> list[Any]:
     """The CLI's model list: a session-less child answers `initialize`, then is closed."""
-    argv = cli.command(cli.executable(env), PROBE_FLAGS)
+    # not recorded (no lane holds the probe) and its stderr is not kept (no message quotes it)
+    child = Child(
+        cli.command(cli.executable(env), PROBE_FLAGS), env=env, cwd=cwd, thread_id=None, record=False, stderr=False
+    )
     try:
-        proc = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=dict(env)
-        )
+        await child.spawn()
     except FileNotFoundError:
         raise cli.LaunchError(cli.MISSING_CLI) from None
-    assert proc.stdin is not None and proc.stdout is not None
     ident = cli.request_id()
     user = {"type": "user", "session_id": "", "message": {"role": "user", "content": [{"type": "text", "text": "."}]}}
     try:
         with trio.fail_after(PROBE_TIMEOUT_S):
-            await proc.stdin.send_all(
-                cli.encode(cli.control_request(ident, {"subtype": "initialize", "systemPrompt": [""]}))
-            )
-            await proc.stdin.send_all(cli.encode({**user, "parent_tool_use_id": None}))
-            lines = rpc.LineReader()
-            async for data in proc.stdout:
-                for line in lines.feed(data):
-                    response = _initialize_response(line, ident)
-                    if response is not None:
-                        return _models(response)
+            await child.write(cli.encode(cli.control_request(ident, {"subtype": "initialize", "systemPrompt": [""]})))
+            await child.write(cli.encode({**user, "parent_tool_use_id": None}))
+            async for line in child.lines():
+                response = _initialize_response(line, ident)
+                if response is not None:
+                    return _models(response)
         raise cli.LaunchError("Claude Code exited before listing its models")
     except trio.TooSlowError:
         raise cli.LaunchError("Claude Code did not list its models in time") from None
     finally:
         with trio.CancelScope(shield=True):
-            await proc.stdin.aclose()
-            proc.kill()
-            await proc.wait()
+            await child.close_stdin()
+            child.kill_group()
+            await child.wait()
 
 
-def _initialize_response(line: Any, ident: str) -> dict[str, Any] | None:
-    if not isinstance(line, bytes):
-        return None
+def _initialize_response(line: bytes, ident: str) -> dict[str, Any] | None:
     try:
         message = js.parse(line)
     except msgspec.DecodeError:

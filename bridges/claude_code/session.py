@@ -9,9 +9,7 @@ old child writes reaches the runtime.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import subprocess
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +21,8 @@ import trio
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bbridge.kit import Bridge, record_child_io
+from bbridge.kit import Bridge
+from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
 from bridges.claude_code import cli
 from bridges.claude_code import permissions as perm
@@ -34,8 +33,9 @@ log = structlog.get_logger("bridges.claude_code")
 
 GRACEFUL_CLOSE_S = 4.0
 TERM_AFTER_S = 2.0
-KILL_AFTER_S = 5.0
-STDERR_TAIL_CHARS = 4000
+# the abrupt close (§1.9): stdin closed, SIGTERM if the child has not exited 2 s later, SIGKILL 5 s after that
+STOP = StopPlan(wait_s=TERM_AFTER_S, grace_s=5.0)
+STDERR_TAIL_BYTES = 4000
 AUTH_RESTARTS = {
     "authentication_failed": "Claude session restarted after authentication failed",
     "oauth_org_not_allowed": "Claude session restarted after OAuth organization authorization failed",
@@ -108,13 +108,10 @@ class Session:
         self.closed = trio.Event()
         self.error: cli.LaunchError | None = None
         self._ready = trio.Event()
-        self._proc: trio.Process | None = None
-        self._stdin: trio.abc.SendStream | None = None
-        self._write_lock = trio.Lock()
+        self._child: Child | None = None
         self._turn_lock = trio.Lock()
         self._requests: dict[str, tuple[trio.Event, list[Any]]] = {}
         self._pending: dict[str, _Pending] = {}
-        self._stderr = ""
         self._last_error_result: str | None = None
         self._saw_result = False
         self._sent_user = False
@@ -142,23 +139,20 @@ class Session:
     async def _serve(self) -> None:
         """Serve the child until its stdout ends."""
         argv = cli.command(cli.executable(self.settings.env), cli.arguments(self.settings.launch))
+        child = Child(
+            argv,
+            env=self.settings.env,
+            cwd=self.settings.cwd,
+            thread_id=self.thread_id,
+            tail=StderrTail(0, max_bytes=STDERR_TAIL_BYTES),
+        )
         try:
-            proc = await trio.lowlevel.open_process(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.settings.cwd,
-                env=self.settings.env,
-                start_new_session=True,
-            )
+            await child.spawn()
         except FileNotFoundError:
             raise cli.LaunchError(cli.MISSING_CLI) from None
         except OSError as exc:
             raise cli.LaunchError(f"Failed to spawn Claude Code process: {exc}") from None
-        self._proc = proc
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        self._stdin, stdout = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
+        self._child = child
         settings = self.settings
         body = cli.initialize(
             mcp=bool(settings.tools), instructions=settings.instructions, instruction_mode=settings.instruction_mode
@@ -166,49 +160,26 @@ class Session:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._pump_stderr, proc.stderr)
+                nursery.start_soon(child.pump_stderr)
                 await self._write(cli.control_request(cli.request_id(), body))
                 self._ready.set()
-                await self._read(stdout)
+                await self._read(child)
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
-                await self._close_stdin()  # a bridge shutting down ends its children's input first
-                await self._reap(proc)
+                await child.stop(STOP)  # a bridge shutting down ends its children's input first
 
     async def _write(self, line: Any) -> None:
         """One line to the child; a child whose input is gone fails the runtime request that wrote (§3.7)."""
-        async with self._write_lock:
-            if self._stdin is not None:
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await self._stdin.send_all(cli.encode(line))
-                    return
-        raise rpc.RpcError(rpc.BRIDGE_ERROR, INPUT_CLOSED)
+        if self._child is None or not await self._child.write(cli.encode(line)):
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, INPUT_CLOSED)
 
-    async def _pump_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        async for data in stream:
-            self._stderr = (self._stderr + bytes(data).decode("utf-8", "replace"))[-STDERR_TAIL_CHARS:]
-
-    async def _read(self, stdout: trio.abc.ReceiveStream) -> None:
-        lines = rpc.LineReader()
-        async for data in stdout:
-            for line in lines.feed(data):
-                if isinstance(line, bytes) and line.strip():
-                    await self._line(line)
+    async def _read(self, child: Child) -> None:
+        async for line in child.lines():
+            if line.strip():
+                await self._line(line)
         await self._stream_end()
-
-    async def _reap(self, proc: trio.Process) -> None:
-        with trio.move_on_after(TERM_AFTER_S):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.terminate()
-            with trio.move_on_after(KILL_AFTER_S):
-                await proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if proc.returncode is None:
-            await proc.wait()
 
     # -- child stdout (§2.1) -------------------------------------------------------
 
@@ -264,11 +235,11 @@ class Session:
             return
         self.stream_ended = True
         self._settle_pending(STREAM_ENDED)
-        proc = self._proc
-        if proc is not None:
+        child = self._child
+        if child is not None:
             with trio.move_on_after(TERM_AFTER_S):
-                await proc.wait()
-        code = None if proc is None else proc.returncode
+                await child.wait()
+        code = None if child is None else child.returncode
         if code in (0, None):
             return
         if self._last_error_result is not None:
@@ -277,7 +248,7 @@ class Session:
             text = f"Claude Code process terminated by signal {signal.Signals(-code).name}"
         else:
             text = f"Claude Code process exited with code {code}"
-        tail = js.trim(self._stderr)
+        tail = js.trim(child.stderr.text) if child is not None else ""
         if tail and tail not in text:
             text += f"\n\nClaude Code stderr:\n{tail}"
         await self.emit(self.translator.stream_error(text))
@@ -361,25 +332,23 @@ class Session:
             with trio.move_on_after(GRACEFUL_CLOSE_S):
                 await self.closed.wait()
         await self._close_stdin()
-        if self._proc is not None:
+        if self._child is not None:
             if graceful and not self.closed.is_set():
                 # the timeout fallback is the abrupt close, and nothing waits for it (§1.9): a live CLI keeps
                 # streaming after stdin EOF, so awaiting SIGTERM here held the stop answer for 6 s
-                self.bridge.spawn(self._reap, self._proc)
+                self.bridge.spawn(self._child.stop, STOP)
             else:
-                await self._reap(self._proc)
+                await self._child.stop(STOP)
 
     async def _close_stdin(self) -> None:
-        stdin, self._stdin = self._stdin, None
-        if stdin is not None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stdin.aclose()
+        if self._child is not None:
+            await self._child.close_stdin()
 
     def _settle_pending(self, message: str) -> None:
         for pending in list(self._pending.values()):
             pending.scope.cancel()
             self._pending.pop(pending.request_id, None)
-            if self._nursery is not None and self._stdin is not None:
+            if self._nursery is not None and self._child is not None and self._child.stdin is not None:
                 self._nursery.start_soon(self._answer, pending.request_id, pending.settled(message, True))
         for done, answer in self._requests.values():
             answer.append({"subtype": "error", "error": message})

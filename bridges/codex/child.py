@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from bbridge.kit import record_child_io
+from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
 
 from . import launch
 
 REQUEST_TIMEOUT_S = 60.0
 EXIT_GRACE_S = 1.0
-KILL_AFTER_S = 4.0
+# §1.4 Kill: stdin closed, SIGTERM, SIGKILL (the group) 4 s later unless it exited; killing does not wait
+STOP = StopPlan(grace_s=4.0, kill_wait_s=0, leftovers=None)
 STDERR_TAIL_LINES = 40
 MISSING_CLI = (
     "bb could not find the Codex CLI on this machine. Install Codex (https://developers.openai.com/codex/cli)"
@@ -106,17 +105,15 @@ class CodexChild:
         self.argv, self.env, self.cwd, self.thread_id = list(argv), env, cwd, thread_id
         self.on_notification, self.on_request, self.on_exit = on_notification, on_request, on_exit
         self.request_timeout = request_timeout
-        self.stderr_tail: list[str] = []
+        self.process = Child(argv, env=env, cwd=cwd, thread_id=thread_id, tail=StderrTail(STDERR_TAIL_LINES))
         self.code: int | None = None
         self.signal: str | None = None
         self.spawn_failed = False
         self.finalized = False
-        self._stdin: trio.abc.SendStream | None = None
         self._next_id = 1
         self._pending: dict[float, _Pending] = {}
         self._holding: _Pending | None = None  # the response whose continuation holds the reader
         self._stopping = trio.Event()
-        self._write_lock = trio.Lock()
         self.ready = trio.Event()  # set once the process is spawned (or failed to spawn): requests may be sent
 
     # -- requests ------------------------------------------------------------------------------------------------
@@ -162,45 +159,30 @@ class CodexChild:
 
     async def write(self, line: bytes) -> None:
         """One line to the child's stdin; skipped once stdin is closed (§1.4)."""
-        async with self._write_lock:
-            if self._stdin is None:
-                return
-            try:
-                await self._stdin.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._stdin = None
+        await self.process.write(line)
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Spawn, serve until the child finalizes (exit hook included); kills its group when cancelled."""
         try:
-            proc = await trio.lowlevel.open_process(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=self.cwd,
-                env=self.env,
-                start_new_session=True,
-            )
+            proc = await self.process.spawn()
         except OSError as exc:
             self.spawn_failed = True
-            self._tail(spawn_error_text(self.argv[0], exc))
+            self.process.stderr.add(spawn_error_text(self.argv[0], exc))
             task_status.started()
             self.ready.set()
             await self._finalize()
             return
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        self._stdin, stdout = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
         task_status.started()
         self.ready.set()
         try:
             async with trio.open_nursery() as nursery:
                 drained = [trio.Event(), trio.Event()]
-                nursery.start_soon(self._read_stdout, stdout, drained[0])
-                nursery.start_soon(self._read_stderr, proc.stderr, drained[1])
-                nursery.start_soon(self._escalate, proc)
+                nursery.start_soon(self._read_stdout, drained[0])
+                nursery.start_soon(_until_done, drained[1], self.process.pump_stderr)
+                nursery.start_soon(self._escalate)
                 status = await proc.wait()
                 with trio.move_on_after(EXIT_GRACE_S):  # `close` may never come: a grandchild can hold the pipes
                     for event in drained:
@@ -213,8 +195,7 @@ class CodexChild:
             await self._finalize()
         finally:
             with trio.CancelScope(shield=True):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                self.process.kill_group()
                 for pipe in (proc.stdin, proc.stdout, proc.stderr):  # finalizing destroys the pipes (§1.4)
                     await pipe.aclose()
                 await proc.wait()
@@ -223,18 +204,13 @@ class CodexChild:
         """Close stdin, SIGTERM, SIGKILL 4 s later unless finalized; does not wait (§1.4)."""
         self._stopping.set()
 
-    async def _escalate(self, proc: trio.Process) -> None:
+    async def _escalate(self) -> None:
         await self._stopping.wait()
-        async with self._write_lock:
-            stdin, self._stdin = self._stdin, None
-            if stdin is not None:
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await stdin.aclose()
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        await trio.sleep(KILL_AFTER_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        await self.process.stop(STOP)
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        return self.process.stderr.lines
 
     def exit_message(self, prefix: str = "codex app-server exited") -> str:
         """`<prefix> (code c, signal s)[: <stderr tail>]`; §3.13 passes `codex app-server exited unexpectedly`."""
@@ -245,7 +221,7 @@ class CodexChild:
 
     async def _finalize(self) -> None:
         self.finalized = True
-        self._stdin = None
+        self.process.stdin = None  # nothing more is written (its pipe is closed when `run` ends)
         self._release()
         if self.on_exit is not None:
             await self.on_exit(self)
@@ -257,29 +233,9 @@ class CodexChild:
 
     # -- reading -------------------------------------------------------------------------------------------------
 
-    def _tail(self, line: str) -> None:
-        self.stderr_tail = [*self.stderr_tail[-STDERR_TAIL_LINES + 1 :], line]
-
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream, done: trio.Event) -> None:
-        lines = rpc.LineReader(64 * 1024)
+    async def _read_stdout(self, done: trio.Event) -> None:
         try:
-            async for data in stream:
-                for line in lines.feed(data):
-                    if isinstance(line, bytes):
-                        self._tail(line.decode("utf-8", errors="replace"))
-            for line in lines.close():
-                self._tail(line.decode("utf-8", errors="replace"))
-        finally:
-            done.set()
-
-    async def _read_stdout(self, stream: trio.abc.ReceiveStream, done: trio.Event) -> None:
-        lines = rpc.LineReader()
-        try:
-            async for data in stream:
-                for line in lines.feed(data):
-                    if isinstance(line, bytes):
-                        await self._handle(line)
-            for line in lines.close():
+            async for line in self.process.lines():
                 await self._handle(line)
         finally:
             done.set()
@@ -307,3 +263,10 @@ class CodexChild:
                 await self.on_request(request)
         elif isinstance(message, launch.Notification) and self.on_notification is not None:
             await self.on_notification(message)
+
+
+async def _until_done(done: trio.Event, fn: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await fn()
+    finally:
+        done.set()

