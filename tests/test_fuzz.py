@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from bbridge.wire import errors, rpc
+from bbridge.wire import errors, framing, rpc
 from tests.support import connect, fake_provider, running
 
 SEED = int(os.environ.get("BBRIDGE_FUZZ_SEED", "20261130"))
@@ -63,7 +63,7 @@ def client_line(rng: random.Random, n: int, round_: int) -> tuple[bytes, Any, in
 
 
 async def read_answers(stream: trio.SocketStream, probe: str) -> list[dict[str, Any]]:
-    reader, answers = rpc.LineReader(), []
+    reader, answers = framing.LineReader(), []
     with trio.fail_after(30):
         while True:
             data = await stream.receive_some()

@@ -16,7 +16,7 @@ import trio.testing
 
 from bbridge import kit
 from bbridge.core import grammar as g
-from bbridge.wire import protocol, rpc
+from bbridge.wire import framing, protocol, rpc
 from tests.support import FULL, INIT, capabilities, in_process, spawned, start_thread, turn_params
 
 # -- a complete bridge written with the kit (the minimal example) -------------
@@ -141,7 +141,7 @@ async def test_upward_requests_write_id_before_method() -> None:
         return await bridge.request("interaction/request", {"threadId": "t"})
 
     ours, theirs = trio.testing.memory_stream_pair()
-    lines = rpc.LineReader()
+    lines = framing.LineReader()
 
     async def line() -> bytes:
         while True:
@@ -199,7 +199,7 @@ async def test_junk_is_ignored_and_the_bridge_keeps_serving() -> None:
             b'{"jsonrpc":"2.0","method":"unknown/notification"}\n'
             b'{"jsonrpc":"2.0","id":"probe","method":"bb/conformance/alive-probe","params":{}}\n'
         )
-        reader = rpc.LineReader()
+        reader = framing.LineReader()
         answers: list[Any] = []
         while not answers or answers[-1].get("id") != "probe":
             answers += [json.loads(line) for line in reader.feed(await ours.receive_some()) if isinstance(line, bytes)]

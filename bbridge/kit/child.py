@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
-from bbridge.wire import process, rpc, tee
+from bbridge.wire import framing, process, tee
 from bbridge.wire.process import StderrTail, StopPlan
 from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
@@ -134,11 +134,11 @@ class Child:
         assert self.proc is not None and self.proc.stderr is not None
         await self.stderr.pump(self.proc.stderr)
 
-    async def lines(self, max_bytes: int = rpc.MAX_LINE_BYTES) -> AsyncGenerator[bytes]:
+    async def lines(self, max_bytes: int = framing.MAX_LINE_BYTES) -> AsyncGenerator[bytes]:
         """The child's stdout as lines split on LF only (one trailing CR removed; an oversized line skipped), the
         unterminated last one included, until the pipe ends, breaks or is closed."""
         assert self.stdout is not None
-        reader = rpc.LineReader(max_bytes)
+        reader = framing.LineReader(max_bytes)
         try:
             while data := await self.stdout.receive_some():
                 for line in reader.feed(data):

@@ -36,7 +36,7 @@ from bbridge.daemon.bridge import (
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.mistakes import drop_hint
 from bbridge.replay.cells import GOLDEN_ENTROPY
-from bbridge.wire import process, rpc
+from bbridge.wire import framing, process, rpc
 
 log = structlog.get_logger("bbridge.conformance")
 
@@ -217,7 +217,7 @@ class Client:
         self._last_change = trio.current_time()
 
     async def _read_stdout(self, stream: trio.abc.ReceiveStream) -> None:
-        reader = rpc.LineReader()
+        reader = framing.LineReader()
         try:
             while data := await stream.receive_some():
                 for line in reader.feed(data):

@@ -46,7 +46,7 @@ from bbridge import logs
 from bbridge.replay import pi_rpc
 from bbridge.replay.claude_cli import ClaudeCli
 from bbridge.replay.state import claim_segment, provider_entries, read_cursor
-from bbridge.wire import rpc
+from bbridge.wire import framing
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 STALL_MS = 5000
@@ -334,7 +334,7 @@ async def serve(cell: Path, state: Path, dialect: Dialect, timing: Timing) -> No
         player.log(f"no recorded segment {index} (the recording has {len(cut)}); answering generically")
     async with trio.lowlevel.FdStream(os.dup(0)) as stdin, trio.open_nursery() as nursery:
         nursery.start_soon(player.play)
-        lines = rpc.LineReader()
+        lines = framing.LineReader()
         async for data in stdin:
             for line in lines.feed(data):
                 if isinstance(line, bytes):

@@ -40,7 +40,7 @@ import trio
 
 from bbridge.core import js
 from bbridge.replay.state import claim_segment, provider_entries, read_cursor
-from bbridge.wire import rpc
+from bbridge.wire import framing
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, lane_path, read_lane
 
 log = structlog.get_logger("bbridge.replay.pi_rpc")
@@ -274,7 +274,7 @@ class _Relay:
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self.lines = rpc.LineReader()
+        self.lines = framing.LineReader()
         self.next = 1
 
     @classmethod
@@ -316,7 +316,7 @@ async def serve(cell: Path, state: Path, argv: Sequence[str]) -> None:
     player = FakePi(script, Recorded.read(cell), state, argv)
     async with trio.lowlevel.FdStream(os.dup(0)) as stdin, trio.open_nursery() as nursery:
         nursery.start_soon(player.play)
-        lines = rpc.LineReader()
+        lines = framing.LineReader()
         async for data in stdin:
             for line in lines.feed(data):
                 if isinstance(line, bytes) and line.strip():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import trio
 
-from bbridge.wire import rpc
+from bbridge.wire import framing
 
 TAIL_LINES = 40
 TAIL_BYTES = 4000  # protocol.md §9.4's PROVIDER_STDERR_TAIL_MAX_BYTES
@@ -90,7 +90,7 @@ async def stop(proc: trio.Process, plan: StopPlan) -> None:
 
 class StderrTail:
     """The end of a child's stderr, bounded, for error messages: its last `lines` lines (blank ones skipped with
-    `skip_blank`; one longer than `line_bytes` cut to its head, at most `rpc.HEAD_BYTES`), and its last `max_bytes` bytes as written.
+    `skip_blank`; one longer than `line_bytes` cut to its head, at most `framing.HEAD_BYTES`), and its last `max_bytes` bytes as written.
     `on_line` sees every line (a bridge logs them)."""
 
     def __init__(
@@ -106,7 +106,7 @@ class StderrTail:
         self._bytes = bytearray()
         self._max_bytes = max_bytes
         self._line_bytes = line_bytes
-        self._reader = rpc.LineReader(line_bytes)
+        self._reader = framing.LineReader(line_bytes)
         self._skip_blank = skip_blank
         self._on_line = on_line
 

@@ -16,8 +16,8 @@ reads, writes, waits and runs the handlers.
   line whose id can be read is answered with that id, with the error `peer.Inbound` chose.
 
 The JSON-RPC vocabulary a connection's user needs (the error codes and classes its handlers raise and its
-requests fail with, the messages its handlers receive, the request encoders `encode_request=` takes, and the
-framer the agent children's readers share) is re-exported here (`__all__`): every caller says `rpc.X`.
+requests fail with, the messages its handlers receive and the request encoders `encode_request=` takes) is
+re-exported here (`__all__`): every caller says `rpc.X`. Line framing is `framing`'s (`framing.LineReader`).
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ __all__ = [
     "Connection",
     "ConnectionClosed",
     "JunkHandler",
-    "LineReader",
     "Notification",
     "NotificationHandler",
     "Request",

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import trio
 
-from bbridge.wire import rpc
+from bbridge.wire import framing
 
 Record = Callable[[bytes], None]
 
@@ -21,7 +21,7 @@ class TeeSend(trio.abc.SendStream):
     """Records each complete line written, before writing it."""
 
     def __init__(self, inner: trio.abc.SendStream, record: Record) -> None:
-        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
+        self._inner, self._record, self._lines = inner, record, framing.LineReader()
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         for line in self._lines.feed(data):
@@ -40,7 +40,7 @@ class TeeReceive(trio.abc.ReceiveStream):
     """Records each complete line read."""
 
     def __init__(self, inner: trio.abc.ReceiveStream, record: Record) -> None:
-        self._inner, self._record, self._lines = inner, record, rpc.LineReader()
+        self._inner, self._record, self._lines = inner, record, framing.LineReader()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self._inner.receive_some(max_bytes)
