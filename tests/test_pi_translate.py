@@ -219,11 +219,11 @@ def test_the_generated_extension_is_valid_javascript(tmp_path: Path) -> None:
     """The tool extension parses as an ES module under the pinned node (its behaviour is the live tests')."""
     pi = ensure_pi()
     from bbridge.kit.mcp_host import McpHost, Tool
-    from bridges.pi import tools
+    from bridges.pi import dynamic_tools
 
     host = McpHost({"t": Tool("t", "d", {"type": "object"})}, lambda name, args: None)  # type: ignore[arg-type,return-value]
     host.path = str(tmp_path / "s.sock")
-    path = tools.write_extension(tmp_path, host)
+    path = dynamic_tools.write_extension(tmp_path, host)
     assert path.stat().st_mode & 0o777 == 0o600
     check = subprocess.run([str(pi.node), "--check", str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stderr

@@ -23,7 +23,7 @@ from bbridge.core import js
 from bbridge.kit import Bridge, Wording
 from bbridge.kit.mcp_host import declared_tools
 from bbridge.wire import maintenance, protocol, rpc
-from bridges.pi import fork, launch, models, tools
+from bridges.pi import dynamic_tools, fork, launch, models
 from bridges.pi.child import PiChild, PiError
 from bridges.pi.session import Session, Spec
 from bridges.pi.translate import Translator
@@ -210,7 +210,7 @@ class PiBridge:
 
     async def _tool_call(self, session: Session, tool: str, arguments: Any) -> Any:
         if self.sessions.get(session.thread_id) is not session or session.closing:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, tools.NOT_FOUND)
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, dynamic_tools.NOT_FOUND)
         self._calls += 1
         call = {
             "threadId": session.thread_id,
@@ -221,7 +221,7 @@ class PiBridge:
             "arguments": arguments,
         }
         result = await self.bridge.request("item/tool/call", call)
-        return tools.valid_result(result)
+        return dynamic_tools.valid_result(result)
 
     # -- models and maintenance ([M2]–[M7], [M17]) ---------------------------------------------------------
 

@@ -30,7 +30,7 @@ import trio
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge
 from bbridge.kit.mcp_host import McpHost, Tool
-from bridges.pi import estimate, launch, tools
+from bridges.pi import dynamic_tools, estimate, launch
 from bridges.pi.child import Pending, PiChild, PiError
 from bridges.pi.translate import Translator
 
@@ -140,7 +140,7 @@ class Session:
             self.host = McpHost(spec.tools, self._tool_call, thread_id=self.thread_id)
             await self.host.open()
             self.bridge.spawn(self.host.serve)
-            extension = tools.write_extension(self._dir, self.host)
+            extension = dynamic_tools.write_extension(self._dir, self.host)
         spec_launch = launch.Launch(
             session=spec.session_file,
             cwd=spec.cwd,
@@ -462,7 +462,7 @@ class Session:
 
     async def _tool_call(self, tool: str, arguments: Any) -> Any:
         if self.closing or self.on_call is None:
-            raise PiError(tools.NOT_FOUND)
+            raise PiError(dynamic_tools.NOT_FOUND)
         return await self.on_call(self, tool, arguments)
 
     async def _gone(self, child: PiChild) -> None:
