@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bbridge.wire import rpc
-from bridges.pi import launch
+from bridges.pi import launch, maintenance
 from bridges.pi.bridge import PiBridge
 from tests.support import FULL, INIT, in_process, spawned
 
@@ -91,3 +91,33 @@ def test_pis_login_advice_says_how_to_follow_it_through_bbridge() -> None:
     assert advised.startswith(pis + "\n\nThrough bbridge pi has no terminal, so /login cannot run here")
     assert "$PI_CODING_AGENT_DIR, default ~/.pi/agent" in advised and "[providers.pi]" in advised
     assert launch.through_bbridge("Agent is already processing.") == "Agent is already processing."
+
+
+FAKE_PI = """import json, sys
+for line in sys.stdin:
+    command = json.loads(line)
+    print(json.dumps({"type": "response", "id": command["id"], "command": command["type"], "success": True,
+                      "data": {"models": []}}), flush=True)
+"""
+
+
+async def test_health_is_whether_pi_lists_a_model(tmp_path: Path) -> None:  # [M6], [M7], [D3]
+    """Health asks a throwaway pi for its models: none is unauthenticated, a pi that cannot start is unknown;
+    the installation methods stay unknown."""
+    (tmp_path / "pi.py").write_text(FAKE_PI)
+    listing = {"HOME": str(tmp_path), launch.COMMAND_ENV: sys.executable, launch.ARGS_ENV: json.dumps(["pi.py"])}
+    missing = {"HOME": str(tmp_path), launch.COMMAND_ENV: str(tmp_path / "no-pi")}
+    probe = {"providerId": "pi", "cwd": str(tmp_path)}
+    async with in_process(PiBridge(listing).bridge) as runtime:
+        await runtime.call("initialize", INIT)
+        health = (await runtime.call("provider/health", probe))["health"]
+        assert (health["status"], health["statusMessage"]) == ("unauthenticated", maintenance.NO_MODELS)
+        assert await runtime.call("model/list", probe) == {"models": [], "selectedOnlyModels": []}
+        unknown = await runtime.error("provider/installation/status", {"providerId": "pi"})
+        assert unknown.message == 'Unknown method "provider/installation/status"'
+    async with in_process(PiBridge(missing).bridge) as runtime:
+        await runtime.call("initialize", INIT)
+        health = (await runtime.call("provider/health", probe))["health"]
+        assert health["status"] == "unknown" and health["statusMessage"].startswith("pi could not be started: ")
+        error = await runtime.error("thread/start", start(tmp_path))
+        assert error.code == rpc.BRIDGE_ERROR and error.message.startswith("pi could not be started: ")

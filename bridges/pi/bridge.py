@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 import structlog
-import trio
 from msgspec import UNSET
 
 from bbridge import kit
@@ -24,7 +23,8 @@ from bbridge.kit import Bridge, Wording
 from bbridge.kit.mcp_host import declared_tools
 from bbridge.wire import maintenance, protocol, rpc
 from bridges.pi import dynamic_tools, fork, launch, models
-from bridges.pi.child import PiChild, PiError
+from bridges.pi.child import PiError, available_models
+from bridges.pi.maintenance import Maintenance
 from bridges.pi.session import Session, Spec
 from bridges.pi.translate import Translator
 
@@ -38,8 +38,6 @@ LOG_PREFIX = "pi bridge: "
 NO_SESSION = "No active pi session"
 MISSING_TEXT = "Missing input text"
 STEER_COMPACTING = "Cannot steer while context compaction is active"
-NO_MODELS = "Pi has no authenticated model provider available."
-MODEL_LIST_TIMEOUT_S = 60.0
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
                ".webp": "image/webp", ".svg": "image/svg+xml"}  # fmt: skip
 
@@ -90,8 +88,9 @@ class PiBridge:
         self._calls = 0
         self.bridge = Bridge("pi", CAPABILITIES, wording=WORDING, log_prefix=LOG_PREFIX)
         self.bridge.handle_sessions(self)
-        self.bridge.method("provider/health", protocol.MaintenanceParams)(self.health)
-        self.bridge.method("provider/usage", protocol.MaintenanceParams)(self.usage)
+        self.maintenance = Maintenance(self._available)  # health and usage only: installation is unknown ([D3])
+        self.bridge.method("provider/health", protocol.MaintenanceParams)(self.maintenance.health)
+        self.bridge.method("provider/usage", protocol.MaintenanceParams)(self.maintenance.usage)
         self.bridge.method("skills/configure", maintenance.SkillsConfigureParams)(self.skills_configure)
 
     # -- constructions ([M10], [M11]) -----------------------------------------------------------------------
@@ -223,28 +222,16 @@ class PiBridge:
         result = await self.bridge.request("item/tool/call", call)
         return dynamic_tools.valid_result(result)
 
-    # -- models and maintenance ([M2]–[M7], [M17]) ---------------------------------------------------------
+    # -- models and skills ([M2]–[M5], [M17]) ---------------------------------------------------------------
 
     async def _available(self, cwd: str) -> list[Any]:
-        """pi's available models for `cwd`, from a throwaway child (no session file)."""
+        """pi's available models for `cwd` ([M4], [M6]); `RpcError` when pi cannot list them."""
         program = await self._program()
         env = launch.child_env(self.base_env, {}, kit.RUNTIME_ONLY_ENV)
-        child = PiChild([*program.argv, "--mode", "rpc", "--no-session"], env=env, cwd=cwd, thread_id="model-list")
         try:
-            await child.start(self.bridge.spawn)
-        except OSError as exc:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, f"pi could not be started: {exc}") from None
-        try:
-            with trio.fail_after(MODEL_LIST_TIMEOUT_S):
-                data = await child.command("get_available_models", timeout=None)
-        except (PiError, trio.TooSlowError) as exc:
-            message = exc.message if isinstance(exc, PiError) else "pi did not list its models in time"
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, message) from None
-        finally:
-            with trio.CancelScope(shield=True):
-                await child.close()
-        found = data.get("models") if isinstance(data, dict) else None
-        return found if isinstance(found, list) else []
+            return await available_models(launch.listing_argv(program), env=env, cwd=cwd, spawn=self.bridge.spawn)
+        except PiError as exc:
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
 
     async def model_list(self, params: protocol.ModelListParams) -> dict[str, Any]:
         cwd = os.path.abspath(params.cwd if params.cwd is not UNSET else os.getcwd())
@@ -252,23 +239,6 @@ class PiBridge:
         for provider in skipped:
             log.warning(f'skipped an incomplete model from provider "{provider}"')
         return result
-
-    async def health(self, params: protocol.MaintenanceParams) -> dict[str, Any]:
-        cwd = os.path.abspath(params.cwd if params.cwd is not UNSET else os.getcwd())
-        try:
-            count = len(await self._available(cwd))
-            status, message = ("ready", None) if count else ("unauthenticated", NO_MODELS)
-        except rpc.RpcError as exc:
-            status, message = "unknown", exc.message
-        health = {
-            "status": status, "statusMessage": message, "accountEmail": None, "planLabel": None,
-            "installedVersion": None, "minimumSupportedVersion": None, "canInstall": False, "canUpdate": False,
-            "loginCommand": None,
-        }  # fmt: skip
-        return {"supported": True, "health": health}
-
-    async def usage(self, params: protocol.MaintenanceParams) -> dict[str, Any]:
-        return {"supported": False}
 
     async def skills_configure(self, params: maintenance.SkillsConfigureParams) -> dict[str, Any]:
         self.skills = tuple(root.path for root in params.roots)

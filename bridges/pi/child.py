@@ -29,6 +29,7 @@ from bridges.pi import launch
 log = structlog.get_logger("bridges.pi")
 
 REQUEST_TIMEOUT_S = 60.0
+MODEL_LIST_TIMEOUT_S = 60.0
 KILL_AFTER_S = 4.0
 # stdin closed, pi disposes and exits 0; after the grace, SIGTERM then SIGKILL the whole group (its shells too),
 # each step waiting a second at most
@@ -80,8 +81,11 @@ class PiChild:
         self._ended: deque[tuple[int, Any]] = deque(maxlen=EVENT_BUFFER + 1)
 
     async def start(self, spawn: Callable[..., None]) -> None:
-        """Spawn pi in its own process group (its readers run as `spawn`'s tasks); `OSError` when it cannot."""
-        await self.process.spawn()
+        """Spawn pi in its own process group (its readers run as `spawn`'s tasks); `PiError` when it cannot."""
+        try:
+            await self.process.spawn()
+        except OSError as exc:
+            raise PiError(f"pi could not be started: {exc}") from None
         spawn(self._read)
         spawn(self.process.pump_stderr)
         spawn(self._wait)
@@ -181,3 +185,22 @@ class PiChild:
     async def close(self, grace: float = KILL_AFTER_S) -> None:
         """Close stdin (pi disposes and exits 0); after `grace`, SIGTERM then SIGKILL the whole group (`STOP`)."""
         await self.process.stop(dataclasses.replace(STOP, wait_s=grace))
+
+
+async def available_models(
+    argv: Sequence[str], *, env: dict[str, str], cwd: str, spawn: Callable[..., None]
+) -> list[Any]:
+    """pi's available models for `cwd` (`get_available_models`), from a throwaway child (`launch.listing_argv`);
+    `PiError` when pi cannot start, refuses or is too slow."""
+    child = PiChild(argv, env=env, cwd=cwd, thread_id="model-list")
+    await child.start(spawn)
+    try:
+        with trio.fail_after(MODEL_LIST_TIMEOUT_S):
+            data = await child.command("get_available_models", timeout=None)
+    except trio.TooSlowError:
+        raise PiError("pi did not list its models in time") from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await child.close()
+    found = data.get("models") if isinstance(data, dict) else None
+    return found if isinstance(found, list) else []

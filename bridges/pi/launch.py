@@ -172,6 +172,11 @@ def child_argv(program: Program, launch: Launch) -> list[str]:
     return argv
 
 
+def listing_argv(program: Program) -> list[str]:
+    """A child that only lists models: no session file."""
+    return [*program.argv, "--mode", "rpc", "--no-session"]
+
+
 def shell_overrides(thread_id: str, env_vars: Mapping[str, str] | None) -> dict[str, str]:
     """`BB_THREAD_ID` and the thread's valid `envVars` ([F8]); invalid names are dropped, never passed."""
     valid = {k: v for k, v in (env_vars or {}).items() if ENV_NAME.match(k) and isinstance(v, str)}

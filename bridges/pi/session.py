@@ -158,9 +158,6 @@ class Session:
         try:
             await child.start(self.bridge.spawn)
             state = await child.command("get_state", timeout=START_TIMEOUT_S)
-        except OSError as exc:
-            await self._discard()
-            raise PiError(f"pi could not be started: {exc}") from None
         except PiError:
             await self._discard()
             raise
