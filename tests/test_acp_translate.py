@@ -269,7 +269,7 @@ def test_permission_subjects() -> None:
     assert bare.availableDecisions == ["allow_once"]
 
 
-# -- wire readers ----------------------------------------------------------------
+# -- message readers ----------------------------------------------------------------
 
 
 def test_result_text_reads_like_the_reference() -> None:
@@ -284,6 +284,13 @@ def test_result_text_reads_like_the_reference() -> None:
     )
     event = tool_update(rawOutput="see data:image/png;base64,AAAA end")
     assert messages.output_text(event) == "see [image] end"
+
+
+def test_result_text_prints_numbers_as_javascript_does() -> None:
+    """Numbers in a tool result read as `JSON.stringify` prints them (the core's `js.stringify`), never as
+    Python's integer expansion of a large double."""
+    assert messages.result_text({"n": [1e21, 2.0, 1e-7]}) == '{"n":[1e+21,2,1e-7]}'
+    assert messages.result_text(1e300) == "1e+300"
 
 
 # -- properties --------------------------------------------------------------------

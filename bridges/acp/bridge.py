@@ -168,11 +168,8 @@ class AcpBridge:
         agent = AgentProcess(
             launch, cwd=cwd, env=agent_env(self.base_env, self.passthrough, launch, None), thread_id=None
         )
-        self.bridge.spawn(agent.run)
-        await agent.ready.wait()
         try:
-            if agent.error is not None:
-                raise rpc.RpcError(rpc.BRIDGE_ERROR, agent.error)
+            await agent.start(self.bridge.spawn)
             await agent.request(
                 "initialize",
                 {

@@ -33,6 +33,7 @@ import structlog
 import trio
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.kit import Bridge
 from bbridge.kit.mcp_host import McpHost, Tool
 from bbridge.wire import interactions, protocol, rpc
@@ -47,7 +48,6 @@ from bridges.acp.messages import (
     JsonObject,
     non_negative_int,
     permission_request,
-    stringify,
 )
 from bridges.acp.translate import Translator, TurnStatus, prompt_usage, turn_status
 
@@ -143,10 +143,7 @@ class Session:
         A resume the agent cannot load (no `loadSession`) continues in a fresh `session/new`; the lost history
         is reported first as a `session/replaced` with `contextLost` (§4.3), which the runtime shows as a warning.
         """
-        self.bridge.spawn(self.agent.run, self._on_exit)
-        await self.agent.ready.wait()
-        if self.agent.error is not None:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, self.agent.error)
+        await self.agent.start(self.bridge.spawn, self._on_exit)
         try:
             if self.tools:
                 self.mcp = McpHost(self.tools, self._tool_call, thread_id=self.thread_id)
@@ -221,7 +218,7 @@ class Session:
         if init.get("protocolVersion") != PROTOCOL_VERSION:
             raise rpc.RpcError(
                 rpc.BRIDGE_ERROR,
-                f'ACP agent "{self.label}" answered protocol version {stringify(init.get("protocolVersion"))}; '
+                f'ACP agent "{self.label}" answered protocol version {js.stringify(init.get("protocolVersion"))}; '
                 f"this bridge speaks ACP version {PROTOCOL_VERSION}",
             )
         caps = init.get("agentCapabilities") if isinstance(init.get("agentCapabilities"), dict) else {}
@@ -303,7 +300,7 @@ class Session:
             return
         update = params.get("update") if isinstance(params, dict) else None
         if not isinstance(update, dict) or not isinstance(params.get("sessionId"), str):
-            self._log.warning("ignored a malformed session/update", params=stringify(params)[:400])
+            self._log.warning("ignored a malformed session/update", params=js.stringify(params)[:400])
             return
         if self.stopping:
             return
@@ -456,7 +453,7 @@ class Session:
                 stop_reason = result.get("stopReason") if isinstance(result, dict) else None
                 if stop_reason not in STOP_REASONS:
                     await self._fail(
-                        f"ACP agent returned an unexpected session/prompt result: {stringify(result)[:400]}"
+                        f"ACP agent returned an unexpected session/prompt result: {js.stringify(result)[:400]}"
                     )
                     return
                 if not self.stopping and self.queued:  # the steer that cancelled this prompt continues the turn
