@@ -32,8 +32,8 @@ from bbridge.core.assembler import Assembler
 from bbridge.kit import mcp_relay
 from bbridge.kit.mcp_host import PROTOCOL_VERSIONS, McpHost, Tool, tool_result
 from bbridge.wire import rpc
-from bridges.acp.agent import Launch
 from bridges.acp.bridge import AcpBridge
+from bridges.acp.child import Launch
 from bridges.acp.translate import Translator
 from tests.support import FULL, INIT, in_process, turn_params
 

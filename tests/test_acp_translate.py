@@ -18,7 +18,7 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.items import is_js_blank
 from bbridge.kit import UsageMeter, encode_deltas, tokens
 from bbridge.wire import interactions
-from bridges.acp import permissions, tools, wire
+from bridges.acp import approvals, messages, tool_shapes
 from bridges.acp.translate import Translator, prompt_usage
 
 THREAD = "thr_acp"
@@ -79,7 +79,7 @@ def test_read_without_a_path_stays_a_tool_presenting_as_its_kind() -> None:
 
 def test_kinds_map_to_core_shapes_when_the_agent_filled_them() -> None:
     def shape(**fields: Any) -> g.ItemShape:
-        return tools.classify(tool_call(**fields)).item
+        return tool_shapes.classify(tool_call(**fields)).item
 
     assert shape(kind="read", locations=[{"path": "/w/a.txt"}]) == g.FileReadShape(path="/w/a.txt")
     assert shape(kind="read", title="Read `/abs/b.py`") == g.FileReadShape(path="/abs/b.py")
@@ -104,7 +104,7 @@ def test_kinds_map_to_core_shapes_when_the_agent_filled_them() -> None:
 
 
 def test_command_headline_drops_code_ticks() -> None:
-    shaped = tools.classify(tool_call(kind="execute", title="`sleep 2`", rawInput={"command": "sleep 2"}))
+    shaped = tool_shapes.classify(tool_call(kind="execute", title="`sleep 2`", rawInput={"command": "sleep 2"}))
     assert shaped.presentation.title == "sleep 2"
 
 
@@ -240,16 +240,16 @@ OPTIONS = [
 
 
 def test_decisions_and_outcomes_use_the_agents_own_options() -> None:
-    assert permissions.decisions(OPTIONS) == ["allow_once", "allow_for_session", "deny"]
-    assert permissions.decisions([{"optionId": "x", "name": "x", "kind": "allow_always"}]) == ["allow_for_session"]
-    assert permissions.outcome(OPTIONS, "deny") == {"outcome": {"outcome": "selected", "optionId": "reject-once"}}
-    assert permissions.outcome(OPTIONS[:1], "allow_for_session")["outcome"]["optionId"] == "allow-once"
-    assert permissions.outcome(OPTIONS[:2], "deny") == permissions.CANCELLED
-    assert permissions.outcome(OPTIONS, None) == permissions.CANCELLED
+    assert approvals.decisions(OPTIONS) == ["allow_once", "allow_for_session", "deny"]
+    assert approvals.decisions([{"optionId": "x", "name": "x", "kind": "allow_always"}]) == ["allow_for_session"]
+    assert approvals.outcome(OPTIONS, "deny") == {"outcome": {"outcome": "selected", "optionId": "reject-once"}}
+    assert approvals.outcome(OPTIONS[:1], "allow_for_session")["outcome"]["optionId"] == "allow-once"
+    assert approvals.outcome(OPTIONS[:2], "deny") == approvals.CANCELLED
+    assert approvals.outcome(OPTIONS, None) == approvals.CANCELLED
 
 
 def test_permission_subjects() -> None:
-    command = permissions.payload({"toolCallId": "c", "title": "`touch a`", "kind": "execute"}, OPTIONS, None)
+    command = approvals.payload({"toolCallId": "c", "title": "`touch a`", "kind": "execute"}, OPTIONS, None)
     assert command.subject == interactions.CommandSubject(
         itemId="c",
         command="`touch a`",
@@ -258,30 +258,39 @@ def test_permission_subjects() -> None:
         sessionGrant=None,
     )
     edit = {"toolCallId": "e", "kind": "edit", "locations": [{"path": "/w/f.txt"}, {"path": "/w"}]}
-    change = permissions.payload(edit, OPTIONS, None).subject
+    change = approvals.payload(edit, OPTIONS, None).subject
     assert isinstance(change, interactions.FileChangeSubject) and change.writeScope == "/w"
     started = tool_call("o", kind="other", title="MCP: tool")
-    tool = permissions.payload({"toolCallId": "o", "kind": "other"}, OPTIONS, started).subject
+    tool = approvals.payload({"toolCallId": "o", "kind": "other"}, OPTIONS, started).subject
     assert isinstance(tool, interactions.ToolUseSubject) and tool.tool == "other"
     assert tool.presentation.title == "MCP: tool"
-    bare = permissions.payload(None, OPTIONS[:1], None)
+    bare = approvals.payload(None, OPTIONS[:1], None)
     assert isinstance(bare.subject, interactions.ToolUseSubject) and bare.subject.itemId == "acp-permission"
     assert bare.availableDecisions == ["allow_once"]
 
 
-# -- wire readers ----------------------------------------------------------------
+# -- message readers ----------------------------------------------------------------
 
 
 def test_result_text_reads_like_the_reference() -> None:
-    assert wire.result_text({"content": "x"}) == '{"content":"x"}'
+    assert messages.result_text({"content": "x"}) == '{"content":"x"}'
     assert (
-        wire.result_text({"content": [{"type": "text", "text": "a"}, {"type": "image", "path": "/i.png"}]})
+        messages.result_text({"content": [{"type": "text", "text": "a"}, {"type": "image", "path": "/i.png"}]})
         == "a\n[image: /i.png]"
     )
-    assert wire.result_text([{"type": "tool_reference", "tool_name": "Grep"}]) == "Matched tools: Grep"
-    assert wire.result_text(3.0) == "3" and wire.result_text(True) == "true" and wire.result_text(None) == ""
+    assert messages.result_text([{"type": "tool_reference", "tool_name": "Grep"}]) == "Matched tools: Grep"
+    assert (
+        messages.result_text(3.0) == "3" and messages.result_text(True) == "true" and messages.result_text(None) == ""
+    )
     event = tool_update(rawOutput="see data:image/png;base64,AAAA end")
-    assert wire.output_text(event) == "see [image] end"
+    assert messages.output_text(event) == "see [image] end"
+
+
+def test_result_text_prints_numbers_as_javascript_does() -> None:
+    """Numbers in a tool result read as `JSON.stringify` prints them (the core's `js.stringify`), never as
+    Python's integer expansion of a large double."""
+    assert messages.result_text({"n": [1e21, 2.0, 1e-7]}) == '{"n":[1e+21,2,1e-7]}'
+    assert messages.result_text(1e300) == "1e+300"
 
 
 # -- properties --------------------------------------------------------------------
@@ -294,12 +303,12 @@ updates = st.one_of(
     st.builds(
         tool_call,
         ids,
-        kind=st.sampled_from(sorted(wire.TOOL_KINDS)),
-        status=st.sampled_from(sorted(wire.TOOL_STATUSES)),
+        kind=st.sampled_from(sorted(messages.TOOL_KINDS)),
+        status=st.sampled_from(sorted(messages.TOOL_STATUSES)),
         title=texts,
         rawInput=st.one_of(st.just({}), st.builds(lambda c: {"command": c}, texts)),
     ),
-    st.builds(tool_update, ids, status=st.sampled_from(sorted(wire.TOOL_STATUSES)), rawOutput=texts),
+    st.builds(tool_update, ids, status=st.sampled_from(sorted(messages.TOOL_STATUSES)), rawOutput=texts),
     st.builds(lambda e: {"sessionUpdate": "plan", "entries": [{"content": c} for c in e]}, st.lists(texts, max_size=3)),
     st.just({"sessionUpdate": "usage_update", "used": 5, "size": 50}),
     st.builds(lambda k: {"sessionUpdate": k}, texts),
@@ -307,7 +316,7 @@ updates = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(updates, max_size=25), st.sampled_from(sorted(wire.STOP_REASONS)))
+@given(st.lists(updates, max_size=25), st.sampled_from(sorted(messages.STOP_REASONS)))
 def test_any_update_stream_validates_and_settles_every_item(stream: list[dict[str, Any]], stop_reason: str) -> None:
     translator = Translator(THREAD)
     assembler = Assembler("acp-test", "da00000000", progress_throttle_ms=500, text_delta_flush_ms=0)

@@ -10,10 +10,14 @@ from `options.providerOptions.acpLaunchSpec` (`{command, args, env, cwd}`,
 which wins). The agent's environment is an allowlist; `--pass-env NAME` adds
 a variable of the bridge's own environment (an API key the agent needs).
 
-Modules: `bridge` (the runtime methods), `agent` (the agent process), `session`
-(one thread's session and turns), `translate` (ACP updates → deltas), `tools`
-and `presentation` (tool-call shapes and rows), `permissions` (approvals),
-`content` (prompt blocks, the agent's file requests), `wire` (the ACP subset).
+Modules: `bridge` (the runtime methods, routed by the kit's typed handlers),
+`session` (one thread's session: turns, control, settlement), `translate` (ACP
+updates → deltas, pure) with `tool_shapes` (a tool call's item shape) and
+`presentation` (its row), `child` (the agent process on the kit's `Child`:
+launch, environment, JSON-RPC), `approvals` (the permission mode and
+`session/request_permission` ↔ bb approvals), `prompt` (bb input → ACP prompt
+blocks), `files` (the agent's `fs/*` requests), `messages` (the ACP subset the
+bridge reads: constants and validators).
 The thread's `bb-bridge` MCP server of declared dynamic tools is the kit's
 (`bbridge.kit.mcp_host`, the bridge's end, and `bbridge/kit/mcp_relay.py`, the
 stdio relay the agent launches).
@@ -25,8 +29,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bridges.acp.agent import Launch
 from bridges.acp.bridge import AcpBridge
+from bridges.acp.child import Launch
 
 
 def parse_args(argv: Sequence[str]) -> tuple[Launch | None, list[str]]:

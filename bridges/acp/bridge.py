@@ -19,10 +19,10 @@ from msgspec import UNSET
 from bbridge.kit import Bridge
 from bbridge.kit.mcp_host import declared_tools
 from bbridge.wire import protocol, rpc
-from bridges.acp.agent import AgentProcess, Launch, agent_env, launch_from_options
-from bridges.acp.content import Policy
+from bridges.acp.approvals import Policy
+from bridges.acp.child import AgentProcess, Launch, agent_env, launch_from_options
+from bridges.acp.messages import CLIENT_INFO, PROTOCOL_VERSION, JsonObject
 from bridges.acp.session import DEFAULT_MODEL_ID, Kind, Session, TurnInput
-from bridges.acp.wire import CLIENT_INFO, PROTOCOL_VERSION, JsonObject
 
 log = structlog.get_logger("bridges.acp")
 
@@ -168,11 +168,8 @@ class AcpBridge:
         agent = AgentProcess(
             launch, cwd=cwd, env=agent_env(self.base_env, self.passthrough, launch, None), thread_id=None
         )
-        self.bridge.spawn(agent.run)
-        await agent.ready.wait()
         try:
-            if agent.error is not None:
-                raise rpc.RpcError(rpc.BRIDGE_ERROR, agent.error)
+            await agent.start(self.bridge.spawn)
             await agent.request(
                 "initialize",
                 {

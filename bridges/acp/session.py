@@ -33,14 +33,14 @@ import structlog
 import trio
 
 from bbridge.core import grammar as g
+from bbridge.core import js
 from bbridge.kit import Bridge
 from bbridge.kit.mcp_host import McpHost, Tool
 from bbridge.wire import interactions, protocol, rpc
-from bridges.acp import content, permissions
-from bridges.acp.agent import AgentProcess
-from bridges.acp.content import Policy
-from bridges.acp.translate import Translator, TurnStatus, prompt_usage, turn_status
-from bridges.acp.wire import (
+from bridges.acp import approvals, files, prompt
+from bridges.acp.approvals import Policy
+from bridges.acp.child import AgentProcess
+from bridges.acp.messages import (
     CLIENT_CAPABILITIES,
     CLIENT_INFO,
     PROTOCOL_VERSION,
@@ -48,8 +48,8 @@ from bridges.acp.wire import (
     JsonObject,
     non_negative_int,
     permission_request,
-    stringify,
 )
+from bridges.acp.translate import Translator, TurnStatus, prompt_usage, turn_status
 
 log = structlog.get_logger("bridges.acp")
 
@@ -143,10 +143,7 @@ class Session:
         A resume the agent cannot load (no `loadSession`) continues in a fresh `session/new`; the lost history
         is reported first as a `session/replaced` with `contextLost` (§4.3), which the runtime shows as a warning.
         """
-        self.bridge.spawn(self.agent.run, self._on_exit)
-        await self.agent.ready.wait()
-        if self.agent.error is not None:
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, self.agent.error)
+        await self.agent.start(self.bridge.spawn, self._on_exit)
         try:
             if self.tools:
                 self.mcp = McpHost(self.tools, self._tool_call, thread_id=self.thread_id)
@@ -221,7 +218,7 @@ class Session:
         if init.get("protocolVersion") != PROTOCOL_VERSION:
             raise rpc.RpcError(
                 rpc.BRIDGE_ERROR,
-                f'ACP agent "{self.label}" answered protocol version {stringify(init.get("protocolVersion"))}; '
+                f'ACP agent "{self.label}" answered protocol version {js.stringify(init.get("protocolVersion"))}; '
                 f"this bridge speaks ACP version {PROTOCOL_VERSION}",
             )
         caps = init.get("agentCapabilities") if isinstance(init.get("agentCapabilities"), dict) else {}
@@ -303,7 +300,7 @@ class Session:
             return
         update = params.get("update") if isinstance(params, dict) else None
         if not isinstance(update, dict) or not isinstance(params.get("sessionId"), str):
-            self._log.warning("ignored a malformed session/update", params=stringify(params)[:400])
+            self._log.warning("ignored a malformed session/update", params=js.stringify(params)[:400])
             return
         if self.stopping:
             return
@@ -323,9 +320,9 @@ class Session:
         if method == "session/request_permission":
             return await self._permission(params)
         if method == "fs/read_text_file":
-            return await content.read_text_file(params)
+            return await files.read_text_file(params)
         if method == "fs/write_text_file":
-            path, old, text = await content.write_text_file(params, self.policy)
+            path, old, text = await files.write_text_file(params, self.policy)
             await self._emit(self.translator.file_written(path, old, text))
             return None
         raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f'Unsupported ACP client method "{method}"')
@@ -357,16 +354,16 @@ class Session:
             raise rpc.RpcError(rpc.INVALID_PARAMS, "Invalid session/request_permission params")
         options, tool_call = request
         if self.stopping or self.cancel_requested or self.active != "turn":
-            return permissions.CANCELLED
+            return approvals.CANCELLED
         if not self.policy.ask:
-            return permissions.outcome(options, "allow_once")
+            return approvals.outcome(options, "allow_once")
         call_id = tool_call.get("toolCallId") if tool_call else None
         started = self.translator.call(call_id) if isinstance(call_id, str) else None
         ask = interactions.InteractionRequestParams(
             providerThreadId=self.provider_thread_id,
             threadId=self.thread_id,
             turnId=None,
-            payload=permissions.payload(tool_call, options, started),
+            payload=approvals.payload(tool_call, options, started),
         )
         pending = PendingPermission(options)
         self.permissions.add(pending)
@@ -375,7 +372,7 @@ class Session:
             await pending.done.wait()
             nursery.cancel_scope.cancel()
         self.permissions.discard(pending)
-        return permissions.outcome(options, pending.decision)
+        return approvals.outcome(options, pending.decision)
 
     async def _ask(self, request: interactions.InteractionRequestParams, pending: PendingPermission) -> None:
         """The runtime's resolution; an error or an answer that is no approval decision cancels the permission."""
@@ -385,7 +382,7 @@ class Session:
             self._log.warning("interaction/request failed; the permission is cancelled", error=exc.message)
             result = None
         decision = result.get("decision") if isinstance(result, dict) else None
-        pending.settle(decision if decision in permissions.OPTION_KINDS else None)
+        pending.settle(decision if decision in approvals.OPTION_KINDS else None)
 
     def cancel_permissions(self) -> None:
         for pending in self.permissions:
@@ -397,7 +394,7 @@ class Session:
     def start_turn(self, pending: TurnInput) -> None:
         """Register the live turn now (later requests see it) and run it in the background."""
         self.settled = trio.Event()
-        if content.is_compact(pending.input):
+        if prompt.is_compact(pending.input):
             self.active = "compaction"
             self.bridge.spawn(self._compact, pending)
         else:
@@ -445,7 +442,7 @@ class Session:
                     return
                 self.cancel_requested = False
                 self.prompt_pending = True
-                blocks = content.prompt_blocks(pending.input, self.instructions, images=self.supports_image)
+                blocks = prompt.prompt_blocks(pending.input, self.instructions, images=self.supports_image)
                 self.instructions = None  # the session instructions ride the first prompt only
                 result = await self._prompt(blocks, pending)
                 self.prompt_pending = False
@@ -456,7 +453,7 @@ class Session:
                 stop_reason = result.get("stopReason") if isinstance(result, dict) else None
                 if stop_reason not in STOP_REASONS:
                     await self._fail(
-                        f"ACP agent returned an unexpected session/prompt result: {stringify(result)[:400]}"
+                        f"ACP agent returned an unexpected session/prompt result: {js.stringify(result)[:400]}"
                     )
                     return
                 if not self.stopping and self.queued:  # the steer that cancelled this prompt continues the turn

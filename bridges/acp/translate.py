@@ -36,8 +36,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bridges.acp import presentation as p
-from bridges.acp.tools import Classified, bb_tool, classify
-from bridges.acp.wire import (
+from bridges.acp.messages import (
     TOOL_CALL_FIELDS,
     JsonObject,
     non_negative_int,
@@ -46,6 +45,7 @@ from bridges.acp.wire import (
     text_of,
     tool_call_event,
 )
+from bridges.acp.tool_shapes import Classified, bb_tool, classify
 
 UPDATE_METHOD = "acp/update"
 FS_WRITE_METHOD = "acp/fs/write"

@@ -9,12 +9,11 @@ canonical order so merged and fresh events read alike.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
+from bbridge.core import js
 
 PROTOCOL_VERSION = 1
 CLIENT_INFO = {"name": "bb", "version": "1.0.0"}
@@ -145,22 +144,6 @@ def non_negative_int(value: Json) -> int | None:
     return int(value) if value >= 0 and float(value).is_integer() else None
 
 
-def _js_numbers(value: Json) -> Json:
-    """Integral floats as ints, so encoding matches JavaScript's number formatting."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _js_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_js_numbers(v) for v in value]
-    return value
-
-
-def stringify(value: Json) -> str:
-    """`JSON.stringify` of a decoded JSON value."""
-    return msgspec.json.encode(_js_numbers(value)).decode()
-
-
 _WRAPPER_KEY = "content"
 _DATA_URL = re.compile(r"data:image/[a-z0-9.+-]+(?:;[^,]*)?;base64,[a-z0-9+/_=-]+", re.IGNORECASE)
 
@@ -172,10 +155,10 @@ def result_text(value: Json) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, bool | int | float):
-        return stringify(value)
+        return js.stringify(value)
     if isinstance(value, dict):
         inner = value.get(_WRAPPER_KEY)
-        return result_text(inner) if isinstance(inner, list) else stringify(value)
+        return result_text(inner) if isinstance(inner, list) else js.stringify(value)
     if not isinstance(value, list):
         return ""
     names = [b.get("tool_name") for b in value if isinstance(b, dict) and b.get("type") == "tool_reference"]

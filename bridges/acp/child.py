@@ -110,7 +110,7 @@ RequestHandler = Callable[[str, Any], Awaitable[Any]]
 
 
 class AgentProcess:
-    """An agent process and its connection; `run` in a task, then `request` / `notify`."""
+    """An agent process and its connection; `start` it (or `run` it in a task), then `request` / `notify`."""
 
     def __init__(
         self,
@@ -147,6 +147,17 @@ class AgentProcess:
     @property
     def exited(self) -> bool:
         return self.done.is_set() or self._conn is None or self._conn.closed
+
+    async def start(
+        self,
+        spawn: Callable[..., None],
+        on_exit: Callable[[AgentProcess], Awaitable[None]] | None = None,
+    ) -> None:
+        """`run` the agent in a task `spawn` starts (the bridge's); `RpcError` when it could not be launched."""
+        spawn(self.run, on_exit)
+        await self.ready.wait()
+        if self.error is not None:
+            raise rpc.RpcError(rpc.BRIDGE_ERROR, self.error)
 
     async def run(self, on_exit: Callable[[AgentProcess], Awaitable[None]] | None = None) -> None:
         """Spawn, serve the connection until the process ends, then report; kills the process when cancelled."""

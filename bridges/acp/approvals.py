@@ -4,21 +4,24 @@ A command asks as a `command` subject, a file change as a `file_change`
 subject, everything else (an MCP tool, a read outside the project) as a
 `tool_use` subject carrying the presentation its timeline row has. The
 runtime's decision goes back as the agent's own option of the matching kind.
+The thread's permission mode (`Policy`) decides whether the runtime is asked at
+all, and where the agent's file writes may go (`files`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.wire import interactions
 from bbridge.wire.interactions import Decision
+from bridges.acp.messages import JsonObject
 from bridges.acp.presentation import tool_kind
-from bridges.acp.tools import classify, extract_paths, operation
-from bridges.acp.wire import JsonObject
+from bridges.acp.tool_shapes import classify, extract_paths, operation
 
 Subject = interactions.CommandSubject | interactions.FileChangeSubject | interactions.ToolUseSubject
 CANCELLED: JsonObject = {"outcome": {"outcome": "cancelled"}}
@@ -28,6 +31,21 @@ OPTION_KINDS: dict[Decision, tuple[str, ...]] = {
     "allow_for_session": ("allow_always", "allow_once"),
     "deny": ("reject_once", "reject_always"),
 }
+
+
+@dataclass(frozen=True)
+class Policy:
+    """`full` allows every permission itself; the other modes ask the runtime and keep writes inside the roots."""
+
+    ask: bool
+    write_roots: tuple[str, ...]
+
+    def may_write(self, path: str) -> bool:
+        if not self.ask:
+            return True
+        target = os.path.realpath(path)
+        roots = [os.path.realpath(root) for root in self.write_roots]
+        return any(os.path.commonpath([target, root]) == root for root in roots)
 
 
 def decisions(options: Sequence[JsonObject]) -> list[Decision]:

@@ -9,7 +9,7 @@ locations): such a call stays a generic tool that presents as its kind, so a
 row is never a fileRead without a path. The title is never a tool name; it is
 the headline.
 
-The command / file-change decision (`operation`) is shared with the permission
+The command / file-change decision (`operation`) is shared with the approval
 mapping, so an approval and its timeline row never disagree.
 """
 
@@ -23,7 +23,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bridges.acp import presentation as p
-from bridges.acp.wire import JsonObject, optional_strings, output_text
+from bridges.acp.messages import JsonObject, optional_strings, output_text
 
 
 @dataclass(frozen=True)
