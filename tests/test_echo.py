@@ -15,7 +15,7 @@ from bbridge.core import grammar as g
 from bbridge.core.events import EVENT_TYPES
 from bbridge.core.guard import Guard
 from bbridge.wire import interactions, protocol, rpc, schema
-from bridges.echo import chunks, parse_directives
+from bridges.echo.translate import chunks, parse_directives
 from tests.support import FULL, INIT, Runtime, Spawned, capabilities, spawned, start_thread, turn_params
 
 ECHO = [sys.executable, "-m", "bridges.echo"]
