@@ -9,17 +9,18 @@ requests that wait on the runtime are written before the reader moves on and ans
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import structlog
 import trio
+from msgspec import UNSET, UnsetType
 
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge, DeltaEncoder, DeltaError
-from bbridge.wire import rpc
+from bbridge.wire import protocol, rpc
 
 from . import approvals, launch
 from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
@@ -68,38 +69,29 @@ class Construction:
     """What a rebuild reuses from the original construction (§2.6.3): cwd, instruction mode, dynamic tools."""
 
     cwd: str
-    instruction_mode: Any
-    dynamic_tools: Any
+    instruction_mode: Literal["append", "replace"]
+    dynamic_tools: list[protocol.DynamicTool] | UnsetType
 
 
-def signature(cwd: str, options: Mapping[str, Any]) -> tuple[Any, ...]:
+def signature(cwd: str, options: protocol.ExecutionOptions) -> tuple[Any, ...]:
     """The execution settings a live child cannot change; a turn asking for others rebuilds the session."""
-    given = options.get("providerOptions")
-    extra: Mapping[str, Any] = given if isinstance(given, dict) else {}
+    extra: dict[str, Any] = {} if options.providerOptions is UNSET else options.providerOptions
     return (
         cwd,
-        options.get("reasoningLevel"),
+        options.reasoningLevel,
         extra.get("memoryEnabled"),
         extra.get("providerSubagentsEnabled"),
-        options.get("permissionMode"),
-        options.get("permissionScope"),
-        options.get("approvalReviewer"),
-        options.get("permissionEscalation"),
+        type(options),  # the permission mode (the options' tag)
+        options.permissionScope,
+        options.approvalReviewer,
+        options.permissionEscalation,
     )
 
 
-def bb_tools(dynamic_tools: Any) -> dict[str, g.Presentation | None]:
+def bb_tools(dynamic_tools: list[protocol.DynamicTool] | UnsetType) -> dict[str, g.Presentation | None]:
     """The bb-injected tool names, with the presentation a definition carries (§2.4 step 2)."""
-    found: dict[str, g.Presentation | None] = {}
-    for tool in dynamic_tools if isinstance(dynamic_tools, list) else []:
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            continue
-        shown = tool.get("presentation")
-        try:
-            found[tool["name"]] = msgspec.convert(shown, g.Presentation) if isinstance(shown, dict) else None
-        except msgspec.ValidationError:
-            found[tool["name"]] = None
-    return found
+    tools = [] if dynamic_tools is UNSET else dynamic_tools
+    return {tool.name: None if tool.presentation is UNSET else tool.presentation for tool in tools}
 
 
 def _tool_call(params: Any) -> dict[str, Any]:
