@@ -4,6 +4,8 @@ Everything a session child says reaches the runtime only while the session is cu
 thread and not closing), so a replaced or released construction's late output, requests and exit are dropped
 or refused. Notifications are translated and emitted in the child's reader, one batch per notification (§5.1);
 requests that wait on the runtime are written before the reader moves on and answered from their own task.
+The emission path is the session's: `DeltaPath` (what of each translated batch is written when, §3.2) and
+`delta_params` (the batch in the reference's member order).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from bbridge.wire import protocol, rpc
 
 from . import approvals, launch
 from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
-from .translate import DeltaPath, Translator
+from .translate import Translator
 
 
 class Owner(Protocol):
@@ -291,3 +293,49 @@ class Session:
 
         self.owner.bridge.spawn(ask)
         await sent.wait()
+
+
+class DeltaPath:
+    """The emission rules of §3.2 for one session: identity first, replayed usage filtered."""
+
+    def __init__(self, *, awaiting_replayed_usage: bool) -> None:
+        self.awaiting_replayed_usage = awaiting_replayed_usage
+        self.open_turns: dict[str, None] = {}
+        self.announced = False
+        self._buffer: list[g.Delta] = []
+
+    def push(self, deltas: list[g.Delta]) -> list[g.Delta] | None:
+        """The batch to write now, or None (nothing, or held until identity is announced)."""
+        if not deltas:
+            return None
+        survivors = self._filter(deltas)
+        if not self.announced:
+            self._buffer.extend(survivors)
+            return None
+        return survivors
+
+    def announce(self) -> list[g.Delta] | None:
+        """Identity was written: the buffered deltas as one batch (None when there are none or it was done)."""
+        if self.announced:
+            return None
+        self.announced = True
+        buffered, self._buffer = self._buffer, []
+        return self._filter(buffered) if buffered else None
+
+    def _filter(self, deltas: list[g.Delta]) -> list[g.Delta]:
+        kept: list[g.Delta] = []
+        for delta in deltas:
+            if isinstance(delta, g.TurnOpen):
+                self.awaiting_replayed_usage = False
+                if isinstance(delta.providerTurnId, str):
+                    self.open_turns[delta.providerTurnId] = None
+            elif isinstance(delta, g.TurnBoundary) and isinstance(delta.providerTurnId, str):
+                self.open_turns.pop(delta.providerTurnId, None)
+            if self.awaiting_replayed_usage and isinstance(delta, g.Usage):
+                continue
+            if self.awaiting_replayed_usage and isinstance(delta, g.ContextWindow):
+                delta = g.ContextWindow(
+                    used=delta.used, size=delta.size, estimated=delta.estimated, attach=delta.attach
+                )
+            kept.append(delta)
+        return kept
