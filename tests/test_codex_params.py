@@ -35,7 +35,10 @@ def typed(method: str, line: str) -> Any:
 
 def options(**given: Any) -> protocol.ExecutionOptions:
     scope = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user"}
-    return msgspec.convert({**scope, "permissionEscalation": "ask", **given}, protocol.ExecutionOptions)
+    decoded: protocol.ExecutionOptions = msgspec.convert(
+        {**scope, "permissionEscalation": "ask", **given}, protocol.ExecutionOptions
+    )
+    return decoded
 
 
 def pairs(cell: Path) -> list[tuple[str, str]]:

@@ -25,7 +25,15 @@ from bbridge.kit import Bridge, DeltaEncoder, DeltaError
 from bbridge.wire import protocol, rpc
 
 from . import approvals, launch
-from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
+from .child import (
+    ChildError,
+    CodexChild,
+    ExitHandler,
+    Notification,
+    NotificationHandler,
+    RequestHandler,
+    ServerRequest,
+)
 from .translate import Translator
 
 
@@ -203,7 +211,7 @@ class Session:
             self.child.stop()
             self.child = None
 
-    async def _on_notification(self, note: launch.Notification) -> None:
+    async def _on_notification(self, note: Notification) -> None:
         if not self.current:
             return
         params = note.message.get("params")
