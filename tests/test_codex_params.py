@@ -13,7 +13,7 @@ from bbridge import kit
 from bbridge.core import js
 from bbridge.wire import protocol
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
-from bridges.codex import params
+from bridges.codex import codex_params
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
 CELLS = (
@@ -58,9 +58,9 @@ def pairs(cell: Path) -> list[tuple[str, str]]:
         ):
             sent = message["params"]
             if method in CONSTRUCTION:
-                built = params.construction(typed(method, asked_line))
+                built = codex_params.construction(typed(method, asked_line))
             elif method == "turn/start":
-                built = params.turn(sent["threadId"], typed(method, asked_line))
+                built = codex_params.turn(sent["threadId"], typed(method, asked_line))
             else:
                 assert kit.is_standalone_compact(asked["params"]["input"])
                 built = {"threadId": sent["threadId"]}
@@ -91,16 +91,16 @@ def test_every_cell_exercises_a_request() -> None:
 
 
 def test_permission_mapping_and_config() -> None:
-    auto = params.permissions(options(permissionMode="auto", approvalReviewer="automatic"))
+    auto = codex_params.permissions(options(permissionMode="auto", approvalReviewer="automatic"))
     assert (auto.approval_policy, auto.reviewer) == ("on-request", "auto_review")
-    assert params.permissions(options(permissionEscalation="deny")).approval_policy == "never"
+    assert codex_params.permissions(options(permissionEscalation="deny")).approval_policy == "never"
     given = options(
         reasoningLevel="high",
         envVars={"A": "1", "bad-name": "x", "BB_THREAD_ID": "mine", "B": "2"},
         providerOptions={"envUnset": ["B", "C"], "providerSubagentsEnabled": False, "memoryEnabled": False},
     )
-    extra = params.provider_options(given)
-    assert params.config("thr", given, extra, ["/r"]) == {
+    extra = codex_params.provider_options(given)
+    assert codex_params.config("thr", given, extra, ["/r"]) == {
         "shell_environment_policy.set.BB_THREAD_ID": "mine",
         "shell_environment_policy.set.A": "1",
         "shell_environment_policy.unset.B": "1",
@@ -113,14 +113,14 @@ def test_permission_mapping_and_config() -> None:
         "memories.generate_memories": False,
         "sandbox_workspace_write.writable_roots": ["/r"],
     }
-    with pytest.raises(params.ParamsError, match=r"Codex does not support the none reasoning level\."):
-        params.config("thr", options(reasoningLevel="none"), extra, [])
-    with pytest.raises(params.ParamsError):
-        params.provider_options(options(providerOptions={"memoryEnabled": "yes"}))
+    with pytest.raises(codex_params.ParamsError, match=r"Codex does not support the none reasoning level\."):
+        codex_params.config("thr", options(reasoningLevel="none"), extra, [])
+    with pytest.raises(codex_params.ParamsError):
+        codex_params.provider_options(options(providerOptions={"memoryEnabled": "yes"}))
 
 
 def test_fork_checkpoints_drop_the_legacy_prefix_and_inputs_map() -> None:
-    fork = params.construction(
+    fork = codex_params.construction(
         protocol.ThreadForkParams(
             threadId="thr",
             cwd="/w",
@@ -132,12 +132,12 @@ def test_fork_checkpoints_drop_the_legacy_prefix_and_inputs_map() -> None:
     assert (
         list(fork)[:2] == ["threadId", "lastTurnId"] and fork["lastTurnId"] == "turn" and fork["serviceTier"] == "fast"
     )
-    assert params.user_input(protocol.LocalFileInput(path="/a")) == {
+    assert codex_params.user_input(protocol.LocalFileInput(path="/a")) == {
         "type": "text",
         "text": "[Attached file: /a]",
         "text_elements": [],
     }
-    assert params.user_input(protocol.ImageInput(url="u")) == {"type": "image", "url": "u"}
+    assert codex_params.user_input(protocol.ImageInput(url="u")) == {"type": "image", "url": "u"}
 
 
 def compact(text: str, start: int = 0, **resource: Any) -> list[dict[str, Any]]:

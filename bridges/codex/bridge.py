@@ -21,7 +21,7 @@ from bbridge.core import grammar as g
 from bbridge.kit import Bridge, Wording
 from bbridge.wire import maintenance, protocol, rpc
 
-from . import launch, models, params
+from . import codex_params, launch, models
 from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
 from .gitroots import git_roots
 from .maintenance import Maintenance
@@ -154,11 +154,11 @@ class CodexBridge:
     async def thread_fork(self, params: protocol.ThreadForkParams) -> dict[str, Any]:
         return await self._answer_construction("thread/fork", params)
 
-    async def _answer_construction(self, method: str, request: params.Constructions) -> dict[str, Any]:
+    async def _answer_construction(self, method: str, request: codex_params.Constructions) -> dict[str, Any]:
         session = await self._construct(method, request)
         return {"providerThreadId": session.codex_thread, "sessionRestorable": True}
 
-    async def _construct(self, method: str, request: params.Constructions) -> Session:
+    async def _construct(self, method: str, request: codex_params.Constructions) -> Session:
         thread_id, options = request.threadId, request.options
         existing = self.sessions.pop(thread_id, None)
         if existing is not None:
@@ -178,20 +178,20 @@ class CodexBridge:
         if resumed is not None:
             await session.announce(resumed)
         await session.emit([g.SessionReset()])
-        full = params.permissions(options).full
+        full = codex_params.permissions(options).full
         staged = [] if full else await trio.to_thread.run_sync(git_roots, request.cwd)
         try:
             child = await session.start_child()
             level = options.reasoningLevel
-            if level in params.UNSUPPORTED_EFFORTS:
-                raise params.ParamsError(f"Codex does not support the {level} reasoning level.")
-            construction = params.construction(request, staged)
+            if level in codex_params.UNSUPPORTED_EFFORTS:
+                raise codex_params.ParamsError(f"Codex does not support the {level} reasoning level.")
+            construction = codex_params.construction(request, staged)
             async with child.exchange(method, construction) as result:
                 codex_id = _thread_id(method, result)
                 session.codex_thread = codex_id
                 self.roots[thread_id] = staged
                 await session.announce(codex_id)
-        except (ChildError, params.ParamsError, launch.LaunchError) as exc:
+        except (ChildError, codex_params.ParamsError, launch.LaunchError) as exc:
             if self.sessions.get(thread_id) is session:
                 del self.sessions[thread_id]
             session.release()
@@ -247,11 +247,11 @@ class CodexBridge:
         creq = request.clientRequestId
         session.translator.queue_input(codex_id, creq)
         if kit.is_standalone_compact(msgspec.to_builtins(request.input)):
-            codex_method, codex_params = "thread/compact/start", {"threadId": codex_id}
+            codex_method, body = "thread/compact/start", {"threadId": codex_id}
         else:
-            codex_method, codex_params = "turn/start", params.turn(codex_id, request, self.roots.get(thread_id))
+            codex_method, body = "turn/start", codex_params.turn(codex_id, request, self.roots.get(thread_id))
         try:
-            async with child.exchange(codex_method, codex_params):
+            async with child.exchange(codex_method, body):
                 self.bridge.spawn(self._zero_work, session, codex_id, creq)
         except ChildError as exc:
             session.translator.unqueue_input(codex_id, creq)
@@ -287,7 +287,7 @@ class CodexBridge:
         steer = {
             "threadId": codex_id,
             "expectedTurnId": expected,
-            "input": [params.user_input(entry) for entry in request.input],
+            "input": [codex_params.user_input(entry) for entry in request.input],
         }
         try:
             async with child.exchange("turn/steer", steer):
@@ -346,22 +346,22 @@ class CodexBridge:
         # the reference answered `{"ok":true}` here too, which protocol.md §3.3.11 (and our daemon) refuses
         return {"cleared": True}
 
-    async def _thread_ref(self, typed: protocol.ThreadRefParams, method: str, codex_params: dict[str, Any]) -> None:
+    async def _thread_ref(self, typed: protocol.ThreadRefParams, method: str, body: dict[str, Any]) -> None:
         """A thread-ref method on the thread's live child, else on a one-shot maintenance child."""
         session = self.sessions.get(typed.threadId)
         live = session.child if session is not None and not session.closing else None
         try:
             if live is not None and not live.finalized:
-                await live.request(method, codex_params)
+                await live.request(method, body)
             else:
-                await self._one_shot(method, codex_params)
+                await self._one_shot(method, body)
         except (ChildError, launch.LaunchError) as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, _failure(exc)) from None
 
-    async def _one_shot(self, method: str, codex_params: dict[str, Any]) -> None:
+    async def _one_shot(self, method: str, body: dict[str, Any]) -> None:
         child = await self._process_child("maintenance")
         try:
-            await child.request(method, codex_params)
+            await child.request(method, body)
         finally:
             child.stop()
 

@@ -15,7 +15,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 
-from . import errors, items, ratelimits, rawoutput
+from . import item_shapes, provider_errors, ratelimits, rawoutput
 from . import presentation as p
 from .fields import ShapeError, need, nullable_number, number, obj, optional_text, text
 from .subagents import Links, SubAgent, attach, parent_of
@@ -90,7 +90,7 @@ def _turn_error(turn: dict[str, Any]) -> str | None:
     if turn.get("error") is None:
         return None
     error = obj(turn["error"])
-    errors.error_info(error.get("codexErrorInfo"))
+    provider_errors.error_info(error.get("codexErrorInfo"))
     return text(error, "message") or None
 
 
@@ -114,7 +114,7 @@ class Translator:
         self.bb_tools: dict[str, g.Presentation | None] = dict(bb_tools or {})
         self.inputs: dict[str, deque[str]] = {}
         self.links = Links()
-        self.errors = errors.ErrorMapper()
+        self.errors = provider_errors.ErrorMapper()
         self.rate_limits: dict[str, Any] | None = None
         self.raw = rawoutput.RawOutputs()
 
@@ -326,7 +326,7 @@ class Translator:
         if item_type == "subAgentActivity":
             return []
         try:
-            classified = items.classify(item, self.bb_tools)
+            classified = item_shapes.classify(item, self.bb_tools)
         except ShapeError:
             return [unhandled(method, message, turn)]
         if classified is None:
