@@ -3,7 +3,7 @@
 Sessions are keyed by bb thread; each construction gets its own session child. `model/list` keeps one cached
 child, thread-ref operations on a thread with no live child use a one-shot maintenance child. Every method is
 routed through the kit's typed handlers (`handle_sessions`, `handle_maintenance`, `method`), so each request
-is decoded once, by the kit, into its protocol type; `params` builds codex's requests from that.
+is decoded once, by the kit, into its protocol type; `codex_params` builds codex's requests from that.
 """
 
 from __future__ import annotations
