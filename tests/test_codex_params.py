@@ -152,3 +152,14 @@ def test_standalone_compact() -> None:
     assert not kit.is_standalone_compact(compact("/compact", origin="user"))
     assert not kit.is_standalone_compact([*compact("/compact"), {"type": "image", "url": "u"}])
     assert not kit.is_standalone_compact([{"type": "text", "text": "/compact", "mentions": []}])
+
+
+def test_instructions_follow_the_decoded_instruction_mode() -> None:
+    """The params are the kit's typed decode, so an absent `instructionMode` is the protocol's default `append`."""
+    start = protocol.ThreadStartParams(threadId="thr", cwd="/w", options=options(instructions="  be brief \n"))
+    assert codex_params.construction(start)["developerInstructions"] == "be brief"
+    replace = protocol.ThreadStartParams(
+        threadId="thr", cwd="/w", options=options(instructions="x"), instructionMode="replace"
+    )
+    built = codex_params.construction(replace)
+    assert built["baseInstructions"] == "x" and "developerInstructions" not in built
