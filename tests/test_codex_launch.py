@@ -9,7 +9,7 @@ import pytest
 
 from bbridge.core import js
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, read_cell
-from bridges.codex import launch
+from bridges.codex import child, launch
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
 
@@ -38,16 +38,16 @@ def test_child_environment_drops_bb_variables() -> None:
 
 
 def test_classify_lines() -> None:
-    assert launch.classify("  ") is None and launch.classify("not json") is None and launch.classify("[1]") is None
-    assert launch.classify('{"id":"3","result":{"a":1}}') == launch.Response(3.0, None, {"a": 1})
-    assert launch.classify('{"id":2,"error":{"code":-32600,"message":"no"}}') == launch.Response(2.0, "no", None)
-    assert launch.classify('{"id":2,"error":{"code":-1}}') == launch.Response(
+    assert child.classify("  ") is None and child.classify("not json") is None and child.classify("[1]") is None
+    assert child.classify('{"id":"3","result":{"a":1}}') == child.Response(3.0, None, {"a": 1})
+    assert child.classify('{"id":2,"error":{"code":-32600,"message":"no"}}') == child.Response(2.0, "no", None)
+    assert child.classify('{"id":2,"error":{"code":-1}}') == child.Response(
         2.0, "codex app-server returned error code -1", None
     )
-    assert launch.classify('{"id":0,"method":"item/tool/call","params":{}}') == launch.Request(0, "item/tool/call", {})
-    note = launch.classify('{"id":null,"method":"turn/started","params":{"a":1},"emittedAtMs":5}')
-    assert note == launch.Notification("turn/started", {"method": "turn/started", "params": {"a": 1}})
-    assert launch.classify('{"method":3}') is None
+    assert child.classify('{"id":0,"method":"item/tool/call","params":{}}') == child.Request(0, "item/tool/call", {})
+    note = child.classify('{"id":null,"method":"turn/started","params":{"a":1},"emittedAtMs":5}')
+    assert note == child.Notification("turn/started", {"method": "turn/started", "params": {"a": 1}})
+    assert child.classify('{"method":3}') is None
 
 
 @pytest.mark.skipif(not ROOT.exists(), reason="no recordings")
@@ -59,11 +59,11 @@ def test_handshake_lines_match_every_recorded_lane() -> None:
             if entry.dir == BRIDGE_TO_PROVIDER and message.get("method") == "initialize":
                 firsts.append(entry.line)
     assert firsts and set(firsts) == {
-        launch.request_line(1, "initialize", launch.INITIALIZE_PARAMS).decode().rstrip("\n")
+        child.request_line(1, "initialize", launch.INITIALIZE_PARAMS).decode().rstrip("\n")
     }
     assert (
-        launch.request_line(2, "account/rateLimits/read")
+        child.request_line(2, "account/rateLimits/read")
         == b'{"jsonrpc":"2.0","id":2,"method":"account/rateLimits/read"}\n'
     )
-    assert launch.result_line(0, {"decision": "accept"}) == b'{"jsonrpc":"2.0","id":0,"result":{"decision":"accept"}}\n'
-    assert launch.error_line(4, -32601, "x") == b'{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"x"}}\n'
+    assert child.result_line(0, {"decision": "accept"}) == b'{"jsonrpc":"2.0","id":0,"result":{"decision":"accept"}}\n'
+    assert child.error_line(4, -32601, "x") == b'{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"x"}}\n'

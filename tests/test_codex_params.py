@@ -6,29 +6,51 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from bbridge import kit
 from bbridge.core import js
+from bbridge.wire import protocol
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
-from bridges.codex import params
+from bridges.codex import codex_params
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
 CELLS = (
     sorted(path.name for path in ROOT.iterdir() if (path / "bridge→provider.ndjson").exists()) if ROOT.exists() else []
 )
 CONSTRUCTION = ("thread/start", "thread/resume", "thread/fork")
+TYPES: dict[str, type[Any]] = {
+    "thread/start": protocol.ThreadStartParams,
+    "thread/resume": protocol.ThreadResumeParams,
+    "thread/fork": protocol.ThreadForkParams,
+    "turn/start": protocol.TurnStartParams,
+}
+
+
+def typed(method: str, line: str) -> Any:
+    """The request's params as the kit decodes them (once, into the protocol type)."""
+    return msgspec.convert(msgspec.json.decode(line)["params"], TYPES[method])
+
+
+def options(**given: Any) -> protocol.ExecutionOptions:
+    scope = {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user"}
+    decoded: protocol.ExecutionOptions = msgspec.convert(
+        {**scope, "permissionEscalation": "ask", **given}, protocol.ExecutionOptions
+    )
+    return decoded
 
 
 def pairs(cell: Path) -> list[tuple[str, str]]:
     """(built, recorded) JSON text for each construction and turn request the bridge wrote to codex."""
     found: list[tuple[str, str]] = []
     asked: dict[str, Any] | None = None
+    asked_line = ""
     for entry in read_cell(cell):
         message = js.parse(entry.line)
         method = message.get("method")
         if entry.dir == RUNTIME_TO_BRIDGE and method in (*CONSTRUCTION, "turn/start"):
-            asked = message
+            asked, asked_line = message, entry.line
         elif (
             entry.dir == BRIDGE_TO_PROVIDER
             and asked is not None
@@ -36,9 +58,9 @@ def pairs(cell: Path) -> list[tuple[str, str]]:
         ):
             sent = message["params"]
             if method in CONSTRUCTION:
-                built = params.construction(method, asked["params"])
+                built = codex_params.construction(typed(method, asked_line))
             elif method == "turn/start":
-                built = params.turn(sent["threadId"], asked["params"])
+                built = codex_params.turn(sent["threadId"], typed(method, asked_line))
             else:
                 assert kit.is_standalone_compact(asked["params"]["input"])
                 built = {"threadId": sent["threadId"]}
@@ -69,21 +91,16 @@ def test_every_cell_exercises_a_request() -> None:
 
 
 def test_permission_mapping_and_config() -> None:
-    auto = params.permissions({"permissionScope": "workspace", "approvalReviewer": "automatic"})
+    auto = codex_params.permissions(options(permissionMode="auto", approvalReviewer="automatic"))
     assert (auto.approval_policy, auto.reviewer) == ("on-request", "auto_review")
-    assert (
-        params.permissions(
-            {"permissionScope": "workspace", "approvalReviewer": "user", "permissionEscalation": "deny"}
-        ).approval_policy
-        == "never"
+    assert codex_params.permissions(options(permissionEscalation="deny")).approval_policy == "never"
+    given = options(
+        reasoningLevel="high",
+        envVars={"A": "1", "bad-name": "x", "BB_THREAD_ID": "mine", "B": "2"},
+        providerOptions={"envUnset": ["B", "C"], "providerSubagentsEnabled": False, "memoryEnabled": False},
     )
-    options = {
-        "reasoningLevel": "high",
-        "envVars": {"A": "1", "bad-name": "x", "BB_THREAD_ID": "mine", "B": "2"},
-        "providerOptions": {"envUnset": ["B", "C"], "providerSubagentsEnabled": False, "memoryEnabled": False},
-    }
-    extra = params.provider_options(options)
-    assert params.config("thr", options, extra, ["/r"]) == {
+    extra = codex_params.provider_options(given)
+    assert codex_params.config("thr", given, extra, ["/r"]) == {
         "shell_environment_policy.set.BB_THREAD_ID": "mine",
         "shell_environment_policy.set.A": "1",
         "shell_environment_policy.unset.B": "1",
@@ -96,32 +113,31 @@ def test_permission_mapping_and_config() -> None:
         "memories.generate_memories": False,
         "sandbox_workspace_write.writable_roots": ["/r"],
     }
-    with pytest.raises(params.ParamsError, match=r"Codex does not support the none reasoning level\."):
-        params.config("thr", {"reasoningLevel": "none"}, extra, [])
-    with pytest.raises(params.ParamsError):
-        params.provider_options({"providerOptions": {"memoryEnabled": "yes"}})
+    with pytest.raises(codex_params.ParamsError, match=r"Codex does not support the none reasoning level\."):
+        codex_params.config("thr", options(reasoningLevel="none"), extra, [])
+    with pytest.raises(codex_params.ParamsError):
+        codex_params.provider_options(options(providerOptions={"memoryEnabled": "yes"}))
 
 
 def test_fork_checkpoints_drop_the_legacy_prefix_and_inputs_map() -> None:
-    fork = params.construction(
-        "thread/fork",
-        {
-            "threadId": "thr",
-            "cwd": "/w",
-            "sourceProviderThreadId": "src",
-            "sourceProviderCheckpointId": "bt0123abcd-12-turn",
-            "options": {"serviceTier": "fast"},
-        },
+    fork = codex_params.construction(
+        protocol.ThreadForkParams(
+            threadId="thr",
+            cwd="/w",
+            sourceProviderThreadId="src",
+            sourceProviderCheckpointId="bt0123abcd-12-turn",
+            options=options(serviceTier="fast"),
+        )
     )
     assert (
         list(fork)[:2] == ["threadId", "lastTurnId"] and fork["lastTurnId"] == "turn" and fork["serviceTier"] == "fast"
     )
-    assert params.user_input({"type": "localFile", "path": "/a"}) == {
+    assert codex_params.user_input(protocol.LocalFileInput(path="/a")) == {
         "type": "text",
         "text": "[Attached file: /a]",
         "text_elements": [],
     }
-    assert params.user_input({"type": "image", "url": "u"}) == {"type": "image", "url": "u"}
+    assert codex_params.user_input(protocol.ImageInput(url="u")) == {"type": "image", "url": "u"}
 
 
 def compact(text: str, start: int = 0, **resource: Any) -> list[dict[str, Any]]:
@@ -136,3 +152,14 @@ def test_standalone_compact() -> None:
     assert not kit.is_standalone_compact(compact("/compact", origin="user"))
     assert not kit.is_standalone_compact([*compact("/compact"), {"type": "image", "url": "u"}])
     assert not kit.is_standalone_compact([{"type": "text", "text": "/compact", "mentions": []}])
+
+
+def test_instructions_follow_the_decoded_instruction_mode() -> None:
+    """The params are the kit's typed decode, so an absent `instructionMode` is the protocol's default `append`."""
+    start = protocol.ThreadStartParams(threadId="thr", cwd="/w", options=options(instructions="  be brief \n"))
+    assert codex_params.construction(start)["developerInstructions"] == "be brief"
+    replace = protocol.ThreadStartParams(
+        threadId="thr", cwd="/w", options=options(instructions="x"), instructionMode="replace"
+    )
+    built = codex_params.construction(replace)
+    assert built["baseInstructions"] == "x" and "developerInstructions" not in built

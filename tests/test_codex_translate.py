@@ -14,10 +14,10 @@ import pytest
 from bbridge.core import grammar as g
 from bridges.codex import presentation as p
 from bridges.codex import ratelimits, rawoutput
-from bridges.codex.errors import error_info
 from bridges.codex.fields import ShapeError
-from bridges.codex.session import delta_params
-from bridges.codex.translate import DeltaPath, Translator
+from bridges.codex.provider_errors import error_info
+from bridges.codex.session import DeltaPath, delta_params
+from bridges.codex.translate import Translator
 
 THREAD, TURN = "th-1", "tu-1"
 

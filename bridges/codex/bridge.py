@@ -1,28 +1,27 @@
 """The runtime side of the Codex bridge: protocol-2 methods over `codex app-server` children (spec §1.2, §2).
 
 Sessions are keyed by bb thread; each construction gets its own session child. `model/list` keeps one cached
-child, thread-ref operations on a thread with no live child use a one-shot maintenance child. Params are
-validated against the protocol types and then read as JSON with JavaScript semantics, because the codex
-requests are built from them in the reference's member order.
+child, thread-ref operations on a thread with no live child use a one-shot maintenance child. Every method is
+routed through the kit's typed handlers (`handle_sessions`, `handle_maintenance`, `method`), so each request
+is decoded once, by the kit, into its protocol type; `codex_params` builds codex's requests from that.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 import trio
 
 from bbridge import kit
 from bbridge.core import grammar as g
-from bbridge.core import js
 from bbridge.kit import Bridge, Wording
 from bbridge.wire import maintenance, protocol, rpc
 
-from . import launch, models, params
+from . import codex_params, launch, models
 from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
 from .gitroots import git_roots
 from .maintenance import Maintenance
@@ -45,15 +44,6 @@ SETTINGS_CHANGED = "Execution settings changed; the codex session was rebuilt to
 NO_RESTORE_ID = "codex session has no provider thread id to restore from its rollout"
 ZERO_WORK_DELAY_S = 0.25
 INTERRUPT_SETTLE_S = 10.0  # how long `thread/stop` waits for codex's interrupted boundary
-THREAD_REF_METHODS = {
-    "thread/name/set": "thread/name/set",
-    "thread/archive": "thread/archive",
-    "thread/unarchive": "thread/unarchive",
-    "thread/goal/clear": "thread/goal/clear",
-    "thread/discard": "thread/archive",
-}
-RELEASING_REFS = frozenset({"thread/archive", "thread/discard"})
-T = TypeVar("T")
 
 
 def _failure(exc: Exception) -> str:
@@ -80,30 +70,15 @@ class CodexBridge:
         self._models: CodexChild | None = None
         self._models_lock = trio.Lock()
         self.bridge = Bridge("codex", CAPABILITIES, wording=WORDING)
-        handlers: dict[str, Callable[[str, msgspec.Raw], Awaitable[Any]]] = {
-            "model/list": self.model_list,
-            "thread/start": self.construct,
-            "thread/resume": self.construct,
-            "thread/fork": self.construct,
-            "turn/start": self.turn_start,
-            "turn/steer": self.turn_steer,
-            "thread/stop": self.thread_stop,
-            "skills/configure": self.skills_configure,
-            **{method: self.thread_ref for method in THREAD_REF_METHODS},
-        }
-        for method, handler in handlers.items():
-            self.bridge.method(method, msgspec.Raw)(self._bound(method, handler))
+        self.bridge.handle_sessions(self)
+        method = self.bridge.method
+        method("thread/name/set", protocol.ThreadNameSetParams)(self.thread_name_set)
+        method("thread/archive", protocol.ThreadRefParams)(self.thread_archive)
+        method("thread/unarchive", protocol.ThreadRefParams)(self.thread_unarchive)
+        method("thread/goal/clear", protocol.ThreadRefParams)(self.thread_goal_clear)
+        method("skills/configure", maintenance.SkillsConfigureParams)(self.skills_configure)
         self.maintenance = Maintenance(self.environ)
         self.bridge.handle_maintenance(self.maintenance)
-
-    @staticmethod
-    def _bound(
-        method: str, handler: Callable[[str, msgspec.Raw], Awaitable[Any]]
-    ) -> Callable[[msgspec.Raw], Awaitable[Any]]:
-        async def call(raw: msgspec.Raw) -> Any:
-            return await handler(method, raw)
-
-        return call
 
     # -- children ----------------------------------------------------------------------------------------------
 
@@ -143,21 +118,9 @@ class CodexBridge:
             raise
         return child
 
-    # -- decoding ----------------------------------------------------------------------------------------------
-
-    def _decode(self, method: str, raw: msgspec.Raw, kind: type[T]) -> tuple[T, dict[str, Any]]:
-        """The typed params (schema check, -32602) and the same params as JSON with JS semantics."""
-        try:
-            typed = msgspec.json.decode(raw, type=kind)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise self.bridge.wording.invalid(method, exc) from None
-        data = js.parse(bytes(raw).decode())
-        return typed, data if isinstance(data, dict) else {}
-
     # -- model/list (§2.2) -------------------------------------------------------------------------------------
 
-    async def model_list(self, method: str, raw: msgspec.Raw) -> Any:
-        self._decode(method, raw, protocol.ModelListParams)
+    async def model_list(self, params: protocol.ModelListParams) -> Any:
         try:
             child = await self._model_child()
             return models.model_list(await child.request("model/list", {}))
@@ -182,30 +145,32 @@ class CodexBridge:
 
     # -- constructions (§2.4) ----------------------------------------------------------------------------------
 
-    async def construct(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        kind: type[protocol.ThreadStartParams] = protocol.ThreadStartParams
-        if method == "thread/resume":
-            kind = protocol.ThreadResumeParams
-        elif method == "thread/fork":
-            kind = protocol.ThreadForkParams
-        _, request = self._decode(method, raw, kind)
+    async def thread_start(self, params: protocol.ThreadStartParams) -> dict[str, Any]:
+        return await self._answer_construction("thread/start", params)
+
+    async def thread_resume(self, params: protocol.ThreadResumeParams) -> dict[str, Any]:
+        return await self._answer_construction("thread/resume", params)
+
+    async def thread_fork(self, params: protocol.ThreadForkParams) -> dict[str, Any]:
+        return await self._answer_construction("thread/fork", params)
+
+    async def _answer_construction(self, method: str, request: codex_params.Constructions) -> dict[str, Any]:
         session = await self._construct(method, request)
         return {"providerThreadId": session.codex_thread, "sessionRestorable": True}
 
-    async def _construct(self, method: str, request: dict[str, Any]) -> Session:
-        thread_id: str = request["threadId"]
-        options: dict[str, Any] = request["options"]
+    async def _construct(self, method: str, request: codex_params.Constructions) -> Session:
+        thread_id, options = request.threadId, request.options
         existing = self.sessions.pop(thread_id, None)
         if existing is not None:
             existing.release()
         self.serial += 1
-        resumed = request["providerThreadId"] if method == "thread/resume" else None
+        resumed = request.providerThreadId if isinstance(request, protocol.ThreadResumeParams) else None
         session = Session(
             self,
             thread_id,
             self.serial,
-            Construction(request["cwd"], request.get("instructionMode"), request.get("dynamicTools")),
-            signature(request["cwd"], options),
+            Construction(request.cwd, request.instructionMode, request.dynamicTools),
+            signature(request.cwd, options),
             resumed=resumed,
             awaiting_replayed_usage=method != "thread/start",
         )
@@ -213,20 +178,20 @@ class CodexBridge:
         if resumed is not None:
             await session.announce(resumed)
         await session.emit([g.SessionReset()])
-        full = params.permissions(options).full
-        staged = [] if full else await trio.to_thread.run_sync(git_roots, request["cwd"])
+        full = codex_params.permissions(options).full
+        staged = [] if full else await trio.to_thread.run_sync(git_roots, request.cwd)
         try:
             child = await session.start_child()
-            level = options.get("reasoningLevel")
-            if level in params.UNSUPPORTED_EFFORTS:
-                raise params.ParamsError(f"Codex does not support the {level} reasoning level.")
-            construction = params.construction(method, request, staged)
+            level = options.reasoningLevel
+            if level in codex_params.UNSUPPORTED_EFFORTS:
+                raise codex_params.ParamsError(f"Codex does not support the {level} reasoning level.")
+            construction = codex_params.construction(request, staged)
             async with child.exchange(method, construction) as result:
                 codex_id = _thread_id(method, result)
                 session.codex_thread = codex_id
                 self.roots[thread_id] = staged
                 await session.announce(codex_id)
-        except (ChildError, params.ParamsError, launch.LaunchError) as exc:
+        except (ChildError, codex_params.ParamsError, launch.LaunchError) as exc:
             if self.sessions.get(thread_id) is session:
                 del self.sessions[thread_id]
             session.release()
@@ -243,7 +208,7 @@ class CodexBridge:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'No active codex session for thread "{thread_id}"')
         return session
 
-    async def _reconciled(self, session: Session, options: dict[str, Any]) -> Session:
+    async def _reconciled(self, session: Session, options: protocol.ExecutionOptions) -> Session:
         """The session a turn runs on: rebuilt from its rollout when its child died or settings changed."""
         if session.child is None:
             reason = CHILD_GONE
@@ -260,35 +225,33 @@ class CodexBridge:
         try:
             rebuilt = await self._construct(
                 "thread/resume",
-                {
-                    "threadId": session.thread_id,
-                    "providerThreadId": codex_id,
-                    "cwd": session.construction.cwd,
-                    "options": options,
-                    "instructionMode": session.construction.instruction_mode,
-                    "dynamicTools": session.construction.dynamic_tools,
-                },
+                protocol.ThreadResumeParams(
+                    threadId=session.thread_id,
+                    providerThreadId=codex_id,
+                    cwd=session.construction.cwd,
+                    options=options,
+                    instructionMode=session.construction.instruction_mode,
+                    dynamicTools=session.construction.dynamic_tools,
+                ),
             )
         except rpc.RpcError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
         return rebuilt
 
-    async def turn_start(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        _, request = self._decode(method, raw, protocol.TurnStartParams)
-        thread_id: str = request["threadId"]
-        session = await self._reconciled(self._active(thread_id), request["options"])
+    async def turn_start(self, request: protocol.TurnStartParams) -> dict[str, Any]:
+        thread_id = request.threadId
+        session = await self._reconciled(self._active(thread_id), request.options)
         codex_id, child = session.codex_thread, session.child
         if codex_id is None or child is None:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'No provider thread identity for thread "{thread_id}"')
-        creq: str = request["clientRequestId"]
+        creq = request.clientRequestId
         session.translator.queue_input(codex_id, creq)
-        inputs = request["input"]
-        if kit.is_standalone_compact(inputs):
-            codex_method, codex_params = "thread/compact/start", {"threadId": codex_id}
+        if kit.is_standalone_compact(msgspec.to_builtins(request.input)):
+            codex_method, body = "thread/compact/start", {"threadId": codex_id}
         else:
-            codex_method, codex_params = "turn/start", params.turn(codex_id, request, self.roots.get(thread_id))
+            codex_method, body = "turn/start", codex_params.turn(codex_id, request, self.roots.get(thread_id))
         try:
-            async with child.exchange(codex_method, codex_params):
+            async with child.exchange(codex_method, body):
                 self.bridge.spawn(self._zero_work, session, codex_id, creq)
         except ChildError as exc:
             session.translator.unqueue_input(codex_id, creq)
@@ -312,24 +275,23 @@ class CodexBridge:
             ]
         )
 
-    async def turn_steer(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        _, request = self._decode(method, raw, protocol.TurnSteerParams)
-        thread_id: str = request["threadId"]
+    async def turn_steer(self, request: protocol.TurnSteerParams) -> dict[str, Any]:
+        thread_id = request.threadId
         session = self._active(thread_id)
         codex_id, child = session.codex_thread, session.child
         if codex_id is None or child is None:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, f'No active codex session for thread "{thread_id}"')
         if not session.path.open_turns:  # protocol.md §3.3.9 (the reference asked codex and answered -32000)
             raise rpc.RpcError(rpc.NO_ACTIVE_TURN, f'No active codex turn for thread "{thread_id}"')
-        expected: str = request["expectedTurnId"]
+        expected = request.expectedTurnId
         steer = {
             "threadId": codex_id,
             "expectedTurnId": expected,
-            "input": [params.user_input(entry) for entry in request["input"]],
+            "input": [codex_params.user_input(entry) for entry in request.input],
         }
         try:
             async with child.exchange("turn/steer", steer):
-                accepted = g.InputAccepted(clientRequestId=request["clientRequestId"], providerTurnId=expected)
+                accepted = g.InputAccepted(clientRequestId=request.clientRequestId, providerTurnId=expected)
                 await session.emit([accepted])
         except ChildError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
@@ -342,8 +304,7 @@ class CodexBridge:
         if session is not None:
             session.release()
 
-    async def thread_stop(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        typed, _ = self._decode(method, raw, protocol.ThreadStopParams)
+    async def thread_stop(self, typed: protocol.ThreadStopParams) -> dict[str, Any]:
         if typed.intent == "release":
             self._release(typed.threadId)
             return {"ok": True}
@@ -362,35 +323,49 @@ class CodexBridge:
         await session.settled(typed.activeTurnId, INTERRUPT_SETTLE_S)
         return {"ok": True}
 
-    async def thread_ref(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        kind = protocol.ThreadNameSetParams if method == "thread/name/set" else protocol.ThreadRefParams
-        typed, _ = self._decode(method, raw, kind)
-        codex_params: dict[str, Any] = {"threadId": typed.providerThreadId}
-        if isinstance(typed, protocol.ThreadNameSetParams):
-            codex_params["name"] = typed.title
+    async def thread_name_set(self, typed: protocol.ThreadNameSetParams) -> dict[str, Any]:
+        name = {"threadId": typed.providerThreadId, "name": typed.title}
+        await self._thread_ref(typed, "thread/name/set", name)
+        return {"ok": True}
+
+    async def thread_archive(self, typed: protocol.ThreadRefParams) -> dict[str, Any]:
+        await self._thread_ref(typed, "thread/archive", {"threadId": typed.providerThreadId})
+        self._release(typed.threadId)
+        return {"ok": True}
+
+    async def thread_discard(self, typed: protocol.ThreadRefParams) -> dict[str, Any]:
+        """Codex has no discard: the rollout is archived, as `thread/archive` does."""
+        return await self.thread_archive(typed)
+
+    async def thread_unarchive(self, typed: protocol.ThreadRefParams) -> dict[str, Any]:
+        await self._thread_ref(typed, "thread/unarchive", {"threadId": typed.providerThreadId})
+        return {"ok": True}
+
+    async def thread_goal_clear(self, typed: protocol.ThreadRefParams) -> dict[str, Any]:
+        await self._thread_ref(typed, "thread/goal/clear", {"threadId": typed.providerThreadId})
+        # the reference answered `{"ok":true}` here too, which protocol.md §3.3.11 (and our daemon) refuses
+        return {"cleared": True}
+
+    async def _thread_ref(self, typed: protocol.ThreadRefParams, method: str, body: dict[str, Any]) -> None:
+        """A thread-ref method on the thread's live child, else on a one-shot maintenance child."""
         session = self.sessions.get(typed.threadId)
         live = session.child if session is not None and not session.closing else None
         try:
             if live is not None and not live.finalized:
-                await live.request(THREAD_REF_METHODS[method], codex_params)
+                await live.request(method, body)
             else:
-                await self._one_shot(THREAD_REF_METHODS[method], codex_params)
+                await self._one_shot(method, body)
         except (ChildError, launch.LaunchError) as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, _failure(exc)) from None
-        if method in RELEASING_REFS:
-            self._release(typed.threadId)
-        # the reference answered `{"ok":true}` here too, which protocol.md §3.3.11 (and our daemon) refuses
-        return {"cleared": True} if method == "thread/goal/clear" else {"ok": True}
 
-    async def _one_shot(self, method: str, codex_params: dict[str, Any]) -> None:
+    async def _one_shot(self, method: str, body: dict[str, Any]) -> None:
         child = await self._process_child("maintenance")
         try:
-            await child.request(method, codex_params)
+            await child.request(method, body)
         finally:
             child.stop()
 
-    async def skills_configure(self, method: str, raw: msgspec.Raw) -> dict[str, Any]:
-        typed, _ = self._decode(method, raw, maintenance.SkillsConfigureParams)
+    async def skills_configure(self, typed: maintenance.SkillsConfigureParams) -> dict[str, Any]:
         self.skill_roots = [root.path for root in typed.roots]
         for session in list(self.sessions.values()):
             child = session.child

@@ -1,4 +1,7 @@
-"""One `codex app-server` child and its JSON-RPC endpoint (spec §1.3–§1.6, §5.2).
+"""One `codex app-server` child and its JSON-RPC endpoint (spec §1.3–§1.6, §5.2): framing and correlation.
+
+`classify` sorts a child's stdout line into response, request or notification exactly as the reference's reader
+does, and the lines the bridge writes are `JSON.stringify`'d as the reference's were.
 
 Each stdout line is handled to completion before the next is read: a notification's handler and a server
 request's handler are awaited in the reader, and a response's continuation (the body of `exchange`) holds the
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,10 +21,9 @@ from typing import Any
 
 import trio
 
+from bbridge.core import js
 from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
-
-from . import launch
 
 REQUEST_TIMEOUT_S = 60.0
 EXIT_GRACE_S = 1.0
@@ -31,6 +34,90 @@ MISSING_CLI = (
     "bb could not find the Codex CLI on this machine. Install Codex (https://developers.openai.com/codex/cli)"
     " or put `codex` on PATH, then retry."
 )
+
+
+@dataclass(slots=True, frozen=True)
+class Response:
+    id: float
+    error: str | None
+    result: Any
+
+
+@dataclass(slots=True, frozen=True)
+class Request:
+    id: str | int | float
+    method: str
+    params: Any
+
+
+@dataclass(slots=True, frozen=True)
+class Notification:
+    """`message` keeps only `method` and `params` (codex's `emittedAtMs` is discarded)."""
+
+    method: str
+    message: dict[str, Any]
+
+
+def _number(value: Any) -> float:
+    """JS `Number()` of an id: numeric strings convert, anything else is NaN (matches nothing)."""
+    if js.is_number(value):
+        return float(value)
+    try:
+        return float(str(value).strip() or "0")
+    except ValueError:
+        return math.nan
+
+
+def classify(line: str | bytes) -> Response | Request | Notification | None:
+    """One stdout line of a child; None for what the reader skips."""
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    text = js.trim(text)
+    if not text:
+        return None
+    try:
+        message = js.parse(text)
+    except ValueError:
+        return None
+    if not isinstance(message, dict):
+        return None
+    ident, method = message.get("id"), message.get("method")
+    has_id = isinstance(ident, str) or js.is_number(ident)
+    if has_id and "method" not in message:
+        error = message.get("error")
+        if error:
+            detail = error.get("message") if isinstance(error, dict) else None
+            code = error.get("code") if isinstance(error, dict) else None
+            reason = detail if isinstance(detail, str) and detail else None
+            if reason is None:
+                reason = (
+                    f"codex app-server returned error code {js.stringify(code) if js.is_number(code) else 'unknown'}"
+                )
+            return Response(_number(ident), reason, None)
+        return Response(_number(ident), None, message.get("result"))
+    if not isinstance(method, str):
+        return None
+    if has_id and isinstance(ident, str | int | float):
+        return Request(ident, method, message.get("params"))
+    kept: dict[str, Any] = {"method": method}
+    if "params" in message:
+        kept["params"] = message["params"]
+    return Notification(method, kept)
+
+
+def request_line(ident: int, method: str, params: Any = None) -> bytes:
+    """A request to the child: `jsonrpc, id, method, params` (params omitted when there are none)."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": ident, "method": method}
+    if params is not None:
+        message["params"] = params
+    return js.stringify(message).encode() + b"\n"
+
+
+def result_line(ident: Any, result: Any) -> bytes:
+    return js.stringify({"jsonrpc": "2.0", "id": ident, "result": result}).encode() + b"\n"
+
+
+def error_line(ident: Any, code: int, message: str) -> bytes:
+    return js.stringify({"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}).encode() + b"\n"
 
 
 class ChildError(Exception):
@@ -55,10 +142,10 @@ class ServerRequest:
         self.answered = False
 
     async def respond(self, result: Any) -> None:
-        await self._answer(launch.result_line(self.id, result))
+        await self._answer(result_line(self.id, result))
 
     async def reject(self, code: int, message: str) -> None:
-        await self._answer(launch.error_line(self.id, code, message))
+        await self._answer(error_line(self.id, code, message))
 
     async def _answer(self, line: bytes) -> None:
         if self.answered or self.child.finalized:
@@ -67,7 +154,7 @@ class ServerRequest:
         await self.child.write(line)
 
 
-NotificationHandler = Callable[[launch.Notification], Awaitable[None]]
+NotificationHandler = Callable[[Notification], Awaitable[None]]
 RequestHandler = Callable[[ServerRequest], Awaitable[None]]
 ExitHandler = Callable[["CodexChild"], Awaitable[None]]
 
@@ -138,7 +225,7 @@ class CodexChild:
         self._next_id += 1
         pending = self._pending[float(ident)] = _Pending(method)
         try:
-            await self.write(launch.request_line(ident, method, params))
+            await self.write(request_line(ident, method, params))
             with trio.move_on_after(self.request_timeout):
                 await pending.settled.wait()
             if not pending.settled.is_set():
@@ -243,8 +330,8 @@ class CodexChild:
     async def _handle(self, line: bytes) -> None:
         if self.finalized:
             return
-        message = launch.classify(line)
-        if isinstance(message, launch.Response):
+        message = classify(line)
+        if isinstance(message, Response):
             pending = self._pending.get(message.id)
             if pending is None or pending.settled.is_set():
                 return
@@ -255,13 +342,13 @@ class CodexChild:
             self._holding = pending
             pending.settled.set()
             await pending.released.wait()
-        elif isinstance(message, launch.Request):
+        elif isinstance(message, Request):
             request = ServerRequest(self, message.id, message.method, message.params)
             if self.on_request is None:
                 await request.reject(rpc.METHOD_NOT_FOUND, f'Unhandled codex request "{message.method}"')
             else:
                 await self.on_request(request)
-        elif isinstance(message, launch.Notification) and self.on_notification is not None:
+        elif isinstance(message, Notification) and self.on_notification is not None:
             await self.on_notification(message)
 
 

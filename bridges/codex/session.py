@@ -4,26 +4,37 @@ Everything a session child says reaches the runtime only while the session is cu
 thread and not closing), so a replaced or released construction's late output, requests and exit are dropped
 or refused. Notifications are translated and emitted in the child's reader, one batch per notification (§5.1);
 requests that wait on the runtime are written before the reader moves on and answered from their own task.
+The emission path is the session's: `DeltaPath` (what of each translated batch is written when, §3.2) and
+`delta_params` (the batch in the reference's member order).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import structlog
 import trio
+from msgspec import UNSET, UnsetType
 
 from bbridge.core import grammar as g
 from bbridge.kit import Bridge, DeltaEncoder, DeltaError
-from bbridge.wire import rpc
+from bbridge.wire import protocol, rpc
 
 from . import approvals, launch
-from .child import ChildError, CodexChild, ExitHandler, NotificationHandler, RequestHandler, ServerRequest
-from .translate import DeltaPath, Translator
+from .child import (
+    ChildError,
+    CodexChild,
+    ExitHandler,
+    Notification,
+    NotificationHandler,
+    RequestHandler,
+    ServerRequest,
+)
+from .translate import Translator
 
 
 class Owner(Protocol):
@@ -68,38 +79,29 @@ class Construction:
     """What a rebuild reuses from the original construction (§2.6.3): cwd, instruction mode, dynamic tools."""
 
     cwd: str
-    instruction_mode: Any
-    dynamic_tools: Any
+    instruction_mode: Literal["append", "replace"]
+    dynamic_tools: list[protocol.DynamicTool] | UnsetType
 
 
-def signature(cwd: str, options: Mapping[str, Any]) -> tuple[Any, ...]:
+def signature(cwd: str, options: protocol.ExecutionOptions) -> tuple[Any, ...]:
     """The execution settings a live child cannot change; a turn asking for others rebuilds the session."""
-    given = options.get("providerOptions")
-    extra: Mapping[str, Any] = given if isinstance(given, dict) else {}
+    extra: dict[str, Any] = {} if options.providerOptions is UNSET else options.providerOptions
     return (
         cwd,
-        options.get("reasoningLevel"),
+        options.reasoningLevel,
         extra.get("memoryEnabled"),
         extra.get("providerSubagentsEnabled"),
-        options.get("permissionMode"),
-        options.get("permissionScope"),
-        options.get("approvalReviewer"),
-        options.get("permissionEscalation"),
+        type(options),  # the permission mode (the options' tag)
+        options.permissionScope,
+        options.approvalReviewer,
+        options.permissionEscalation,
     )
 
 
-def bb_tools(dynamic_tools: Any) -> dict[str, g.Presentation | None]:
+def bb_tools(dynamic_tools: list[protocol.DynamicTool] | UnsetType) -> dict[str, g.Presentation | None]:
     """The bb-injected tool names, with the presentation a definition carries (§2.4 step 2)."""
-    found: dict[str, g.Presentation | None] = {}
-    for tool in dynamic_tools if isinstance(dynamic_tools, list) else []:
-        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-            continue
-        shown = tool.get("presentation")
-        try:
-            found[tool["name"]] = msgspec.convert(shown, g.Presentation) if isinstance(shown, dict) else None
-        except msgspec.ValidationError:
-            found[tool["name"]] = None
-    return found
+    tools = [] if dynamic_tools is UNSET else dynamic_tools
+    return {tool.name: None if tool.presentation is UNSET else tool.presentation for tool in tools}
 
 
 def _tool_call(params: Any) -> dict[str, Any]:
@@ -209,7 +211,7 @@ class Session:
             self.child.stop()
             self.child = None
 
-    async def _on_notification(self, note: launch.Notification) -> None:
+    async def _on_notification(self, note: Notification) -> None:
         if not self.current:
             return
         params = note.message.get("params")
@@ -299,3 +301,49 @@ class Session:
 
         self.owner.bridge.spawn(ask)
         await sent.wait()
+
+
+class DeltaPath:
+    """The emission rules of §3.2 for one session: identity first, replayed usage filtered."""
+
+    def __init__(self, *, awaiting_replayed_usage: bool) -> None:
+        self.awaiting_replayed_usage = awaiting_replayed_usage
+        self.open_turns: dict[str, None] = {}
+        self.announced = False
+        self._buffer: list[g.Delta] = []
+
+    def push(self, deltas: list[g.Delta]) -> list[g.Delta] | None:
+        """The batch to write now, or None (nothing, or held until identity is announced)."""
+        if not deltas:
+            return None
+        survivors = self._filter(deltas)
+        if not self.announced:
+            self._buffer.extend(survivors)
+            return None
+        return survivors
+
+    def announce(self) -> list[g.Delta] | None:
+        """Identity was written: the buffered deltas as one batch (None when there are none or it was done)."""
+        if self.announced:
+            return None
+        self.announced = True
+        buffered, self._buffer = self._buffer, []
+        return self._filter(buffered) if buffered else None
+
+    def _filter(self, deltas: list[g.Delta]) -> list[g.Delta]:
+        kept: list[g.Delta] = []
+        for delta in deltas:
+            if isinstance(delta, g.TurnOpen):
+                self.awaiting_replayed_usage = False
+                if isinstance(delta.providerTurnId, str):
+                    self.open_turns[delta.providerTurnId] = None
+            elif isinstance(delta, g.TurnBoundary) and isinstance(delta.providerTurnId, str):
+                self.open_turns.pop(delta.providerTurnId, None)
+            if self.awaiting_replayed_usage and isinstance(delta, g.Usage):
+                continue
+            if self.awaiting_replayed_usage and isinstance(delta, g.ContextWindow):
+                delta = g.ContextWindow(
+                    used=delta.used, size=delta.size, estimated=delta.estimated, attach=delta.attach
+                )
+            kept.append(delta)
+        return kept

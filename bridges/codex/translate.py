@@ -1,24 +1,24 @@
 """App-server notifications → grammar deltas, byte for byte as the reference bridge (spec §3).
 
 Pure and synchronous: one `Translator` per session construction holds the per-thread state (turn FIFOs of
-client request ids, sub-agent links, retry memory, the rate-limit snapshot); `DeltaPath` applies the
-emission rules of §3.2 (identity buffer, replayed-usage filter, open turns) to each translated batch.
+client request ids, sub-agent links (`subagents`), retry memory, the rate-limit snapshot). What is emitted of
+each batch (§3.2) is the session's `DeltaPath`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from msgspec import UNSET
 
 from bbridge.core import grammar as g
 
-from . import errors, items, ratelimits, rawoutput
+from . import item_shapes, provider_errors, ratelimits, rawoutput
 from . import presentation as p
 from .fields import ShapeError, need, nullable_number, number, obj, optional_text, text
+from .subagents import Links, SubAgent, attach, parent_of
 
 GOAL_KIND = "provider-codex/goal"
 PLAN_CHANNEL = "planSteps"
@@ -61,7 +61,6 @@ HANDLED = frozenset(
         *_TEXT_CHANNELS, *_OUTPUT_CHANNELS, *_WARNINGS,
     }
 )  # fmt: skip
-_KEYED = (g.ItemOpen, g.ItemClose, g.ItemProgress, g.ItemTextDelta, g.ItemOutputDelta)
 
 
 def unhandled(method: str, message: dict[str, Any], turn: str | None = None) -> g.Unhandled:
@@ -91,7 +90,7 @@ def _turn_error(turn: dict[str, Any]) -> str | None:
     if turn.get("error") is None:
         return None
     error = obj(turn["error"])
-    errors.error_info(error.get("codexErrorInfo"))
+    provider_errors.error_info(error.get("codexErrorInfo"))
     return text(error, "message") or None
 
 
@@ -108,82 +107,14 @@ def _breakdown(value: Any) -> g.TokenBreakdown:
     return g.TokenBreakdown(**{name: number(counts, name) for name in _USAGE_FIELDS})
 
 
-@dataclass(slots=True)
-class SubAgent:
-    """A sub-agent started by a `subAgentActivity` item, shown as a delegation item of its parent turn."""
-
-    call: str
-    agent_thread: str
-    agent_path: str
-    parent_thread: str
-    parent_turn: str
-    parent_ref: str | None = None
-    follow_ups: int = 0
-    terminal: bool = False
-
-    @property
-    def open(self) -> bool:
-        return not self.terminal or self.follow_ups > 0
-
-    def shape(self) -> g.DelegationShape:
-        return g.DelegationShape(childRef=self.agent_thread, label=self.agent_path, background=False)
-
-    def key(self) -> g.ItemKey:
-        key = g.ItemKey(providerItemId=self.call)
-        if self.parent_ref is not None:
-            key.parentRef = self.parent_ref
-        return key
-
-
-@dataclass(slots=True)
-class _Links:
-    """Delegation links (§3.10): which call a sub-agent thread or turn belongs to."""
-
-    agent_calls: dict[str, str] = field(default_factory=dict)
-    turn_calls: dict[str, str] = field(default_factory=dict)
-    pending: dict[str, deque[tuple[str, str]]] = field(default_factory=dict)
-    queued: set[str] = field(default_factory=set)
-    agents: dict[str, SubAgent] = field(default_factory=dict)
-    interactions: set[str] = field(default_factory=set)
-
-    def queue(self, thread: str, call: str, turn: str) -> None:
-        if call in self.queued:
-            return
-        self.queued.add(call)
-        self.pending.setdefault(thread, deque()).append((call, turn))
-
-    def unqueue(self, call: str) -> None:
-        if call not in self.queued:
-            return
-        self.queued.discard(call)
-        for thread, links in list(self.pending.items()):
-            kept = deque(link for link in links if link[0] != call)
-            if kept:
-                self.pending[thread] = kept
-            else:
-                del self.pending[thread]
-
-    def pop_for(self, thread: str, turn: str) -> str | None:
-        links = self.pending.get(thread)
-        while links:
-            call, parent_turn = links.popleft()
-            self.queued.discard(call)
-            if parent_turn != turn:
-                if not links:
-                    del self.pending[thread]
-                return call
-        self.pending.pop(thread, None)
-        return None
-
-
 class Translator:
     """Per-construction translation state; `translate` maps one app-server message to its deltas."""
 
     def __init__(self, bb_tools: Mapping[str, g.Presentation | None] | None = None) -> None:
         self.bb_tools: dict[str, g.Presentation | None] = dict(bb_tools or {})
         self.inputs: dict[str, deque[str]] = {}
-        self.links = _Links()
-        self.errors = errors.ErrorMapper()
+        self.links = Links()
+        self.errors = provider_errors.ErrorMapper()
         self.rate_limits: dict[str, Any] | None = None
         self.raw = rawoutput.RawOutputs()
 
@@ -395,7 +326,7 @@ class Translator:
         if item_type == "subAgentActivity":
             return []
         try:
-            classified = items.classify(item, self.bb_tools)
+            classified = item_shapes.classify(item, self.bb_tools)
         except ShapeError:
             return [unhandled(method, message, turn)]
         if classified is None:
@@ -416,7 +347,7 @@ class Translator:
     def _link(self, delta: g.Delta, thread: str | None) -> None:
         """Attach the delegation call a delta belongs to, then learn links from delegation items."""
         links = self.links
-        parent = _parent_of(delta)
+        parent = parent_of(delta)
         turn = getattr(delta, "providerTurnId", UNSET)
         if parent is None and isinstance(turn, str):
             parent = links.turn_calls.get(turn)
@@ -431,7 +362,7 @@ class Translator:
         if parent is not None:
             if isinstance(delta, g.TurnOpen) and isinstance(turn, str):
                 links.turn_calls[turn] = parent
-            _attach(delta, parent)
+            attach(delta, parent)
         self._observe(delta, thread)
 
     def _observe(self, delta: g.Delta, thread: str | None) -> None:
@@ -485,7 +416,7 @@ class Translator:
             self.links.agents[call] = agent
             opened = self._delegation_open(agent)
             self._link(opened, thread)
-            agent.parent_ref = _parent_of(opened)
+            agent.parent_ref = parent_of(opened)
             self.links.queue(parent_thread, call, parent_turn)
             return [opened]
         if kind == "interrupted":
@@ -553,62 +484,3 @@ class Translator:
                 closes.extend(self._complete(agent, "failed"))
         self.errors.forget_thread(thread)
         return closes
-
-
-def _parent_of(delta: g.Delta) -> str | None:
-    ref = delta.key.parentRef if isinstance(delta, _KEYED) else getattr(delta, "parentRef", UNSET)
-    return ref if isinstance(ref, str) else None
-
-
-def _attach(delta: g.Delta, parent: str) -> None:
-    if isinstance(delta, _KEYED):
-        if delta.key.parentRef is UNSET:
-            delta.key.parentRef = parent
-    elif isinstance(delta, g.TurnOpen | g.Unhandled) and delta.parentRef is UNSET:
-        delta.parentRef = parent
-
-
-class DeltaPath:
-    """The emission rules of §3.2 for one session: identity first, replayed usage filtered."""
-
-    def __init__(self, *, awaiting_replayed_usage: bool) -> None:
-        self.awaiting_replayed_usage = awaiting_replayed_usage
-        self.open_turns: dict[str, None] = {}
-        self.announced = False
-        self._buffer: list[g.Delta] = []
-
-    def push(self, deltas: list[g.Delta]) -> list[g.Delta] | None:
-        """The batch to write now, or None (nothing, or held until identity is announced)."""
-        if not deltas:
-            return None
-        survivors = self._filter(deltas)
-        if not self.announced:
-            self._buffer.extend(survivors)
-            return None
-        return survivors
-
-    def announce(self) -> list[g.Delta] | None:
-        """Identity was written: the buffered deltas as one batch (None when there are none or it was done)."""
-        if self.announced:
-            return None
-        self.announced = True
-        buffered, self._buffer = self._buffer, []
-        return self._filter(buffered) if buffered else None
-
-    def _filter(self, deltas: list[g.Delta]) -> list[g.Delta]:
-        kept: list[g.Delta] = []
-        for delta in deltas:
-            if isinstance(delta, g.TurnOpen):
-                self.awaiting_replayed_usage = False
-                if isinstance(delta.providerTurnId, str):
-                    self.open_turns[delta.providerTurnId] = None
-            elif isinstance(delta, g.TurnBoundary) and isinstance(delta.providerTurnId, str):
-                self.open_turns.pop(delta.providerTurnId, None)
-            if self.awaiting_replayed_usage and isinstance(delta, g.Usage):
-                continue
-            if self.awaiting_replayed_usage and isinstance(delta, g.ContextWindow):
-                delta = g.ContextWindow(
-                    used=delta.used, size=delta.size, estimated=delta.estimated, attach=delta.attach
-                )
-            kept.append(delta)
-        return kept

@@ -26,8 +26,8 @@ from bbridge.core import grammar as g
 from bbridge.core import js
 from bbridge.replay import bridge_parity
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, read_cell
-from bridges.codex.session import delta_params
-from bridges.codex.translate import DeltaPath, Translator, codex_thread
+from bridges.codex.session import DeltaPath, delta_params
+from bridges.codex.translate import Translator, codex_thread
 from tests.support import capabilities
 
 HOST_DEPENDENT = frozenset(

@@ -1,7 +1,8 @@
 """Codex request parameters for construction and turns (spec §2.5); standalone `/compact` (§2.6.1) is the kit's.
 
-Pure: the bridge decodes bb options once and builds `thread/start|resume|fork` and `turn/start` params in
-the reference's key order, so what codex receives matches the recorded `bridge→provider` lane.
+Pure: the kit decodes the runtime's request once into its protocol type; these build codex's
+`thread/start|resume|fork` and `turn/start` params from it in the reference's key order, so what codex receives
+matches the recorded `bridge→provider` lane.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import UNSET, UnsetType
+
 from bbridge.core import js
+from bbridge.wire import protocol
+
+Constructions = protocol.ThreadStartParams | protocol.ThreadResumeParams | protocol.ThreadForkParams
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$", re.IGNORECASE)
 LEGACY_CHECKPOINT = re.compile(r"^bt[0-9a-f]{8}-[0-9]+-")
@@ -32,9 +38,8 @@ class ProviderOptions:
     extra_roots: list[str] = field(default_factory=list)
 
 
-def provider_options(options: dict[str, Any]) -> ProviderOptions:
-    raw = options.get("providerOptions")
-    given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+def provider_options(options: protocol.ExecutionOptions) -> ProviderOptions:
+    given: dict[str, Any] = {} if options.providerOptions is UNSET else options.providerOptions
     decoded = ProviderOptions()
     for name in ("memoryEnabled", "providerSubagentsEnabled"):
         if name in given and not isinstance(given[name], bool):
@@ -57,13 +62,13 @@ class Permissions:
     full: bool
 
 
-def permissions(options: dict[str, Any]) -> Permissions:
+def permissions(options: protocol.ExecutionOptions) -> Permissions:
     """The core permission policy as codex's approval policy, reviewer and sandbox scope."""
-    if options.get("permissionScope") == "full":
+    if options.permissionScope == "full":
         return Permissions("never", "user", full=True)
-    if options.get("approvalReviewer") == "automatic":
+    if options.approvalReviewer == "automatic":
         return Permissions("on-request", "auto_review", full=False)
-    if options.get("permissionEscalation") == "deny":
+    if options.permissionEscalation == "deny":
         return Permissions("never", "user", full=False)
     return Permissions("on-request", "user", full=False)
 
@@ -84,18 +89,19 @@ def sandbox_policy(policy: Permissions, roots: list[str]) -> dict[str, Any]:
     }
 
 
-def config(bb_thread: str, options: dict[str, Any], extra: ProviderOptions, roots: list[str]) -> dict[str, Any]:
+def config(
+    bb_thread: str, options: protocol.ExecutionOptions, extra: ProviderOptions, roots: list[str]
+) -> dict[str, Any]:
     """The construction's `config` object, keys in the reference's order."""
     result: dict[str, Any] = {"shell_environment_policy.set.BB_THREAD_ID": bb_thread}
-    env = options.get("envVars")
-    for name, value in (env if isinstance(env, dict) else {}).items():
+    for name, value in ({} if options.envVars is UNSET else options.envVars).items():
         if ENV_NAME.match(name):
             result[f"shell_environment_policy.set.{name}"] = value
     for name in extra.env_unset:
         if ENV_NAME.match(name):
             result.pop(f"shell_environment_policy.set.{name}", None)
             result[f"shell_environment_policy.unset.{name}"] = "1"
-    level = options.get("reasoningLevel")
+    level = options.reasoningLevel
     if isinstance(level, str):
         if level in UNSUPPORTED_EFFORTS:
             raise ParamsError(f"Codex does not support the {level} reasoning level.")
@@ -111,88 +117,74 @@ def config(bb_thread: str, options: dict[str, Any], extra: ProviderOptions, root
     return result
 
 
-def _shared(
-    bb_thread: str, cwd: str, instruction_mode: Any, options: dict[str, Any], dynamic_tools: Any, git_roots: list[str]
-) -> dict[str, Any]:
+def _shared(params: Constructions, git_roots: list[str]) -> dict[str, Any]:
+    options = params.options
     policy, extra = permissions(options), provider_options(options)
-    roots = writable_roots(extra.extra_roots, [] if permissions(options).full else git_roots)
+    roots = writable_roots(extra.extra_roots, [] if policy.full else git_roots)
     shared: dict[str, Any] = {
         "approvalPolicy": policy.approval_policy,
         "approvalsReviewer": policy.reviewer,
         "sandbox": "danger-full-access" if policy.full else "workspace-write",
-        "cwd": cwd,
+        "cwd": params.cwd,
     }
-    instructions = options.get("instructions")
-    trimmed = js.trim(instructions) if isinstance(instructions, str) else ""
-    if trimmed and instruction_mode == "replace":
+    trimmed = "" if options.instructions is UNSET else js.trim(options.instructions)
+    if trimmed and params.instructionMode == "replace":
         shared["baseInstructions"] = trimmed
-    elif trimmed and instruction_mode == "append":
+    elif trimmed and params.instructionMode == "append":
         shared["developerInstructions"] = trimmed
-    if isinstance(options.get("model"), str):
-        shared["model"] = options["model"]
-    if options.get("serviceTier") == "fast":
+    if options.model is not UNSET:
+        shared["model"] = options.model
+    if options.serviceTier == "fast":
         shared["serviceTier"] = "fast"
-    shared["config"] = config(bb_thread, options, extra, roots)
+    shared["config"] = config(params.threadId, options, extra, roots)
     tools = [
-        {"name": tool.get("name"), "description": tool.get("description"), "inputSchema": tool.get("inputSchema")}
-        for tool in (dynamic_tools if isinstance(dynamic_tools, list) else [])
-        if isinstance(tool, dict)
+        {"name": tool.name, "description": tool.description, "inputSchema": tool.inputSchema}
+        for tool in ([] if params.dynamicTools is UNSET else params.dynamicTools)
     ]
     if tools:
         shared["dynamicTools"] = tools
     return shared
 
 
-def construction(method: str, params: dict[str, Any], git_roots: list[str] | None = None) -> dict[str, Any]:
+def construction(params: Constructions, git_roots: list[str] | None = None) -> dict[str, Any]:
     """Codex params for the runtime's `thread/start|resume|fork` request (same method name toward codex)."""
-    options = params.get("options") if isinstance(params.get("options"), dict) else {}
-    assert isinstance(options, dict)
-    shared = _shared(
-        params["threadId"],
-        params["cwd"],
-        params.get("instructionMode"),
-        options,
-        params.get("dynamicTools"),
-        git_roots or [],
-    )
-    if method == "thread/resume":
-        return {"threadId": params["providerThreadId"], **shared}
-    if method == "thread/fork":
-        head: dict[str, Any] = {"threadId": params["sourceProviderThreadId"]}
-        checkpoint = params.get("sourceProviderCheckpointId")
-        if isinstance(checkpoint, str) and checkpoint:
+    shared = _shared(params, git_roots or [])
+    if isinstance(params, protocol.ThreadResumeParams):
+        return {"threadId": params.providerThreadId, **shared}
+    if isinstance(params, protocol.ThreadForkParams):
+        head: dict[str, Any] = {"threadId": params.sourceProviderThreadId}
+        checkpoint: str | UnsetType = params.sourceProviderCheckpointId
+        if checkpoint is not UNSET:
             head["lastTurnId"] = LEGACY_CHECKPOINT.sub("", checkpoint, count=1)
         return {**head, **shared}
     return {**shared, "ephemeral": False, "experimentalRawEvents": True}
 
 
-def user_input(entry: dict[str, Any]) -> dict[str, Any]:
+def user_input(entry: protocol.PromptInput) -> dict[str, Any]:
     """One bb prompt input as codex `UserInput` (mentions and visibility are dropped)."""
-    kind = entry.get("type")
-    if kind == "image":
-        return {"type": "image", "url": entry["url"]}
-    if kind == "localImage":
-        return {"type": "localImage", "path": entry["path"]}
-    if kind == "localFile":
-        return {"type": "text", "text": f"[Attached file: {entry['path']}]", "text_elements": []}
-    return {"type": "text", "text": entry["text"], "text_elements": []}
+    if isinstance(entry, protocol.ImageInput):
+        return {"type": "image", "url": entry.url}
+    if isinstance(entry, protocol.LocalImageInput):
+        return {"type": "localImage", "path": entry.path}
+    if isinstance(entry, protocol.LocalFileInput):
+        return {"type": "text", "text": f"[Attached file: {entry.path}]", "text_elements": []}
+    return {"type": "text", "text": entry.text, "text_elements": []}
 
 
-def turn(codex_thread: str, params: dict[str, Any], git_roots: list[str] | None = None) -> dict[str, Any]:
+def turn(codex_thread: str, params: protocol.TurnStartParams, git_roots: list[str] | None = None) -> dict[str, Any]:
     """Codex `turn/start` params: input and permissions only (no effort, config or instructions)."""
-    options = params.get("options") if isinstance(params.get("options"), dict) else {}
-    assert isinstance(options, dict)
+    options = params.options
     policy, extra = permissions(options), provider_options(options)
     roots = writable_roots(extra.extra_roots, [] if policy.full else git_roots or [])
     request: dict[str, Any] = {
         "threadId": codex_thread,
-        "input": [user_input(entry) for entry in params.get("input", [])],
+        "input": [user_input(entry) for entry in params.input],
         "approvalPolicy": policy.approval_policy,
         "approvalsReviewer": policy.reviewer,
         "sandboxPolicy": sandbox_policy(policy, roots),
     }
-    if isinstance(options.get("model"), str):
-        request["model"] = options["model"]
-    if options.get("serviceTier") == "fast":
+    if options.model is not UNSET:
+        request["model"] = options.model
+    if options.serviceTier == "fast":
         request["serviceTier"] = "fast"
     return request
