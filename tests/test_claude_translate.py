@@ -17,8 +17,9 @@ from bbridge.core import grammar as g
 from bbridge.core import js
 from bridges.claude_code import cli, plans, tools
 from bridges.claude_code import presentation as p
+from bridges.claude_code.outcomes import context_hint, error_info
 from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator, context_hint, error_info
+from bridges.claude_code.translate import Translator
 
 THREAD = "thr_claude"
 CREQ = "creq_abcdefghij"
