@@ -24,8 +24,9 @@ from bbridge.core import js
 from bbridge.kit import Bridge
 from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
-from bridges.claude_code import cli
-from bridges.claude_code import permissions as perm
+from bridges.claude_code import approvals as perm
+from bridges.claude_code import launch
+from bridges.claude_code.launch import DynamicTool, Launch
 from bridges.claude_code.presentation import delta_params
 from bridges.claude_code.translate import Translator
 
@@ -62,10 +63,10 @@ class Settings:
 
     cwd: str
     env: dict[str, str]
-    launch: cli.Launch
+    launch: Launch
     instructions: str = ""
     instruction_mode: str = "append"
-    tools: tuple[cli.DynamicTool, ...] = ()
+    tools: tuple[DynamicTool, ...] = ()
     escalation: perm.Escalation = None
     restore_mode: str = "bypassPermissions"
     subagents: bool = True
@@ -106,7 +107,7 @@ class Session:
         self.stream_ended = False
         self.restart_reason: str | None = None
         self.closed = trio.Event()
-        self.error: cli.LaunchError | None = None
+        self.error: launch.LaunchError | None = None
         self._ready = trio.Event()
         self._child: Child | None = None
         self._turn_lock = trio.Lock()
@@ -130,7 +131,7 @@ class Session:
     async def _run(self) -> None:
         try:
             await self._serve()
-        except cli.LaunchError as exc:
+        except launch.LaunchError as exc:
             self.error = exc
         finally:
             self._ready.set()
@@ -138,7 +139,7 @@ class Session:
 
     async def _serve(self) -> None:
         """Serve the child until its stdout ends."""
-        argv = cli.command(cli.executable(self.settings.env), cli.arguments(self.settings.launch))
+        argv = launch.command(launch.executable(self.settings.env), launch.arguments(self.settings.launch))
         child = Child(
             argv,
             env=self.settings.env,
@@ -149,19 +150,19 @@ class Session:
         try:
             await child.spawn()
         except FileNotFoundError:
-            raise cli.LaunchError(cli.MISSING_CLI) from None
+            raise launch.LaunchError(launch.MISSING_CLI) from None
         except OSError as exc:
-            raise cli.LaunchError(f"Failed to spawn Claude Code process: {exc}") from None
+            raise launch.LaunchError(f"Failed to spawn Claude Code process: {exc}") from None
         self._child = child
         settings = self.settings
-        body = cli.initialize(
+        body = launch.initialize(
             mcp=bool(settings.tools), instructions=settings.instructions, instruction_mode=settings.instruction_mode
         )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(child.pump_stderr)
-                await self._write(cli.control_request(cli.request_id(), body))
+                await self._write(launch.control_request(launch.request_id(), body))
                 self._ready.set()
                 await self._read(child)
                 nursery.cancel_scope.cancel()
@@ -172,7 +173,7 @@ class Session:
 
     async def _write(self, line: Any) -> None:
         """One line to the child; a child whose input is gone fails the runtime request that wrote (§3.7)."""
-        if self._child is None or not await self._child.write(cli.encode(line)):
+        if self._child is None or not await self._child.write(launch.encode(line)):
             raise rpc.RpcError(rpc.BRIDGE_ERROR, INPUT_CLOSED)
 
     async def _read(self, child: Child) -> None:
@@ -268,10 +269,10 @@ class Session:
 
     async def _send_control(self, body: dict[str, Any]) -> tuple[trio.Event, list[Any]]:
         """Write a control request; the event is set once its answer (or the session's end) is in the list."""
-        ident = cli.request_id()
+        ident = launch.request_id()
         waiter: tuple[trio.Event, list[Any]] = (trio.Event(), [])
         self._requests[ident] = waiter
-        await self._write(cli.control_request(ident, body))
+        await self._write(launch.control_request(ident, body))
         return waiter
 
     async def control(self, body: dict[str, Any]) -> Any:
@@ -303,7 +304,7 @@ class Session:
         prompt_id = str(uuid.uuid4())
         self._escalations[f"prompt:{prompt_id}"] = escalation
         async with self._turn_lock:  # the child's answer is translated after the acceptance, never before
-            await self._write(cli.user_line(text, self.provider_thread_id, prompt_id))
+            await self._write(launch.user_line(text, self.provider_thread_id, prompt_id))
             self._sent_user = True
             await self.emit(self.translator.input_accepted(client_request_id))
         self.settings.escalation = escalation
@@ -358,7 +359,9 @@ class Session:
     # -- control requests from the CLI (§2.5, §5) ------------------------------------------
 
     async def _answer(self, request_id: str, body: Any, error: str | None = None) -> None:
-        line = cli.control_error(request_id, error) if error is not None else cli.control_success(request_id, body)
+        line = (
+            launch.control_error(request_id, error) if error is not None else launch.control_success(request_id, body)
+        )
         with contextlib.suppress(rpc.RpcError):
             await self._write(line)
 
@@ -370,7 +373,7 @@ class Session:
             await trio.lowlevel.checkpoint()  # an assistant message read with the request is translated first
             await self._can_use_tool(request_id, request)
         elif subtype == "hook_callback":
-            event = cli.hook_event(request.get("callback_id"))
+            event = launch.hook_event(request.get("callback_id"))
             if event is None:
                 await self._answer(request_id, None, f"No hook callback found for ID: {request.get('callback_id')}")
             else:
@@ -494,18 +497,18 @@ class Session:
         return js.parse(bytes(raw))
 
     async def _mcp(self, request_id: str, request: dict[str, Any]) -> None:
-        if request.get("server_name") != cli.MCP_SERVER or not self.settings.tools:
+        if request.get("server_name") != launch.MCP_SERVER or not self.settings.tools:
             await self._answer(request_id, None, f"SDK MCP server not found: {request.get('server_name')}")
             return
         message: Any = request.get("message")
-        reply = cli.mcp_reply(message, self.settings.tools)
+        reply = launch.mcp_reply(message, self.settings.tools)
         if reply is not None:
             await self._answer(request_id, {"mcp_response": reply})
             return
         ident = message["id"]
 
         def failed(text: str, _interrupt: bool = False) -> dict[str, Any]:
-            return {"mcp_response": cli.mcp_result(ident, [{"type": "text", "text": text}], error=True)}
+            return {"mcp_response": launch.mcp_result(ident, [{"type": "text", "text": text}], error=True)}
 
         if self.closing:
             await self._answer(request_id, failed(perm.SESSION_NOT_FOUND))
@@ -533,11 +536,11 @@ class Session:
         try:
             result = await self._ask("item/tool/call", call, n)
         except rpc.RpcError as exc:
-            return cli.mcp_result(
+            return launch.mcp_result(
                 message["id"], [{"type": "text", "text": exc.message or "Tool call failed"}], error=True
             )
-        content, failed = cli.tool_call_content(result)
-        return cli.mcp_result(message["id"], content, error=failed)
+        content, failed = launch.tool_call_content(result)
+        return launch.mcp_result(message["id"], content, error=failed)
 
 
 def _error_result_text(message: dict[str, Any]) -> str | None:

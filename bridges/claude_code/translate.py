@@ -21,7 +21,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bridges.claude_code import outcomes, plans, tools, visibility
+from bridges.claude_code import outcomes, plans, tool_items, visibility
 from bridges.claude_code import presentation as p
 from bridges.claude_code.outcomes import nonempty_string
 from bridges.claude_code.tasks import Tasks
@@ -65,7 +65,7 @@ class Translator:
         self.context_tokens: int | float | None = None
         self.checkpoint: str | None = None
         self.rejection: _Rejection | None = None
-        self.started: dict[str, tools.Classified] = {}
+        self.started: dict[str, tool_items.Classified] = {}
         # dialect state for the session's lifetime
         self.total = outcomes.breakdown(0, 0, 0, 0)
         self.hint = outcomes.context_hint(model)
@@ -280,7 +280,7 @@ class Translator:
 
     def _tool_use(self, block: Message, parent: str | None) -> None:
         call_id, name, tool_input = block["id"], block["name"], block.get("input")
-        shaped = tools.classify(name, call_id, tool_input, self.bb_tools)
+        shaped = tool_items.classify(name, call_id, tool_input, self.bb_tools)
         self.started[call_id] = shaped
         key = _key(parent, provider_item_id=call_id)
         self._push(g.ItemOpen(key=key, item=shaped.item, presentation=shaped.presentation))
@@ -307,14 +307,14 @@ class Translator:
     def _tool_result(self, block: Message, parent: str | None, envelope_output: Json) -> None:
         call_id = block["tool_use_id"]
         started = self.started.pop(call_id, None)
-        shaped = started if started is not None else tools.fallback(block.get("tool_name"))
+        shaped = started if started is not None else tool_items.fallback(block.get("tool_name"))
         item = shaped.item
         failed = block.get("is_error") is True
-        text = tools.result_text(block.get("content"))
+        text = tool_items.result_text(block.get("content"))
         command = block.get("tool_name") == "Bash" or isinstance(item, g.CommandShape)
-        output = tools.command_output(block.get("content"), block.get("tool_use_result")) if command else text
+        output = tool_items.command_output(block.get("content"), block.get("tool_use_result")) if command else text
         if isinstance(item, g.DelegationShape) and output is not None:
-            summary = tools.stripped_summary(output)
+            summary = tool_items.stripped_summary(output)
             if summary:
                 item = msgspec.structs.replace(item, summary=summary)
         close = g.ItemClose(
@@ -481,7 +481,7 @@ class Translator:
         if "decision_reason_type" in m:
             line = f"{line} ({m['decision_reason_type']})"
         started = self.started.get(m["tool_use_id"])
-        description = None if started is None else tools.denied_input(started.item)
+        description = None if started is None else tool_items.denied_input(started.item)
         details = line if description is None else f"{line}\n\n{tool} input:\n{description}"
         self._push(g.ProviderWarning(summary=f"{tool} was denied automatically", details=details, vouchedTurn=True))
 
