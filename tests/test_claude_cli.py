@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, lane_path, read_lane
-from bridges.claude_code import launch
+from bridges.claude_code import child, dynamic_tools, launch
 from tests.conftest import missing_reason, shared_path
 
 CELL = shared_path("recordings", "claude-code", "turn-tools")
@@ -30,32 +30,32 @@ def test_recorded_initialize_user_line_and_mcp_answers() -> None:
     to_cli = _lane(BRIDGE_TO_PROVIDER)
     options = next(m for m in _lane(RUNTIME_TO_BRIDGE) if m.get("method") == "thread/start")["params"]["options"]
     init = to_cli[0]
-    built = launch.control_request(
-        init["request_id"], launch.initialize(mcp=True, instructions=options["instructions"], instruction_mode="append")
+    built = child.control_request(
+        init["request_id"], child.initialize(mcp=True, instructions=options["instructions"], instruction_mode="append")
     )
-    assert launch.encode(built) == launch.encode(init)
+    assert child.encode(built) == child.encode(init)
     user = to_cli[1]
-    assert launch.encode(
-        launch.user_line(user["message"]["content"], user["session_id"], user["uuid"])
-    ) == launch.encode(user)
+    assert child.encode(child.user_line(user["message"]["content"], user["session_id"], user["uuid"])) == child.encode(
+        user
+    )
     from_cli = {m["request_id"]: m["request"] for m in _lane(PROVIDER_TO_BRIDGE) if m.get("type") == "control_request"}
     answered = 0
     for line in to_cli[2:]:
         request = from_cli[line["response"]["request_id"]]
         if request["subtype"] == "mcp_message" and request["message"].get("method") != "tools/list":
-            reply = launch.mcp_reply(request["message"], [])
-            assert launch.encode(
-                launch.control_success(line["response"]["request_id"], {"mcp_response": reply})
-            ) == launch.encode(line)
+            reply = dynamic_tools.mcp_reply(request["message"], [])
+            assert child.encode(
+                child.control_success(line["response"]["request_id"], {"mcp_response": reply})
+            ) == child.encode(line)
             answered += 1
         elif request["subtype"] == "hook_callback":
-            assert launch.hook_event(request["callback_id"]) == request["input"]["hook_event_name"]
+            assert child.hook_event(request["callback_id"]) == request["input"]["hook_event_name"]
     assert answered == 2
 
 
 def test_mcp_server_lists_and_refuses_tools() -> None:
-    tool = launch.DynamicTool("update_environment_directory", "Move", {"type": "array"})
-    listed = launch.mcp_reply({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, [tool])
+    tool = dynamic_tools.DynamicTool("update_environment_directory", "Move", {"type": "array"})
+    listed = dynamic_tools.mcp_reply({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, [tool])
     assert listed == {
         "result": {
             "tools": [
@@ -66,19 +66,23 @@ def test_mcp_server_lists_and_refuses_tools() -> None:
         "id": 1,
     }
     assert (
-        launch.mcp_reply(
+        dynamic_tools.mcp_reply(
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "update_environment_directory"}},
             [tool],
         )
         is None
     )
-    unknown = launch.mcp_reply({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope"}}, [tool])
+    unknown = dynamic_tools.mcp_reply(
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope"}}, [tool]
+    )
     assert unknown == {
         "result": {"content": [{"type": "text", "text": "Unknown tool: nope"}], "isError": True},
         "jsonrpc": "2.0",
         "id": 3,
     }
-    assert launch.mcp_reply({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, [])["error"]["code"] == -32601  # type: ignore[index]
+    assert (
+        dynamic_tools.mcp_reply({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, [])["error"]["code"] == -32601
+    )  # type: ignore[index]
 
 
 def test_tool_call_results_become_mcp_content() -> None:
@@ -88,18 +92,18 @@ def test_tool_call_results_become_mcp_content() -> None:
         {"type": "inputImage", "imageUrl": "data:image/png;base64,AAA"},
         {"type": "inputImage", "imageUrl": "https://x/y.png"},
     ]
-    content, failed = launch.tool_call_content({"success": True, "contentItems": items})
+    content, failed = dynamic_tools.tool_call_content({"success": True, "contentItems": items})
     assert content == [
         {"type": "text", "text": "hi"},
         {"type": "image", "data": "AAA", "mimeType": "image/png"},
         {"type": "text", "text": "https://x/y.png"},
     ]
     assert not failed
-    assert launch.tool_call_content({"success": False, "contentItems": []}) == (
+    assert dynamic_tools.tool_call_content({"success": False, "contentItems": []}) == (
         [{"type": "text", "text": "Tool call failed"}],
         True,
     )
-    assert launch.tool_call_content("junk") == ([{"type": "text", "text": "Invalid tool call response"}], True)
+    assert dynamic_tools.tool_call_content("junk") == ([{"type": "text", "text": "Invalid tool call response"}], True)
 
 
 def test_command_line_order() -> None:

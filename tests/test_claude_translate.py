@@ -15,7 +15,7 @@ import pytest
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bridges.claude_code import launch, plans, tool_items
+from bridges.claude_code import child, plans, tool_items
 from bridges.claude_code import presentation as p
 from bridges.claude_code.outcomes import context_hint, error_info
 from bridges.claude_code.presentation import delta_params
@@ -134,7 +134,7 @@ def test_raw_sdk_messages_reach_the_wire_as_javascript_wrote_them() -> None:
 
 def test_child_lines_are_written_as_javascript_would() -> None:
     """Tool inputs go back to the CLI verbatim (`updatedInput`), so child lines follow §8.1 too."""
-    assert launch.encode({"input": {"x": 1e21, "s": "\ud800/é"}}) == '{"input":{"x":1e+21,"s":"\\ud800/é"}}\n'.encode()
+    assert child.encode({"input": {"x": 1e21, "s": "\ud800/é"}}) == '{"input":{"x":1e+21,"s":"\\ud800/é"}}\n'.encode()
 
 
 def test_presentation_writes_suppress_before_the_title() -> None:

@@ -19,6 +19,7 @@ from bbridge.kit import Bridge, Wording
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import approvals as perm
 from bridges.claude_code import fork, launch
+from bridges.claude_code.dynamic_tools import DynamicTool
 from bridges.claude_code.maintenance import Maintenance
 from bridges.claude_code.models import ModelList
 from bridges.claude_code.session import Counters, Session, Settings
@@ -140,7 +141,7 @@ class ClaudeCodeBridge:
         roots = tuple(given.get("additionalWorkspaceWriteRoots", [])) if workspace else ()
         model = options.model if options.model is not UNSET else None
         tools = tuple(
-            launch.DynamicTool(t.name, t.description, t.inputSchema, t.presentation or None)
+            DynamicTool(t.name, t.description, t.inputSchema, t.presentation or None)
             for t in (params.dynamicTools if params.dynamicTools is not UNSET else [])
         )
         env_vars = options.envVars if options.envVars is not UNSET else {}

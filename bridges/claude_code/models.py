@@ -15,6 +15,7 @@ import trio
 from bbridge.core import js
 from bbridge.kit.child import Child
 from bridges.claude_code import launch
+from bridges.claude_code.child import control_request, encode, request_id
 
 MEMO_S = 120.0
 PROBE_TIMEOUT_S = 60.0
@@ -127,14 +128,12 @@ async def probe(env: Mapping[str, str], cwd: str) -> list[Any]:
         await child.spawn()
     except FileNotFoundError:
         raise launch.LaunchError(launch.MISSING_CLI) from None
-    ident = launch.request_id()
+    ident = request_id()
     user = {"type": "user", "session_id": "", "message": {"role": "user", "content": [{"type": "text", "text": "."}]}}
     try:
         with trio.fail_after(PROBE_TIMEOUT_S):
-            await child.write(
-                launch.encode(launch.control_request(ident, {"subtype": "initialize", "systemPrompt": [""]}))
-            )
-            await child.write(launch.encode({**user, "parent_tool_use_id": None}))
+            await child.write(encode(control_request(ident, {"subtype": "initialize", "systemPrompt": [""]})))
+            await child.write(encode({**user, "parent_tool_use_id": None}))
             async for line in child.lines():
                 response = _initialize_response(line, ident)
                 if response is not None:

@@ -11,9 +11,9 @@
   kills the child's whole process group if it does not exit within the grace period.
 
     with serving() as api, Claude.start(api.url, tmp_path) as cli:
-        launch.initialize()
-        launch.user("hi")
-        result = launch.until_result()
+        cli.initialize()
+        cli.user("hi")
+        result = cli.until_result()
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from bridges.claude_code.launch import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
+from bridges.claude_code.child import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
 from tests.live import runner
 from tests.support import make_or_skip
 
