@@ -18,8 +18,7 @@ from bbridge.core import js
 from bridges.claude_code import child, plans, tool_items
 from bridges.claude_code import presentation as p
 from bridges.claude_code.outcomes import context_hint, error_info
-from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator
+from bridges.claude_code.translate import Translator, delta_params
 
 THREAD = "thr_claude"
 CREQ = "creq_abcdefghij"

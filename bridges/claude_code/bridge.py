@@ -220,7 +220,7 @@ class ClaudeCodeBridge:
         live = existing is not None and not existing.closing and not existing.stream_ended
         same = existing is not None and existing.provider_thread_id == params.providerThreadId
         if existing is not None and live and same and existing.settings.construction == settings.construction:
-            await self._apply_live(existing, settings.launch, settings.subagents)
+            await existing.apply_live(settings.launch, settings.subagents)
             existing.settings.escalation = settings.escalation
             return {"providerThreadId": params.providerThreadId, "sessionRestorable": True}
         if existing is not None:
@@ -266,7 +266,7 @@ class ClaudeCodeBridge:
         await session.settle()
         await self.bridge.notify("session/replaced", _replaced(thread_id, provider_thread_id, reason))
         self.bridge.spawn(self._close, session, reason, False)
-        spec = _with(session.settings.launch, resume=provider_thread_id, session_id=None)
+        spec = launch.changed(session.settings.launch, resume=provider_thread_id, session_id=None)
         settings = Settings(**{**vars(session.settings), "launch": spec})
         return await self._open(thread_id, provider_thread_id, settings, session.grants)
 
@@ -278,41 +278,19 @@ class ClaudeCodeBridge:
             raise rpc.RpcError(rpc.INVALID_PARAMS, "Missing input text")
         session = await self._writable(params.threadId, steer=steer)
         spec = session.settings.launch
-        wanted = _with(
+        wanted = launch.changed(
             spec,
             model=options.model if options.model is not UNSET else spec.model,
             reasoning_level=options.reasoningLevel if options.reasoningLevel is not UNSET else spec.reasoning_level,
             memory=given.get("memoryEnabled", spec.memory),
             workflows=given.get("workflowsEnabled", spec.workflows),
         )
-        await self._apply_live(session, wanted, given.get("providerSubagentsEnabled", session.settings.subagents))
+        await session.apply_live(wanted, given.get("providerSubagentsEnabled", session.settings.subagents))
         if given.get("claudeCodePermissionMode") == "plan" and session.mode != "plan":
             await session.control({"subtype": "set_permission_mode", "mode": "plan"})
             session.mode = "plan"
         await session.send_prompt(text, params.clientRequestId, options.permissionEscalation)
         return {"threadId": params.threadId}
-
-    async def _apply_live(self, session: Session, wanted: launch.Launch, subagents: bool) -> None:
-        """Live settings change in place (§3.7 step 4): `set_model`, `apply_flag_settings`."""
-        current = session.settings.launch
-        if wanted.model != current.model:
-            await session.control({"subtype": "set_model", **({"model": wanted.model} if wanted.model else {})})
-            session.translator.model_changed(wanted.model)
-        flags = (wanted.memory, wanted.reasoning_level, wanted.workflows)
-        if flags != (current.memory, current.reasoning_level, current.workflows):
-            settings: dict[str, Any] = {"autoMemoryEnabled": wanted.memory, "enableWorkflows": wanted.workflows}
-            if wanted.reasoning_level is not None:
-                settings["effortLevel"] = launch.effort(wanted.reasoning_level)
-            settings["ultracode"] = wanted.reasoning_level == "ultracode"
-            await session.control({"subtype": "apply_flag_settings", "settings": settings})
-        session.settings.launch = _with(
-            current,
-            model=wanted.model,
-            reasoning_level=wanted.reasoning_level,
-            memory=wanted.memory,
-            workflows=wanted.workflows,
-        )
-        session.settings.subagents = subagents
 
     async def turn_start(self, params: protocol.TurnStartParams) -> dict[str, Any]:
         return await self._turn(params, steer=False)
@@ -350,7 +328,3 @@ class ClaudeCodeBridge:
 
 def _replaced(thread_id: str, provider_thread_id: str, reason: str) -> dict[str, Any]:
     return {"threadId": thread_id, "providerThreadId": provider_thread_id, "reason": reason, "contextLost": False}
-
-
-def _with(spec: launch.Launch, **changes: Any) -> launch.Launch:
-    return launch.Launch(**{**{name: getattr(spec, name) for name in launch.Launch.__slots__}, **changes})

@@ -70,6 +70,11 @@ class Launch:
     root: bool = field(default_factory=lambda: os.geteuid() == 0)
 
 
+def changed(spec: Launch, **changes: Any) -> Launch:
+    """A copy of `spec` with `changes` (what a resume or a later turn's live settings change)."""
+    return Launch(**{**{name: getattr(spec, name) for name in Launch.__slots__}, **changes})
+
+
 def effort(level: str) -> str:
     return _EFFORTS.get(level, level)
 

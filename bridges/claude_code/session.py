@@ -27,8 +27,7 @@ from bridges.claude_code import dynamic_tools, launch
 from bridges.claude_code.child import INPUT_CLOSED, ClaudeChild, hook_event, initialize, user_line
 from bridges.claude_code.dynamic_tools import DynamicTool
 from bridges.claude_code.launch import Launch
-from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator
+from bridges.claude_code.translate import Translator, delta_params
 
 log = structlog.get_logger("bridges.claude_code")
 
@@ -247,6 +246,28 @@ class Session:
             self._sent_user = True
             await self.emit(self.translator.input_accepted(client_request_id))
         self.settings.escalation = escalation
+
+    async def apply_live(self, wanted: Launch, subagents: bool) -> None:
+        """Live settings change in place (§3.7 step 4): `set_model`, `apply_flag_settings`."""
+        current = self.settings.launch
+        if wanted.model != current.model:
+            await self.control({"subtype": "set_model", **({"model": wanted.model} if wanted.model else {})})
+            self.translator.model_changed(wanted.model)
+        flags = (wanted.memory, wanted.reasoning_level, wanted.workflows)
+        if flags != (current.memory, current.reasoning_level, current.workflows):
+            settings: dict[str, Any] = {"autoMemoryEnabled": wanted.memory, "enableWorkflows": wanted.workflows}
+            if wanted.reasoning_level is not None:
+                settings["effortLevel"] = launch.effort(wanted.reasoning_level)
+            settings["ultracode"] = wanted.reasoning_level == "ultracode"
+            await self.control({"subtype": "apply_flag_settings", "settings": settings})
+        self.settings.launch = launch.changed(
+            current,
+            model=wanted.model,
+            reasoning_level=wanted.reasoning_level,
+            memory=wanted.memory,
+            workflows=wanted.workflows,
+        )
+        self.settings.subagents = subagents
 
     # -- closing (§1.9) ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit import DeltaEncoder
 from bridges.claude_code import outcomes, plans, tool_items, visibility
 from bridges.claude_code import presentation as p
 from bridges.claude_code.outcomes import nonempty_string
@@ -33,6 +34,11 @@ PROVIDER_ERROR = "Provider error"
 NO_RESPONSE = "No response requested."
 SYNTHETIC_MODEL = "<synthetic>"
 COMPACTION = g.ItemKey(channel="compaction")
+
+# `thread/delta` params as the reference writes them (spec §8.1, §8.2): the Structs' member order but a
+# presentation's `suppress`, which the reference writes right after the icon (the Struct after `title`/`detail`),
+# and as `JSON.stringify` writes, so raw SDK messages keep the reference's number spellings and lone surrogates.
+delta_params = DeltaEncoder(presentation=("label", "icon", "suppress", "title", "detail", "tint"), javascript=True)
 
 
 def _count(value: Json) -> int | float:
