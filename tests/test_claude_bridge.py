@@ -25,7 +25,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.wire import protocol, rpc
-from bridges.claude_code import cli, fork
+from bridges.claude_code import fork, launch
 from bridges.claude_code.bridge import ClaudeCodeBridge, prompt_text
 from tests.support import ASK, FULL, INIT, Runtime, capabilities, spawned
 
@@ -180,7 +180,7 @@ async def running(env: dict[str, str]) -> AsyncIterator[_Runtime]:
 
 
 def env_for(fake_cli: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(fake_cli.parent), cli.EXECUTABLE_ENV: str(fake_cli)}
+    return {"PATH": "/usr/bin:/bin", "HOME": str(fake_cli.parent), launch.EXECUTABLE_ENV: str(fake_cli)}
 
 
 def start(cwd: Path, options: dict[str, Any] = FULL) -> dict[str, Any]:
@@ -307,7 +307,7 @@ async def test_a_crashed_child_fails_the_turn_and_reports_the_error(fake_cli: Pa
 async def test_a_missing_cli_fails_the_construction(tmp_path: Path) -> None:
     async with running({"PATH": str(tmp_path), "HOME": ""}) as runtime:
         error = await runtime.error("thread/start", start(tmp_path))
-        assert (error.code, error.message) == (rpc.BRIDGE_ERROR, cli.MISSING_CLI)
+        assert (error.code, error.message) == (rpc.BRIDGE_ERROR, launch.MISSING_CLI)
         assert notes(runtime, "thread/identity") == []
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, lane_path, read_lane
-from bridges.claude_code import cli
+from bridges.claude_code import child, dynamic_tools, launch
 from tests.conftest import missing_reason, shared_path
 
 CELL = shared_path("recordings", "claude-code", "turn-tools")
@@ -30,30 +30,32 @@ def test_recorded_initialize_user_line_and_mcp_answers() -> None:
     to_cli = _lane(BRIDGE_TO_PROVIDER)
     options = next(m for m in _lane(RUNTIME_TO_BRIDGE) if m.get("method") == "thread/start")["params"]["options"]
     init = to_cli[0]
-    built = cli.control_request(
-        init["request_id"], cli.initialize(mcp=True, instructions=options["instructions"], instruction_mode="append")
+    built = child.control_request(
+        init["request_id"], child.initialize(mcp=True, instructions=options["instructions"], instruction_mode="append")
     )
-    assert cli.encode(built) == cli.encode(init)
+    assert child.encode(built) == child.encode(init)
     user = to_cli[1]
-    assert cli.encode(cli.user_line(user["message"]["content"], user["session_id"], user["uuid"])) == cli.encode(user)
+    assert child.encode(child.user_line(user["message"]["content"], user["session_id"], user["uuid"])) == child.encode(
+        user
+    )
     from_cli = {m["request_id"]: m["request"] for m in _lane(PROVIDER_TO_BRIDGE) if m.get("type") == "control_request"}
     answered = 0
     for line in to_cli[2:]:
         request = from_cli[line["response"]["request_id"]]
         if request["subtype"] == "mcp_message" and request["message"].get("method") != "tools/list":
-            reply = cli.mcp_reply(request["message"], [])
-            assert cli.encode(
-                cli.control_success(line["response"]["request_id"], {"mcp_response": reply})
-            ) == cli.encode(line)
+            reply = dynamic_tools.mcp_reply(request["message"], [])
+            assert child.encode(
+                child.control_success(line["response"]["request_id"], {"mcp_response": reply})
+            ) == child.encode(line)
             answered += 1
         elif request["subtype"] == "hook_callback":
-            assert cli.hook_event(request["callback_id"]) == request["input"]["hook_event_name"]
+            assert child.hook_event(request["callback_id"]) == request["input"]["hook_event_name"]
     assert answered == 2
 
 
 def test_mcp_server_lists_and_refuses_tools() -> None:
-    tool = cli.DynamicTool("update_environment_directory", "Move", {"type": "array"})
-    listed = cli.mcp_reply({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, [tool])
+    tool = dynamic_tools.DynamicTool("update_environment_directory", "Move", {"type": "array"})
+    listed = dynamic_tools.mcp_reply({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, [tool])
     assert listed == {
         "result": {
             "tools": [
@@ -64,19 +66,23 @@ def test_mcp_server_lists_and_refuses_tools() -> None:
         "id": 1,
     }
     assert (
-        cli.mcp_reply(
+        dynamic_tools.mcp_reply(
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "update_environment_directory"}},
             [tool],
         )
         is None
     )
-    unknown = cli.mcp_reply({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope"}}, [tool])
+    unknown = dynamic_tools.mcp_reply(
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope"}}, [tool]
+    )
     assert unknown == {
         "result": {"content": [{"type": "text", "text": "Unknown tool: nope"}], "isError": True},
         "jsonrpc": "2.0",
         "id": 3,
     }
-    assert cli.mcp_reply({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, [])["error"]["code"] == -32601  # type: ignore[index]
+    assert (
+        dynamic_tools.mcp_reply({"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, [])["error"]["code"] == -32601
+    )  # type: ignore[index]
 
 
 def test_tool_call_results_become_mcp_content() -> None:
@@ -86,22 +92,22 @@ def test_tool_call_results_become_mcp_content() -> None:
         {"type": "inputImage", "imageUrl": "data:image/png;base64,AAA"},
         {"type": "inputImage", "imageUrl": "https://x/y.png"},
     ]
-    content, failed = cli.tool_call_content({"success": True, "contentItems": items})
+    content, failed = dynamic_tools.tool_call_content({"success": True, "contentItems": items})
     assert content == [
         {"type": "text", "text": "hi"},
         {"type": "image", "data": "AAA", "mimeType": "image/png"},
         {"type": "text", "text": "https://x/y.png"},
     ]
     assert not failed
-    assert cli.tool_call_content({"success": False, "contentItems": []}) == (
+    assert dynamic_tools.tool_call_content({"success": False, "contentItems": []}) == (
         [{"type": "text", "text": "Tool call failed"}],
         True,
     )
-    assert cli.tool_call_content("junk") == ([{"type": "text", "text": "Invalid tool call response"}], True)
+    assert dynamic_tools.tool_call_content("junk") == ([{"type": "text", "text": "Invalid tool call response"}], True)
 
 
 def test_command_line_order() -> None:
-    launch = cli.Launch(
+    spec = launch.Launch(
         permission_mode="acceptEdits",
         model="claude-opus-5[1m]",
         reasoning_level="ultracode",
@@ -113,7 +119,7 @@ def test_command_line_order() -> None:
         plugin_dirs=("/skills",),
         root=False,
     )
-    assert cli.arguments(launch) == [
+    assert launch.arguments(spec) == [
         "--output-format", "stream-json", "--verbose", "--input-format", "stream-json",
         "--thinking", "adaptive", "--thinking-display", "summarized", "--effort", "xhigh",
         "--model", "claude-opus-5[1m]",
@@ -132,30 +138,30 @@ def test_command_line_order() -> None:
 
 
 def test_full_access_flags_depend_on_root() -> None:
-    full = cli.Launch(permission_mode="bypassPermissions", session_id="new", workflows=True, root=False)
-    args = cli.arguments(full)
+    full = launch.Launch(permission_mode="bypassPermissions", session_id="new", workflows=True, root=False)
+    args = launch.arguments(full)
     assert args[args.index("--permission-mode") + 1] == "bypassPermissions"
     assert "--allow-dangerously-skip-permissions" in args and args[-4:-2] == ["--session-id", "new"]
     assert args[-1] == '{"autoMemoryEnabled":true,"enableWorkflows":true,"ultracode":false}'
-    as_root = cli.arguments(cli.Launch(permission_mode="bypassPermissions", root=True))
+    as_root = launch.arguments(launch.Launch(permission_mode="bypassPermissions", root=True))
     assert as_root[as_root.index("--permission-mode") + 1] == "default"
     assert "--allow-dangerously-skip-permissions" not in as_root
 
 
 def test_environment_layers() -> None:
     bridge = {"PATH": "/bin", "BB_PROVIDER_BRIDGE_RECORD_DIR": "/r", "NODE_OPTIONS": "x", "KEEP": "1", "HOME": "/h/"}
-    env = cli.environment(bridge, {"PATH": "/thread/bin", "bad-name": "x", "GONE": "1"}, unset=["GONE", "KEEP"])
+    env = launch.environment(bridge, {"PATH": "/thread/bin", "bad-name": "x", "GONE": "1"}, unset=["GONE", "KEEP"])
     assert env == {
         "PATH": "/thread/bin",
         "HOME": "/h/",
         "CLAUDE_CODE_ENTRYPOINT": "cli",
         "CLAUDE_AGENT_SDK_VERSION": "0.3.197",
     }
-    fable = cli.environment({**bridge, "ANTHROPIC_API_KEY": "k"}, {}, model="claude-fable-5[1m]")
+    fable = launch.environment({**bridge, "ANTHROPIC_API_KEY": "k"}, {}, model="claude-fable-5[1m]")
     assert fable["CLAUDE_CONFIG_DIR"] == "/h/.claude-fable" and "ANTHROPIC_API_KEY" not in fable
-    with pytest.raises(cli.LaunchError, match="dedicated Claude account"):
-        cli.environment({}, {}, model="fable")
-    assert not cli.is_fable("best")
+    with pytest.raises(launch.LaunchError, match="dedicated Claude account"):
+        launch.environment({}, {}, model="fable")
+    assert not launch.is_fable("best")
 
 
 def test_executable_discovery(tmp_path: Path) -> None:
@@ -163,16 +169,16 @@ def test_executable_discovery(tmp_path: Path) -> None:
     claude.parent.mkdir()
     claude.write_text("#!/bin/sh\n")
     claude.chmod(0o755)
-    assert cli.executable({"PATH": f":/nonexistent:{claude.parent}", "HOME": ""}) == str(claude)
-    with pytest.raises(cli.LaunchError, match="must point to an executable"):
-        cli.executable({cli.EXECUTABLE_ENV: f" {tmp_path}/missing "})
-    assert cli.executable({cli.EXECUTABLE_ENV: str(claude)}) == str(claude)
+    assert launch.executable({"PATH": f":/nonexistent:{claude.parent}", "HOME": ""}) == str(claude)
+    with pytest.raises(launch.LaunchError, match="must point to an executable"):
+        launch.executable({launch.EXECUTABLE_ENV: f" {tmp_path}/missing "})
+    assert launch.executable({launch.EXECUTABLE_ENV: str(claude)}) == str(claude)
     if (
         os.geteuid() != 0
         and not Path("/usr/local/bin/claude").exists()
         and not Path("/opt/homebrew/bin/claude").exists()
     ):
-        with pytest.raises(cli.LaunchError, match="could not find the Claude Code CLI"):
-            cli.executable({"PATH": "", "HOME": str(tmp_path)})
-    assert cli.command("/x/fake.mjs", ["-a"]) == ["node", "/x/fake.mjs", "-a"]
-    assert cli.command("/x/claude", []) == ["/x/claude"]
+        with pytest.raises(launch.LaunchError, match="could not find the Claude Code CLI"):
+            launch.executable({"PATH": "", "HOME": str(tmp_path)})
+    assert launch.command("/x/fake.mjs", ["-a"]) == ["node", "/x/fake.mjs", "-a"]
+    assert launch.command("/x/claude", []) == ["/x/claude"]

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from bbridge.wire import protocol
-from bridges.claude_code import cli
+from bridges.claude_code import launch
 from bridges.claude_code import maintenance as mt
 from tests.support import INIT, HttpEndpoint, http_endpoint, spawned
 
@@ -184,7 +184,7 @@ def test_plan_label(members: dict[str, Any], label: str | None) -> None:
 
 async def test_the_executable_override_is_trimmed_and_probed(host: Host) -> None:
     elsewhere = host.claude(host.root / "opt" / "claude")
-    host.env[cli.EXECUTABLE_ENV] = f"  {elsewhere}\n"
+    host.env[launch.EXECUTABLE_ENV] = f"  {elsewhere}\n"
     assert (await health(host))["installedVersion"] == "2.1.238"
 
 
@@ -441,7 +441,7 @@ async def test_status_without_npm_knows_no_latest_and_prereleases_sort_first(hos
 
 async def test_status_names_the_override_and_quotes_its_update(host: Host) -> None:
     path = host.claude(host.home / ".local" / "share" / "claude" / "my versions" / "claude")
-    host.env |= {cli.EXECUTABLE_ENV: str(path), "FAKE_CLAUDE_VERSION": "1.0.0"}
+    host.env |= {launch.EXECUTABLE_ENV: str(path), "FAKE_CLAUDE_VERSION": "1.0.0"}
     answer = await status(host)
     assert (answer["executableName"], answer["executablePath"]) == (str(path), str(path))
     assert answer["installAction"]["command"] == f"'{path}' update"

@@ -23,7 +23,7 @@ from bbridge.wire.recording import (
     lane_path,
     read_lane,
 )
-from bridges.claude_code import permissions as perm
+from bridges.claude_code import approvals as perm
 from tests.conftest import missing_reason, shared_path
 
 CELLS = shared_path("recordings", "claude-code")

@@ -15,10 +15,10 @@ import pytest
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bridges.claude_code import cli, plans, tools
+from bridges.claude_code import child, plans, tool_items
 from bridges.claude_code import presentation as p
-from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator, context_hint, error_info
+from bridges.claude_code.outcomes import context_hint, error_info
+from bridges.claude_code.translate import Translator, delta_params
 
 THREAD = "thr_claude"
 CREQ = "creq_abcdefghij"
@@ -133,7 +133,7 @@ def test_raw_sdk_messages_reach_the_wire_as_javascript_wrote_them() -> None:
 
 def test_child_lines_are_written_as_javascript_would() -> None:
     """Tool inputs go back to the CLI verbatim (`updatedInput`), so child lines follow §8.1 too."""
-    assert cli.encode({"input": {"x": 1e21, "s": "\ud800/é"}}) == '{"input":{"x":1e+21,"s":"\\ud800/é"}}\n'.encode()
+    assert child.encode({"input": {"x": 1e21, "s": "\ud800/é"}}) == '{"input":{"x":1e+21,"s":"\\ud800/é"}}\n'.encode()
 
 
 def test_presentation_writes_suppress_before_the_title() -> None:
@@ -153,7 +153,7 @@ def test_presentation_writes_suppress_before_the_title() -> None:
 
 
 def shape(name: str, tool_input: Any) -> dict[str, Any]:
-    classified = tools.classify(name, "toolu_1", tool_input)
+    classified = tool_items.classify(name, "toolu_1", tool_input)
     delta = g.ItemOpen(
         key=g.ItemKey(providerItemId="toolu_1"), item=classified.item, presentation=classified.presentation
     )
@@ -219,28 +219,30 @@ def test_delegation_label_and_detail() -> None:
 
 def test_result_text_extractor() -> None:
     assert (
-        tools.result_text([{"type": "tool_reference", "tool_name": "A"}, {"type": "tool_reference", "tool_name": "B"}])
+        tool_items.result_text(
+            [{"type": "tool_reference", "tool_name": "A"}, {"type": "tool_reference", "tool_name": "B"}]
+        )
         == "Matched tools: A, B"
     )
     assert (
-        tools.result_text([{"type": "text", "text": "a"}, {"type": "image", "path": "/p"}, {"type": "x"}, 3])
+        tool_items.result_text([{"type": "text", "text": "a"}, {"type": "image", "path": "/p"}, {"type": "x"}, 3])
         == "a\n[image: /p]\n[x]"
     )
-    assert tools.result_text({"content": [{"type": "text", "text": "t"}]}) == "t"
-    assert tools.result_text({"a": "é/"}) == '{"a":"é/"}'
-    assert tools.result_text(True) == "true"
+    assert tool_items.result_text({"content": [{"type": "text", "text": "t"}]}) == "t"
+    assert tool_items.result_text({"a": "é/"}) == '{"a":"é/"}'
+    assert tool_items.result_text(True) == "true"
 
 
 def test_command_output_prefers_the_blocks_structured_result() -> None:
-    assert tools.command_output("text", {"stdout": "out", "stderr": "err"}) == "out\nerr"
-    assert tools.command_output("text", {"stdout": "out\n", "stderr": "err"}) == "out\nerr"
-    assert tools.command_output("text", {"stdout": "", "stderr": ""}) == "text"
-    assert tools.command_output(" (Bash completed with no output) ", None) is None
-    assert tools.command_output("c", "(Bash completed with no output)") == "c"
+    assert tool_items.command_output("text", {"stdout": "out", "stderr": "err"}) == "out\nerr"
+    assert tool_items.command_output("text", {"stdout": "out\n", "stderr": "err"}) == "out\nerr"
+    assert tool_items.command_output("text", {"stdout": "", "stderr": ""}) == "text"
+    assert tool_items.command_output(" (Bash completed with no output) ", None) is None
+    assert tool_items.command_output("c", "(Bash completed with no output)") == "c"
 
 
 def test_stripped_summary_drops_bookkeeping_lines() -> None:
-    assert tools.stripped_summary("answer  \nagentId: a1\n<usage>x</usage>\n") == "answer"
+    assert tool_items.stripped_summary("answer  \nagentId: a1\n<usage>x</usage>\n") == "answer"
 
 
 # -- results and the mirror (§4.1, §4.7) ---------------------------------------------

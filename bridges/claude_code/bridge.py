@@ -17,8 +17,9 @@ from msgspec import UNSET
 
 from bbridge.kit import Bridge, Wording
 from bbridge.wire import protocol, rpc
-from bridges.claude_code import cli, fork
-from bridges.claude_code import permissions as perm
+from bridges.claude_code import approvals as perm
+from bridges.claude_code import fork, launch
+from bridges.claude_code.dynamic_tools import DynamicTool
 from bridges.claude_code.maintenance import Maintenance
 from bridges.claude_code.models import ModelList
 from bridges.claude_code.session import Counters, Session, Settings
@@ -140,14 +141,14 @@ class ClaudeCodeBridge:
         roots = tuple(given.get("additionalWorkspaceWriteRoots", [])) if workspace else ()
         model = options.model if options.model is not UNSET else None
         tools = tuple(
-            cli.DynamicTool(t.name, t.description, t.inputSchema, t.presentation or None)
+            DynamicTool(t.name, t.description, t.inputSchema, t.presentation or None)
             for t in (params.dynamicTools if params.dynamicTools is not UNSET else [])
         )
         env_vars = options.envVars if options.envVars is not UNSET else {}
         unset = tuple(given.get("envUnset", []))
         disallowed = tuple(params.disallowedTools if params.disallowedTools is not UNSET else [])
         instructions = options.instructions if options.instructions is not UNSET else ""
-        launch = cli.Launch(
+        spec = launch.Launch(
             permission_mode=mode,
             model=model,
             reasoning_level=options.reasoningLevel if options.reasoningLevel is not UNSET else None,
@@ -166,13 +167,13 @@ class ClaudeCodeBridge:
             mode, options.permissionScope, self.plugin_dirs,
         )  # fmt: skip
         try:
-            env = cli.environment(self.base_env, env_vars, unset, model)
-        except cli.LaunchError as exc:
+            env = launch.environment(self.base_env, env_vars, unset, model)
+        except launch.LaunchError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, str(exc)) from None
         return Settings(
             cwd=params.cwd,
             env=env,
-            launch=launch,
+            launch=spec,
             instructions=instructions,
             instruction_mode=params.instructionMode,
             tools=tools,
@@ -189,7 +190,7 @@ class ClaudeCodeBridge:
         self.sessions[thread_id] = session
         try:
             await session.start()
-        except cli.LaunchError as exc:
+        except launch.LaunchError as exc:
             self._forget(session)
             raise rpc.RpcError(rpc.BRIDGE_ERROR, str(exc)) from None
         await self.bridge.open_session(thread_id, provider_thread_id, session_restorable=True)
@@ -219,7 +220,7 @@ class ClaudeCodeBridge:
         live = existing is not None and not existing.closing and not existing.stream_ended
         same = existing is not None and existing.provider_thread_id == params.providerThreadId
         if existing is not None and live and same and existing.settings.construction == settings.construction:
-            await self._apply_live(existing, settings.launch, settings.subagents)
+            await existing.apply_live(settings.launch, settings.subagents)
             existing.settings.escalation = settings.escalation
             return {"providerThreadId": params.providerThreadId, "sessionRestorable": True}
         if existing is not None:
@@ -265,8 +266,8 @@ class ClaudeCodeBridge:
         await session.settle()
         await self.bridge.notify("session/replaced", _replaced(thread_id, provider_thread_id, reason))
         self.bridge.spawn(self._close, session, reason, False)
-        launch = _with(session.settings.launch, resume=provider_thread_id, session_id=None)
-        settings = Settings(**{**vars(session.settings), "launch": launch})
+        spec = launch.changed(session.settings.launch, resume=provider_thread_id, session_id=None)
+        settings = Settings(**{**vars(session.settings), "launch": spec})
         return await self._open(thread_id, provider_thread_id, settings, session.grants)
 
     async def _turn(self, params: protocol.TurnStartParams, *, steer: bool) -> dict[str, Any]:
@@ -276,42 +277,20 @@ class ClaudeCodeBridge:
         if not text:
             raise rpc.RpcError(rpc.INVALID_PARAMS, "Missing input text")
         session = await self._writable(params.threadId, steer=steer)
-        launch = session.settings.launch
-        wanted = _with(
-            launch,
-            model=options.model if options.model is not UNSET else launch.model,
-            reasoning_level=options.reasoningLevel if options.reasoningLevel is not UNSET else launch.reasoning_level,
-            memory=given.get("memoryEnabled", launch.memory),
-            workflows=given.get("workflowsEnabled", launch.workflows),
+        spec = session.settings.launch
+        wanted = launch.changed(
+            spec,
+            model=options.model if options.model is not UNSET else spec.model,
+            reasoning_level=options.reasoningLevel if options.reasoningLevel is not UNSET else spec.reasoning_level,
+            memory=given.get("memoryEnabled", spec.memory),
+            workflows=given.get("workflowsEnabled", spec.workflows),
         )
-        await self._apply_live(session, wanted, given.get("providerSubagentsEnabled", session.settings.subagents))
+        await session.apply_live(wanted, given.get("providerSubagentsEnabled", session.settings.subagents))
         if given.get("claudeCodePermissionMode") == "plan" and session.mode != "plan":
             await session.control({"subtype": "set_permission_mode", "mode": "plan"})
             session.mode = "plan"
         await session.send_prompt(text, params.clientRequestId, options.permissionEscalation)
         return {"threadId": params.threadId}
-
-    async def _apply_live(self, session: Session, wanted: cli.Launch, subagents: bool) -> None:
-        """Live settings change in place (§3.7 step 4): `set_model`, `apply_flag_settings`."""
-        current = session.settings.launch
-        if wanted.model != current.model:
-            await session.control({"subtype": "set_model", **({"model": wanted.model} if wanted.model else {})})
-            session.translator.model_changed(wanted.model)
-        flags = (wanted.memory, wanted.reasoning_level, wanted.workflows)
-        if flags != (current.memory, current.reasoning_level, current.workflows):
-            settings: dict[str, Any] = {"autoMemoryEnabled": wanted.memory, "enableWorkflows": wanted.workflows}
-            if wanted.reasoning_level is not None:
-                settings["effortLevel"] = cli.effort(wanted.reasoning_level)
-            settings["ultracode"] = wanted.reasoning_level == "ultracode"
-            await session.control({"subtype": "apply_flag_settings", "settings": settings})
-        session.settings.launch = _with(
-            current,
-            model=wanted.model,
-            reasoning_level=wanted.reasoning_level,
-            memory=wanted.memory,
-            workflows=wanted.workflows,
-        )
-        session.settings.subagents = subagents
 
     async def turn_start(self, params: protocol.TurnStartParams) -> dict[str, Any]:
         return await self._turn(params, steer=False)
@@ -343,13 +322,9 @@ class ClaudeCodeBridge:
         """The catalog with the models the CLI offers (§3.2), probed with the bridge's own environment."""
         try:
             return await self.models.get(self.base_env, os.getcwd())
-        except cli.LaunchError as exc:
+        except launch.LaunchError as exc:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, str(exc)) from None
 
 
 def _replaced(thread_id: str, provider_thread_id: str, reason: str) -> dict[str, Any]:
     return {"threadId": thread_id, "providerThreadId": provider_thread_id, "reason": reason, "contextLost": False}
-
-
-def _with(launch: cli.Launch, **changes: Any) -> cli.Launch:
-    return cli.Launch(**{**{name: getattr(launch, name) for name in cli.Launch.__slots__}, **changes})

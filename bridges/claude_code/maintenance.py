@@ -37,7 +37,7 @@ from bbridge.kit.probes import (
 )
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
-from bridges.claude_code import cli
+from bridges.claude_code import launch
 
 USAGE_URL = "https://api.anthropic.com/api/oauth/usage"
 USAGE_HEADERS = {
@@ -164,7 +164,7 @@ class Maintenance:
 
     @property
     def command(self) -> str:
-        return js.trim(self.env.get(cli.EXECUTABLE_ENV, "")) or "claude"
+        return js.trim(self.env.get(launch.EXECUTABLE_ENV, "")) or "claude"
 
     @property
     def home(self) -> str:

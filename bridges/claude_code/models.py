@@ -14,7 +14,8 @@ import trio
 
 from bbridge.core import js
 from bbridge.kit.child import Child
-from bridges.claude_code import cli
+from bridges.claude_code import launch
+from bridges.claude_code.child import control_request, encode, request_id
 
 MEMO_S = 120.0
 PROBE_TIMEOUT_S = 60.0
@@ -116,25 +117,30 @@ async def probe(env: Mapping[str, str], cwd: str) -> list[Any]:
     """The CLI's model list: a session-less child answers `initialize`, then is closed."""
     # not recorded (no lane holds the probe) and its stderr is not kept (no message quotes it)
     child = Child(
-        cli.command(cli.executable(env), PROBE_FLAGS), env=env, cwd=cwd, thread_id=None, record=False, stderr=False
+        launch.command(launch.executable(env), PROBE_FLAGS),
+        env=env,
+        cwd=cwd,
+        thread_id=None,
+        record=False,
+        stderr=False,
     )
     try:
         await child.spawn()
     except FileNotFoundError:
-        raise cli.LaunchError(cli.MISSING_CLI) from None
-    ident = cli.request_id()
+        raise launch.LaunchError(launch.MISSING_CLI) from None
+    ident = request_id()
     user = {"type": "user", "session_id": "", "message": {"role": "user", "content": [{"type": "text", "text": "."}]}}
     try:
         with trio.fail_after(PROBE_TIMEOUT_S):
-            await child.write(cli.encode(cli.control_request(ident, {"subtype": "initialize", "systemPrompt": [""]})))
-            await child.write(cli.encode({**user, "parent_tool_use_id": None}))
+            await child.write(encode(control_request(ident, {"subtype": "initialize", "systemPrompt": [""]})))
+            await child.write(encode({**user, "parent_tool_use_id": None}))
             async for line in child.lines():
                 response = _initialize_response(line, ident)
                 if response is not None:
                     return _models(response)
-        raise cli.LaunchError("Claude Code exited before listing its models")
+        raise launch.LaunchError("Claude Code exited before listing its models")
     except trio.TooSlowError:
-        raise cli.LaunchError("Claude Code did not list its models in time") from None
+        raise launch.LaunchError("Claude Code did not list its models in time") from None
     finally:
         with trio.CancelScope(shield=True):
             await child.close_stdin()
@@ -153,7 +159,7 @@ def _initialize_response(line: bytes, ident: str) -> dict[str, Any] | None:
     if not isinstance(response, dict) or response.get("request_id") != ident:
         return None
     if response.get("subtype") == "error":
-        raise cli.LaunchError(str(response.get("error")))
+        raise launch.LaunchError(str(response.get("error")))
     return response
 
 

@@ -1,7 +1,7 @@
 """How Claude Code's tools read as timeline rows (spec §4.5.2, §4.9): labels, glyphs, titles, details.
 
-The persisted event carries this snapshot, so the tables here are the reference's, literally, and so is the
-order of a row's members on the wire (`delta_params`).
+The persisted event carries this snapshot, so the tables here are the reference's, literally (the order of a
+row's members on the wire is `translate.delta_params`'s).
 """
 
 from __future__ import annotations
@@ -12,16 +12,10 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bbridge.kit import DeltaEncoder
 
 TITLE_UNITS = 160
 DETAIL_UNITS = 280
 FileVerb = Literal["edit", "write", "notebook"]
-
-# `thread/delta` params as the reference writes them (spec §8.1, §8.2): the Structs' member order but a
-# presentation's `suppress`, which the reference writes right after the icon (the Struct after `title`/`detail`),
-# and as `JSON.stringify` writes, so raw SDK messages keep the reference's number spellings and lone surrogates.
-delta_params = DeltaEncoder(presentation=("label", "icon", "suppress", "title", "detail", "tint"), javascript=True)
 
 
 def title(text: str) -> str | None:

@@ -1,14 +1,13 @@
-"""One bb thread's Claude Code session: a long-lived `claude` child and its translator (spec §1.2, §1.8–§1.9, §2, §5).
+"""One bb thread's Claude Code session: its turns, control and settlement over a `claude` child (spec §1.2,
+§1.8–§1.9, §2, §5).
 
-The child's stdout is read line by line, strictly in order: control responses settle the bridge's requests,
-control requests from the CLI are answered concurrently (a permission can wait for a user), and every other
-line is an SDK message translated into one `thread/delta` notification. Once a session is closing, nothing the
-old child writes reaches the runtime.
+The child endpoint (`child.py`) reads the CLI's stdout in order; here control requests from the CLI are answered
+concurrently (a permission can wait for a user), and every SDK message is translated into one `thread/delta`
+notification. Once a session is closing, nothing the old child writes reaches the runtime.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,27 +21,22 @@ import trio
 from bbridge.core import grammar as g
 from bbridge.core import js
 from bbridge.kit import Bridge
-from bbridge.kit.child import Child, StderrTail, StopPlan
 from bbridge.wire import rpc
-from bridges.claude_code import cli
-from bridges.claude_code import permissions as perm
-from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator
+from bridges.claude_code import approvals as perm
+from bridges.claude_code import dynamic_tools, launch
+from bridges.claude_code.child import INPUT_CLOSED, ClaudeChild, hook_event, initialize, user_line
+from bridges.claude_code.dynamic_tools import DynamicTool
+from bridges.claude_code.launch import Launch
+from bridges.claude_code.translate import Translator, delta_params
 
 log = structlog.get_logger("bridges.claude_code")
 
 GRACEFUL_CLOSE_S = 4.0
-TERM_AFTER_S = 2.0
-# the abrupt close (§1.9): stdin closed, SIGTERM if the child has not exited 2 s later, SIGKILL 5 s after that
-STOP = StopPlan(wait_s=TERM_AFTER_S, grace_s=5.0)
-STDERR_TAIL_BYTES = 4000
 AUTH_RESTARTS = {
     "authentication_failed": "Claude session restarted after authentication failed",
     "oauth_org_not_allowed": "Claude session restarted after OAuth organization authorization failed",
 }
 STREAM_ENDED = "Claude SDK stream ended before pending work completed"
-INPUT_CLOSED = "Claude SDK input stream is closed"
-IGNORED_TYPES = frozenset({"keep_alive", "transcript_mirror"})
 SUBAGENT_TOOLS = frozenset({"Agent", "Task"})
 NO_SUBAGENTS = "bb has disabled Claude Code native subagents; use bb delegation instead."
 NO_WORKFLOWS = "bb has disabled the Claude Code Workflow tool."
@@ -62,10 +56,10 @@ class Settings:
 
     cwd: str
     env: dict[str, str]
-    launch: cli.Launch
+    launch: Launch
     instructions: str = ""
     instruction_mode: str = "append"
-    tools: tuple[cli.DynamicTool, ...] = ()
+    tools: tuple[DynamicTool, ...] = ()
     escalation: perm.Escalation = None
     restore_mode: str = "bypassPermissions"
     subagents: bool = True
@@ -106,11 +100,10 @@ class Session:
         self.stream_ended = False
         self.restart_reason: str | None = None
         self.closed = trio.Event()
-        self.error: cli.LaunchError | None = None
+        self.error: launch.LaunchError | None = None
         self._ready = trio.Event()
-        self._child: Child | None = None
+        self._child: ClaudeChild | None = None
         self._turn_lock = trio.Lock()
-        self._requests: dict[str, tuple[trio.Event, list[Any]]] = {}
         self._pending: dict[str, _Pending] = {}
         self._last_error_result: str | None = None
         self._saw_result = False
@@ -130,7 +123,7 @@ class Session:
     async def _run(self) -> None:
         try:
             await self._serve()
-        except cli.LaunchError as exc:
+        except launch.LaunchError as exc:
             self.error = exc
         finally:
             self._ready.set()
@@ -138,69 +131,38 @@ class Session:
 
     async def _serve(self) -> None:
         """Serve the child until its stdout ends."""
-        argv = cli.command(cli.executable(self.settings.env), cli.arguments(self.settings.launch))
-        child = Child(
-            argv,
-            env=self.settings.env,
-            cwd=self.settings.cwd,
-            thread_id=self.thread_id,
-            tail=StderrTail(0, max_bytes=STDERR_TAIL_BYTES),
-        )
-        try:
-            await child.spawn()
-        except FileNotFoundError:
-            raise cli.LaunchError(cli.MISSING_CLI) from None
-        except OSError as exc:
-            raise cli.LaunchError(f"Failed to spawn Claude Code process: {exc}") from None
-        self._child = child
         settings = self.settings
-        body = cli.initialize(
+        argv = launch.command(launch.executable(settings.env), launch.arguments(settings.launch))
+        child = ClaudeChild(argv, env=settings.env, cwd=settings.cwd, thread_id=self.thread_id)
+        await child.spawn()
+        self._child = child
+        body = initialize(
             mcp=bool(settings.tools), instructions=settings.instructions, instruction_mode=settings.instruction_mode
         )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(child.pump_stderr)
-                await self._write(cli.control_request(cli.request_id(), body))
+                await child.post(body)
                 self._ready.set()
-                await self._read(child)
+                await child.read(self._sdk_message, self._on_control_request, self._cancel)
+                await self._stream_end()
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
-                await child.stop(STOP)  # a bridge shutting down ends its children's input first
+                await child.stop()  # a bridge shutting down ends its children's input first
 
     async def _write(self, line: Any) -> None:
-        """One line to the child; a child whose input is gone fails the runtime request that wrote (§3.7)."""
-        if self._child is None or not await self._child.write(cli.encode(line)):
+        """One line to the child; a session without a child fails the runtime request that wrote (§3.7)."""
+        await self._live_child().write(line)
+
+    def _live_child(self) -> ClaudeChild:
+        if self._child is None:
             raise rpc.RpcError(rpc.BRIDGE_ERROR, INPUT_CLOSED)
+        return self._child
 
-    async def _read(self, child: Child) -> None:
-        async for line in child.lines():
-            if line.strip():
-                await self._line(line)
-        await self._stream_end()
-
-    # -- child stdout (§2.1) -------------------------------------------------------
-
-    async def _line(self, line: bytes) -> None:
-        try:
-            message = js.parse(line)
-        except msgspec.DecodeError:
-            log.debug("skipped a non-JSON line from the Claude CLI", threadId=self.thread_id)
-            return
-        if not isinstance(message, dict):
-            return
-        kind = message.get("type")
-        if kind == "control_response":
-            self._settle(message.get("response"))
-        elif kind == "control_request":
-            if self._nursery is not None and message.get("request_id") not in self._pending:
-                self._nursery.start_soon(self._control_request, message)
-        elif kind == "control_cancel_request":
-            self._cancel(message.get("request_id"))
-        elif kind not in IGNORED_TYPES:
-            await self._sdk_message(message)
+    # -- SDK messages (§2.1) -------------------------------------------------------
 
     async def _sdk_message(self, message: dict[str, Any]) -> None:
         """Identity, the restart an auth failure arms, escalation tracking, then one delta batch (§4.1)."""
@@ -236,10 +198,7 @@ class Session:
         self.stream_ended = True
         self._settle_pending(STREAM_ENDED)
         child = self._child
-        if child is not None:
-            with trio.move_on_after(TERM_AFTER_S):
-                await child.wait()
-        code = None if child is None else child.returncode
+        code = None if child is None else await child.exit_code()
         if code in (0, None):
             return
         if self._last_error_result is not None:
@@ -248,7 +207,7 @@ class Session:
             text = f"Claude Code process terminated by signal {signal.Signals(-code).name}"
         else:
             text = f"Claude Code process exited with code {code}"
-        tail = js.trim(child.stderr.text) if child is not None else ""
+        tail = js.trim(child.stderr_text) if child is not None else ""
         if tail and tail not in text:
             text += f"\n\nClaude Code stderr:\n{tail}"
         await self.emit(self.translator.stream_error(text))
@@ -258,40 +217,20 @@ class Session:
 
     # -- the bridge's control requests (§2.4) -----------------------------------------
 
-    def _settle(self, response: Any) -> None:
-        if not isinstance(response, dict):
-            return
-        waiter = self._requests.pop(str(response.get("request_id")), None)
-        if waiter is not None:
-            waiter[1].append(response)
-            waiter[0].set()
-
-    async def _send_control(self, body: dict[str, Any]) -> tuple[trio.Event, list[Any]]:
-        """Write a control request; the event is set once its answer (or the session's end) is in the list."""
-        ident = cli.request_id()
-        waiter: tuple[trio.Event, list[Any]] = (trio.Event(), [])
-        self._requests[ident] = waiter
-        await self._write(cli.control_request(ident, body))
-        return waiter
-
     async def control(self, body: dict[str, Any]) -> Any:
         """A control request to the child; its `success` response, or `RpcError` with the CLI's error text."""
-        done, answer = await self._send_control(body)
-        await done.wait()
-        if answer[0].get("subtype") == "error":
-            raise rpc.RpcError(rpc.BRIDGE_ERROR, str(answer[0].get("error")))
-        return answer[0].get("response")
+        return await self._live_child().request(body)
 
     async def control_unawaited(self, body: dict[str, Any], failure: str) -> None:
         """Write a control request and return at once; an error answer, whenever it comes, is logged as `failure`.
 
         For requests the CLI may answer only after a later message of ours (leaving Plan mode before the allow)."""
-        done, answer = await self._send_control(body)
+        waiter = await self._live_child().send(body)
 
         async def watch() -> None:
-            await done.wait()
-            if answer[0].get("subtype") == "error":
-                log.warning(f"{failure}: {answer[0].get('error')}", threadId=self.thread_id)
+            await waiter.done.wait()
+            if waiter.error is not None:
+                log.warning(f"{failure}: {waiter.error}", threadId=self.thread_id)
 
         if self._nursery is not None:
             self._nursery.start_soon(watch)
@@ -303,10 +242,32 @@ class Session:
         prompt_id = str(uuid.uuid4())
         self._escalations[f"prompt:{prompt_id}"] = escalation
         async with self._turn_lock:  # the child's answer is translated after the acceptance, never before
-            await self._write(cli.user_line(text, self.provider_thread_id, prompt_id))
+            await self._write(user_line(text, self.provider_thread_id, prompt_id))
             self._sent_user = True
             await self.emit(self.translator.input_accepted(client_request_id))
         self.settings.escalation = escalation
+
+    async def apply_live(self, wanted: Launch, subagents: bool) -> None:
+        """Live settings change in place (§3.7 step 4): `set_model`, `apply_flag_settings`."""
+        current = self.settings.launch
+        if wanted.model != current.model:
+            await self.control({"subtype": "set_model", **({"model": wanted.model} if wanted.model else {})})
+            self.translator.model_changed(wanted.model)
+        flags = (wanted.memory, wanted.reasoning_level, wanted.workflows)
+        if flags != (current.memory, current.reasoning_level, current.workflows):
+            settings: dict[str, Any] = {"autoMemoryEnabled": wanted.memory, "enableWorkflows": wanted.workflows}
+            if wanted.reasoning_level is not None:
+                settings["effortLevel"] = launch.effort(wanted.reasoning_level)
+            settings["ultracode"] = wanted.reasoning_level == "ultracode"
+            await self.control({"subtype": "apply_flag_settings", "settings": settings})
+        self.settings.launch = launch.changed(
+            current,
+            model=wanted.model,
+            reasoning_level=wanted.reasoning_level,
+            memory=wanted.memory,
+            workflows=wanted.workflows,
+        )
+        self.settings.subagents = subagents
 
     # -- closing (§1.9) ----------------------------------------------------------------
 
@@ -336,9 +297,9 @@ class Session:
             if graceful and not self.closed.is_set():
                 # the timeout fallback is the abrupt close, and nothing waits for it (§1.9): a live CLI keeps
                 # streaming after stdin EOF, so awaiting SIGTERM here held the stop answer for 6 s
-                self.bridge.spawn(self._child.stop, STOP)
+                self.bridge.spawn(self._child.stop)
             else:
-                await self._child.stop(STOP)
+                await self._child.stop()
 
     async def _close_stdin(self) -> None:
         if self._child is not None:
@@ -348,19 +309,21 @@ class Session:
         for pending in list(self._pending.values()):
             pending.scope.cancel()
             self._pending.pop(pending.request_id, None)
-            if self._nursery is not None and self._child is not None and self._child.stdin is not None:
+            if self._nursery is not None and self._child is not None and self._child.input_open:
                 self._nursery.start_soon(self._answer, pending.request_id, pending.settled(message, True))
-        for done, answer in self._requests.values():
-            answer.append({"subtype": "error", "error": message})
-            done.set()
-        self._requests.clear()
+        if self._child is not None:
+            self._child.fail_requests(message)
 
     # -- control requests from the CLI (§2.5, §5) ------------------------------------------
 
     async def _answer(self, request_id: str, body: Any, error: str | None = None) -> None:
-        line = cli.control_error(request_id, error) if error is not None else cli.control_success(request_id, body)
-        with contextlib.suppress(rpc.RpcError):
-            await self._write(line)
+        if self._child is not None:
+            await self._child.answer(request_id, body, error)
+
+    def _on_control_request(self, message: dict[str, Any]) -> None:
+        """Each CLI request is answered in its own task, so the reader goes on (a permission can wait for a user)."""
+        if self._nursery is not None and message.get("request_id") not in self._pending:
+            self._nursery.start_soon(self._control_request, message)
 
     async def _control_request(self, message: dict[str, Any]) -> None:
         request_id, request = str(message.get("request_id")), message.get("request")
@@ -370,7 +333,7 @@ class Session:
             await trio.lowlevel.checkpoint()  # an assistant message read with the request is translated first
             await self._can_use_tool(request_id, request)
         elif subtype == "hook_callback":
-            event = cli.hook_event(request.get("callback_id"))
+            event = hook_event(request.get("callback_id"))
             if event is None:
                 await self._answer(request_id, None, f"No hook callback found for ID: {request.get('callback_id')}")
             else:
@@ -494,18 +457,18 @@ class Session:
         return js.parse(bytes(raw))
 
     async def _mcp(self, request_id: str, request: dict[str, Any]) -> None:
-        if request.get("server_name") != cli.MCP_SERVER or not self.settings.tools:
+        if request.get("server_name") != dynamic_tools.MCP_SERVER or not self.settings.tools:
             await self._answer(request_id, None, f"SDK MCP server not found: {request.get('server_name')}")
             return
         message: Any = request.get("message")
-        reply = cli.mcp_reply(message, self.settings.tools)
+        reply = dynamic_tools.mcp_reply(message, self.settings.tools)
         if reply is not None:
             await self._answer(request_id, {"mcp_response": reply})
             return
         ident = message["id"]
 
         def failed(text: str, _interrupt: bool = False) -> dict[str, Any]:
-            return {"mcp_response": cli.mcp_result(ident, [{"type": "text", "text": text}], error=True)}
+            return {"mcp_response": dynamic_tools.mcp_result(ident, [{"type": "text", "text": text}], error=True)}
 
         if self.closing:
             await self._answer(request_id, failed(perm.SESSION_NOT_FOUND))
@@ -533,11 +496,11 @@ class Session:
         try:
             result = await self._ask("item/tool/call", call, n)
         except rpc.RpcError as exc:
-            return cli.mcp_result(
+            return dynamic_tools.mcp_result(
                 message["id"], [{"type": "text", "text": exc.message or "Tool call failed"}], error=True
             )
-        content, failed = cli.tool_call_content(result)
-        return cli.mcp_result(message["id"], content, error=failed)
+        content, failed = dynamic_tools.tool_call_content(result)
+        return dynamic_tools.mcp_result(message["id"], content, error=failed)
 
 
 def _error_result_text(message: dict[str, Any]) -> str | None:

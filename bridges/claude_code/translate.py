@@ -21,115 +21,29 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
-from bridges.claude_code import plans, tools, visibility
+from bbridge.kit import DeltaEncoder
+from bridges.claude_code import outcomes, plans, tool_items, visibility
 from bridges.claude_code import presentation as p
+from bridges.claude_code.outcomes import nonempty_string
 from bridges.claude_code.tasks import Tasks
 
 Json = Any
 Message = dict[str, Any]
 SDK_METHOD = "sdk/message"
-PROVIDER_ID = "claude-code"
 PROVIDER_ERROR = "Provider error"
 NO_RESPONSE = "No response requested."
 SYNTHETIC_MODEL = "<synthetic>"
 COMPACTION = g.ItemKey(channel="compaction")
-MILLION, DEFAULT_WINDOW = 1_000_000, 200_000
-API_RETRY_ERRORS = frozenset(
-    {
-        "authentication_failed",
-        "oauth_org_not_allowed",
-        "billing_error",
-        "rate_limit",
-        "invalid_request",
-        "model_not_found",
-        "server_error",
-        "unknown",
-        "max_output_tokens",
-    }
-)
-_CODE_CATEGORIES: dict[str, g.ErrorCategory] = {
-    "authentication_failed": "unauthorized",
-    "oauth_org_not_allowed": "unauthorized",
-    "billing_error": "billing",
-    "rate_limit": "rate-limit",
-    "invalid_request": "bad-request",
-    "model_not_found": "bad-request",
-    "server_error": "internal",
-    "max_output_tokens": "max-output-tokens",
-}
-_SUBTYPE_CATEGORIES: dict[str, g.ErrorCategory] = {
-    "error_max_turns": "max-turns",
-    "error_max_budget_usd": "budget-exceeded",
-    "error_max_structured_output_retries": "structured-output-retries",
-}
-_SUBTYPE_DETAILS = {
-    "error_during_execution": "Claude Code failed during execution.",
-    "error_max_budget_usd": "Claude Code exceeded the configured budget.",
-    "error_max_structured_output_retries": "Claude Code exhausted structured output retries.",
-    "error_max_turns": "Claude Code reached the maximum number of turns.",
-}
-_WINDOW_STATUS: dict[Any, g.LimitStatus] = {"allowed": "allowed", "allowed_warning": "warning", "rejected": "blocked"}
-_OVERAGE_STATUS = {"allowed": "allowed", "allowed_warning": "warning", "rejected": "rejected"}
-_LIMIT_LABELS = {
-    "five_hour": "Five-hour limit",
-    "seven_day": "Weekly limit",
-    "seven_day_opus": "Weekly Opus limit",
-    "seven_day_sonnet": "Weekly Sonnet limit",
-    "seven_day_overage_included": "Weekly included overage",
-    "overage": "Overage",
-}
 
-
-def context_hint(model: str | None) -> int | None:
-    """The context window a model implies, for results without a usable `modelUsage` (§3.5)."""
-    if model is None:
-        return None
-    if model.endswith("[1m]") or model in ("best", "claude-fable-5", "fable"):
-        return MILLION
-    return None if model == "default" else DEFAULT_WINDOW
-
-
-def error_info(code: str | None, status: Json, subtype: str | None) -> g.ErrorInfo | None:
-    """§4.13: a category from the Claude error code, else the HTTP status, else the result subtype."""
-    http = status if js.is_number(status) else None
-    category: g.ErrorCategory
-    if code is not None and http == 529:
-        category = "overloaded"
-    elif code is not None and code in _CODE_CATEGORIES:
-        category = _CODE_CATEGORIES[code]
-    elif http is not None:
-        category = _http_category(http)
-    elif code is None and subtype is not None:
-        category = _SUBTYPE_CATEGORIES.get(subtype, "unknown")
-    else:
-        category = "unknown"
-    provider_code = code if code is not None else subtype if subtype in _SUBTYPE_DETAILS else None
-    if category == "unknown" and provider_code is None and http is None:
-        return None
-    return g.ErrorInfo(category=category, providerCode=provider_code, httpStatusCode=http)
-
-
-def _http_category(status: int | float) -> g.ErrorCategory:
-    if status == 402:
-        return "billing"
-    if status in (401, 403):
-        return "unauthorized"
-    if status == 429:
-        return "rate-limit"
-    if status == 529:
-        return "overloaded"
-    if 400 <= status < 500:
-        return "bad-request"
-    return "internal" if 500 <= status < 600 else "unknown"
+# `thread/delta` params as the reference writes them (spec §8.1, §8.2): the Structs' member order but a
+# presentation's `suppress`, which the reference writes right after the icon (the Struct after `title`/`detail`),
+# and as `JSON.stringify` writes, so raw SDK messages keep the reference's number spellings and lone surrogates.
+delta_params = DeltaEncoder(presentation=("label", "icon", "suppress", "title", "detail", "tint"), javascript=True)
 
 
 def _count(value: Json) -> int | float:
     """A token count: finite and non-negative, else 0."""
     return value if js.is_number(value) and value >= 0 and value != float("inf") else 0
-
-
-def _string(value: Json) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 @dataclass(slots=True)
@@ -157,10 +71,10 @@ class Translator:
         self.context_tokens: int | float | None = None
         self.checkpoint: str | None = None
         self.rejection: _Rejection | None = None
-        self.started: dict[str, tools.Classified] = {}
+        self.started: dict[str, tool_items.Classified] = {}
         # dialect state for the session's lifetime
-        self.total = _breakdown(0, 0, 0, 0)
-        self.hint = context_hint(model)
+        self.total = outcomes.breakdown(0, 0, 0, 0)
+        self.hint = outcomes.context_hint(model)
         self.last_size: int | float | None = None
         self.reported_fallback: tuple[str, str, int] | None = None
         self.compaction: int | None = None
@@ -246,13 +160,13 @@ class Translator:
 
     def model_changed(self, model: str | None) -> None:
         """A live model switch re-seeds the context-window hint (§3.5)."""
-        self.hint = context_hint(model)
+        self.hint = outcomes.context_hint(model)
 
     # -- SDK messages ------------------------------------------------------------
 
     def message(self, message: Message) -> list[g.Delta]:
         """The deltas of one SDK message, in order; an unknown message becomes an `unhandled` diagnostic."""
-        parent = _string(message.get("parent_tool_use_id"))
+        parent = nonempty_string(message.get("parent_tool_use_id"))
         handler = _HANDLERS.get(message.get("type"))  # type: ignore[arg-type]
         if handler is not None:
             handler(self, message, parent)
@@ -290,10 +204,10 @@ class Translator:
             return
         if not isinstance(block, dict):
             return
-        if block.get("type") == thinking_type and _string(block.get("thinking")) and js.is_number(index):
+        if block.get("type") == thinking_type and nonempty_string(block.get("thinking")) and js.is_number(index):
             key = _key(parent, channel=f"thinking-{js.number_text(index)}")
             self._push(g.TurnOpen(), g.ItemTextDelta(key=key, channel="reasoningText", text=block["thinking"]))
-        elif block.get("type") == text_type and _string(block.get("text")):
+        elif block.get("type") == text_type and nonempty_string(block.get("text")):
             key = _key(parent, channel="assistant")
             self._push(g.TurnOpen(), g.ItemTextDelta(key=key, channel="agentMessage", text=block["text"]))
 
@@ -301,7 +215,7 @@ class Translator:
 
     def _assistant(self, message: Message, parent: str | None) -> None:
         uuid = message.get("uuid")
-        if "uuid" in message and not _string(uuid):
+        if "uuid" in message and not nonempty_string(uuid):
             self._malformed(message, parent)
             return
         if self.suppressed:
@@ -328,7 +242,7 @@ class Translator:
                 _count(usage.get(n)) for n in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
             )
         for index, block in enumerate(content):
-            if block["type"] == "thinking" and _string(block.get("thinking")):
+            if block["type"] == "thinking" and nonempty_string(block.get("thinking")):
                 key = _key(parent, channel=f"thinking-{index}")
                 self._push(g.ItemTextClose(key=key, channel="reasoningText", text=block["thinking"]))
         if text:
@@ -341,7 +255,7 @@ class Translator:
         """A fallback-only message: the model switch, reported once per turn segment."""
         source = block.get("from") if isinstance(block.get("from"), dict) else {}
         target = block.get("to") if isinstance(block.get("to"), dict) else {}
-        original, fallback = _string(source.get("model")), _string(target.get("model"))
+        original, fallback = nonempty_string(source.get("model")), nonempty_string(target.get("model"))
         if original is None or fallback is None:
             return False
         self._push(g.TurnOpen())
@@ -372,7 +286,7 @@ class Translator:
 
     def _tool_use(self, block: Message, parent: str | None) -> None:
         call_id, name, tool_input = block["id"], block["name"], block.get("input")
-        shaped = tools.classify(name, call_id, tool_input, self.bb_tools)
+        shaped = tool_items.classify(name, call_id, tool_input, self.bb_tools)
         self.started[call_id] = shaped
         key = _key(parent, provider_item_id=call_id)
         self._push(g.ItemOpen(key=key, item=shaped.item, presentation=shaped.presentation))
@@ -399,14 +313,14 @@ class Translator:
     def _tool_result(self, block: Message, parent: str | None, envelope_output: Json) -> None:
         call_id = block["tool_use_id"]
         started = self.started.pop(call_id, None)
-        shaped = started if started is not None else tools.fallback(block.get("tool_name"))
+        shaped = started if started is not None else tool_items.fallback(block.get("tool_name"))
         item = shaped.item
         failed = block.get("is_error") is True
-        text = tools.result_text(block.get("content"))
+        text = tool_items.result_text(block.get("content"))
         command = block.get("tool_name") == "Bash" or isinstance(item, g.CommandShape)
-        output = tools.command_output(block.get("content"), block.get("tool_use_result")) if command else text
+        output = tool_items.command_output(block.get("content"), block.get("tool_use_result")) if command else text
         if isinstance(item, g.DelegationShape) and output is not None:
-            summary = tools.stripped_summary(output)
+            summary = tool_items.stripped_summary(output)
             if summary:
                 item = msgspec.structs.replace(item, summary=summary)
         close = g.ItemClose(
@@ -437,7 +351,7 @@ class Translator:
     # -- result (§4.7) ---------------------------------------------------------------
 
     def _result(self, message: Message, parent: str | None) -> None:
-        if not _valid_result(message):
+        if not outcomes.valid_result(message):
             self._malformed(message, parent)
             return
         origin = message.get("origin")
@@ -445,16 +359,16 @@ class Translator:
         if not self.turn_open and (self.pending_inputs == 0 or not human):
             return
         self._push(g.TurnOpen())
-        window = _model_window(message.get("modelUsage"))
+        window = outcomes.model_window(message.get("modelUsage"))
         size = window if window is not False else self.last_size if self.last_size is not None else self.hint
         if self.context_tokens is not None or size is not None:
             self._push(g.ContextWindow(used=self.context_tokens, size=size, estimated=True, attach="open"))
         if size is not None:
             self.last_size = size
-        last = _last_usage(message.get("usage"))
+        last = outcomes.last_usage(message.get("usage"))
         model_window = None if window is False else window
         if last is not None or model_window is not None:
-            turn = last if last is not None else _breakdown(0, 0, 0, 0)
+            turn = last if last is not None else outcomes.breakdown(0, 0, 0, 0)
             self.total = g.TokenBreakdown(
                 totalTokens=self.total.totalTokens + turn.totalTokens,
                 inputTokens=self.total.inputTokens + turn.inputTokens,
@@ -467,8 +381,8 @@ class Translator:
         failed = message.get("is_error") is True or subtype.startswith("error")
         armed = self.rejection if self.rejection is not None and self.rejection.segment == self.segment else None
         if failed or armed is not None:
-            info = error_info(None, message.get("api_error_status"), subtype)
-            detail = _failure_detail(message, subtype) if failed else armed.detail if armed else ""
+            info = outcomes.error_info(None, message.get("api_error_status"), subtype)
+            detail = outcomes.failure_detail(message, subtype) if failed else armed.detail if armed else ""
             if armed is not None:
                 info = g.ErrorInfo(
                     category="rate-limit",
@@ -496,7 +410,10 @@ class Translator:
             fallback = g.NoTurnFallback(raw=self._fallback_raw(message), rawType="sdk/system:compact_boundary")
             self._push(g.ContextCompacted(noTurnFallback=fallback))
         elif subtype in ("model_fallback", "model_refusal_fallback"):
-            original, fallback_model = _string(message.get("original_model")), _string(message.get("fallback_model"))
+            original, fallback_model = (
+                nonempty_string(message.get("original_model")),
+                nonempty_string(message.get("fallback_model")),
+            )
             text = message.get("content")
             if (
                 original is not None
@@ -526,11 +443,11 @@ class Translator:
         status, code = m.get("error_status"), m.get("error")
         if not all(js.is_number(n) for n in numbers) or not (status is None or js.is_number(status)):
             return
-        if code not in API_RETRY_ERRORS:
+        if code not in outcomes.API_RETRY_ERRORS:
             return
         attempt, most, delay = (js.number_text(n) for n in numbers)
         http = "" if status is None else f" HTTP {js.number_text(status)}"
-        info = error_info(code, status, None)
+        info = outcomes.error_info(code, status, None)
         error = g.ProviderError(
             message=PROVIDER_ERROR,
             detail=f"Claude Code API retry {attempt}/{most} after {delay}ms:{http} {code}",
@@ -570,7 +487,7 @@ class Translator:
         if "decision_reason_type" in m:
             line = f"{line} ({m['decision_reason_type']})"
         started = self.started.get(m["tool_use_id"])
-        description = None if started is None else tools.denied_input(started.item)
+        description = None if started is None else tool_items.denied_input(started.item)
         details = line if description is None else f"{line}\n\n{tool} input:\n{description}"
         self._push(g.ProviderWarning(summary=f"{tool} was denied automatically", details=details, vouchedTurn=True))
 
@@ -578,43 +495,11 @@ class Translator:
 
     def _rate_limit(self, message: Message, parent: str | None) -> None:
         info: Json = message.get("rate_limit_info")
-        if not _valid_rate_limit(info):
+        if not outcomes.valid_rate_limit(info):
             self._malformed(message, parent)
             return
-        limit_type = info.get("rateLimitType")
-        window_status: g.LimitStatus = _WINDOW_STATUS.get(info["status"], "unknown")
-        overage = info.get("overageStatus")
-        overage_status = None if overage is None else _OVERAGE_STATUS.get(overage, "unavailable")
-        status: g.LimitStatus = window_status
-        if window_status == "blocked" and overage_status == "allowed":
-            status = "allowed"
-        elif window_status == "blocked" and overage_status == "warning":
-            status = "warning"
-        resets_at: Json = info.get("resetsAt")
-        snapshot = g.ProviderRateLimits(
-            rateLimits=g.RateLimits(
-                providerId=PROVIDER_ID,
-                status=status,
-                kind="credits"
-                if limit_type == "overage"
-                else "unknown"
-                if limit_type is None
-                else "subscription-window",
-                windows=[
-                    g.RateLimitWindow(
-                        providerKey=limit_type,
-                        label=_LIMIT_LABELS.get(limit_type) if limit_type is not None else None,
-                        status=window_status,
-                        resetsAtMs=None if resets_at is None else _milliseconds(resets_at),
-                    )
-                ],
-                reachedReason=(limit_type or "rate_limit_rejected") if window_status == "blocked" else None,
-                overageStatus=overage_status,  # type: ignore[arg-type]
-                overageReason=info.get("overageDisabledReason"),
-            )
-        )
-        hard = info["status"] == "rejected" and overage not in ("allowed", "allowed_warning")
-        if not hard:
+        snapshot, status = outcomes.rate_limits(info)
+        if not outcomes.hard_rejection(info):
             if status == "allowed" and self.turn_open and self.rejection and self.rejection.segment == self.segment:
                 self.rejection = None
             self._push(snapshot)
@@ -623,16 +508,7 @@ class Translator:
             self._push(snapshot)
             return
         self._push(g.TurnOpen(), snapshot)
-        detail = "Claude Code rate limit rejected"
-        if limit_type is not None:
-            detail += f"; type {limit_type}"
-        if resets_at is not None:
-            detail += f"; resetsAt {js.number_text(resets_at)}"
-        if overage is not None:
-            detail += f"; overage {overage}"
-        if info.get("overageDisabledReason") is not None:
-            detail += f"; overage disabled: {info['overageDisabledReason']}"
-        self.rejection = _Rejection(self.segment, detail)
+        self.rejection = _Rejection(self.segment, outcomes.rejection_detail(info))
 
     def _conversation_reset(self, message: Message, parent: str | None) -> None:
         if not self.suppressed:
@@ -694,66 +570,3 @@ def _tool_result(block: Message) -> bool:
     if output is None or isinstance(output, str):
         return True
     return isinstance(output, dict) and all(isinstance(output[n], str) for n in ("stdout", "stderr") if n in output)
-
-
-def _valid_result(m: Message) -> bool:
-    if not isinstance(m.get("subtype"), str):
-        return False
-    if "is_error" in m and not isinstance(m["is_error"], bool):
-        return False
-    if "api_error_status" in m and not (m["api_error_status"] is None or js.is_number(m["api_error_status"])):
-        return False
-    errors = m.get("errors", [])
-    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
-        return False
-    return "origin" not in m or (isinstance(m["origin"], dict) and _string(m["origin"].get("kind")) is not None)
-
-
-def _valid_rate_limit(info: Json) -> bool:
-    if not isinstance(info, dict) or _string(info.get("status")) is None:
-        return False
-    if "resetsAt" in info and not js.is_number(info["resetsAt"]):
-        return False
-    names = ("rateLimitType", "overageStatus", "overageDisabledReason")
-    return all(_string(info[n]) is not None for n in names if n in info)
-
-
-def _model_window(model_usage: Json) -> int | float | bool | None:
-    """The largest positive `contextWindow` of a parsed `modelUsage` (None when none is positive); False when absent or malformed."""
-    if not isinstance(model_usage, dict):
-        return False
-    windows = []
-    for usage in model_usage.values():
-        if not isinstance(usage, dict) or not js.is_number(usage.get("contextWindow")):
-            return False
-        windows.append(usage["contextWindow"])
-    positive = [w for w in windows if w > 0]
-    return max(positive) if positive else None
-
-
-def _last_usage(usage: Json) -> g.TokenBreakdown | None:
-    names = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-    if not isinstance(usage, dict) or not all(js.is_number(usage[n]) for n in names if n in usage):
-        return None
-    given, made, read, created = (max(usage.get(n, 0), 0) for n in names)
-    return _breakdown(given + made + read + created, given, read + created, made)
-
-
-def _breakdown(total: int | float, given: int | float, cached: int | float, made: int | float) -> g.TokenBreakdown:
-    return g.TokenBreakdown(
-        totalTokens=total, inputTokens=given, cachedInputTokens=cached, outputTokens=made, reasoningOutputTokens=0
-    )
-
-
-def _failure_detail(m: Message, subtype: str) -> str:
-    if m.get("is_error") is True and isinstance(m.get("result"), str):
-        return str(m["result"])
-    errors = [js.trim(e) for e in m.get("errors", []) if js.trim(e)]
-    if errors:
-        return "\n".join(errors)
-    return _SUBTYPE_DETAILS.get(subtype, f"Claude Code result failed: {subtype}")
-
-
-def _milliseconds(seconds: int | float) -> int:
-    """`resetsAt × 1000`; the grammar takes whole milliseconds (a fractional one, never seen, is rounded)."""
-    return round(seconds * 1000)

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from bridges.claude_code.cli import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
+from bridges.claude_code.child import HOOK_EVENTS  # the seven hooks the reference registers (§2.2)
 from tests.live import runner
 from tests.support import make_or_skip
 

@@ -27,8 +27,7 @@ from bbridge.wire.recording import (
     lane_path,
     read_lane,
 )
-from bridges.claude_code.presentation import delta_params
-from bridges.claude_code.translate import Translator
+from bridges.claude_code.translate import Translator, delta_params
 
 CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")
 CONTROL = ("control_request", "control_response", "control_cancel_request")
