@@ -24,7 +24,7 @@ from bbridge.core.guard import Guard
 from bbridge.replay import driver
 from bbridge.replay.client import Entry
 from bbridge.replay.driver import Replay
-from bbridge.wire.recording import find_cells, is_cell
+from bbridge.wire.lanes import find_cells, is_cell
 from bbridge.wire.schema import ThreadEvent
 
 CHECKS = ("replays", "events-schema-valid", "grammar", "turn-lifecycle", "not-empty")

@@ -60,7 +60,7 @@ from bbridge.core.guard import Guard
 from bbridge.daemon.bridge import STDERR_TAIL_BYTES
 from bbridge.replay.client import LIVE_LANE, Client, Entry, Lane, with_client
 from bbridge.wire import rpc
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
 
 CELL_ENV = "BBRIDGE_CONFORMANCE_CELL"
 PROVIDER_ENV = "BBRIDGE_CONFORMANCE_PROVIDER"
