@@ -25,7 +25,7 @@ from bbridge.conformance import recorded, scripted, stream
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
 from bbridge.conformance.report import Result, summary
-from bbridge.replay.client import Client, with_client
+from bbridge.replay.bridge_client import Client, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
 

@@ -22,7 +22,7 @@ from bbridge.conformance.report import Result, failed, passed, skipped
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay import driver
-from bbridge.replay.client import Entry
+from bbridge.replay.bridge_client import Entry
 from bbridge.replay.driver import Replay
 from bbridge.wire.lanes import find_cells, is_cell
 from bbridge.wire.schema import ThreadEvent

@@ -25,7 +25,7 @@ from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.report import Result, failed, passed, skipped
 from bbridge.core.events import Event
 from bbridge.daemon.bridge import RUNTIME_GRAMMAR
-from bbridge.replay.client import Client, Entry, describe_error
+from bbridge.replay.bridge_client import Client, Entry, describe_error
 from bbridge.wire import protocol, rpc
 
 T = TypeVar("T")

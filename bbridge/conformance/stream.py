@@ -17,7 +17,7 @@ from bbridge.core import guard
 from bbridge.core.assembler import CLOSES_ONCE, OPENS_BEFORE_CLOSE
 from bbridge.core.events import encode_event
 from bbridge.daemon import mistakes
-from bbridge.replay.client import Client
+from bbridge.replay.bridge_client import Client
 from bbridge.wire.schema import ThreadEvent
 
 GRAMMAR = guard.RULES

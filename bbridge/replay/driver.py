@@ -58,7 +58,7 @@ from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
 from bbridge.daemon.bridge import STDERR_TAIL_BYTES
-from bbridge.replay.client import LIVE_LANE, Client, Entry, Lane, with_client
+from bbridge.replay.bridge_client import LIVE_LANE, Client, Entry, Lane, with_client
 from bbridge.wire import rpc
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
 
