@@ -23,8 +23,7 @@ from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.declared_tools import Refusal, lookup
 from bbridge.daemon.declared_tools import failed_result as failed_tool_result
 from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Pending
-from bbridge.wire import client as client_api
-from bbridge.wire import protocol, rpc
+from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 
 log = structlog.get_logger("bbridge.daemon.router")
