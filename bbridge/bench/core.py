@@ -31,7 +31,7 @@ import msgspec
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.replay.cells import GOLDEN_ENTROPY, Message
-from bbridge.wire.deltas import decode_line
+from bbridge.wire.delta_decoder import decode_line
 from bbridge.wire.lanes import bridge_lane, find_cells
 
 MIN_DELTAS_PER_RUN = 20_000
