@@ -21,10 +21,10 @@ from typing import TypeVar
 
 import trio
 
-from bbridge.conformance import recorded, scripted, stream
+from bbridge.conformance import assembled, recorded, scripted
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
-from bbridge.conformance.report import Result, summary
+from bbridge.conformance.results import Result, summary
 from bbridge.replay.bridge_client import Client, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
@@ -71,10 +71,10 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
                 nursery.start_soon(replay, cell)
 
     scripted_clients = [clients[name] for name in ("main", scripted.INTERRUPT) if name in clients]
-    results.setdefault(stream.SCHEMA, stream.schema_result(scripted_clients))
-    results.update((r.rule, r) for r in stream.grammar_results(scripted_clients))
-    results.update((r.rule, r) for r in stream.suspect_results(scripted_clients))
-    results[stream.ICONS] = stream.icon_result(fixture, scripted_clients)
+    results.setdefault(assembled.SCHEMA, assembled.schema_result(scripted_clients))
+    results.update((r.rule, r) for r in assembled.grammar_results(scripted_clients))
+    results.update((r.rule, r) for r in assembled.suspect_results(scripted_clients))
+    results[assembled.ICONS] = assembled.icon_result(fixture, scripted_clients)
     ordered = [results[rule] for rule in scripted.RULES]
     if recordings is None:
         return ordered + recorded.without_recordings()

@@ -18,7 +18,7 @@ import msgspec
 import trio
 
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay import driver

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from bbridge.conformance import stream
+from bbridge.conformance import assembled
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import Event
 from bbridge.daemon.bridge import RUNTIME_GRAMMAR
 from bbridge.replay.bridge_client import Client, Entry, describe_error
@@ -35,14 +35,14 @@ HANDSHAKE = "handshake/initialize"
 LIFECYCLE = (
     "session/start-identity",
     "turn/lifecycle",
-    stream.SCHEMA,
+    assembled.SCHEMA,
     "stop/release-not-interrupted",
     "session/resume-id-uniqueness",
     "turn/settles-without-activity",
 )
 INTERRUPT = "turn/interrupt-settles-before-response"
 SKILLS = "skills/configure-matches-declaration"
-RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *stream.GRAMMAR, *stream.SUSPECTS, INTERRUPT, SKILLS, stream.ICONS)
+RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *assembled.GRAMMAR, *assembled.SUSPECTS, INTERRUPT, SKILLS, assembled.ICONS)
 
 UNKNOWN_METHOD = "bb/conformance/definitely-unknown-method"
 UNKNOWN_NOTIFICATION = "bb/conformance/unknown-notification"

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core import guard
 from bbridge.core.assembler import CLOSES_ONCE, OPENS_BEFORE_CLOSE
 from bbridge.core.events import encode_event
