@@ -25,7 +25,7 @@ from bbridge.conformance import assembled, recorded, scripted
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
 from bbridge.conformance.results import Result, summary
-from bbridge.replay.bridge_client import Client, with_client
+from bbridge.replay.bridge_client import BridgeClient, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
 
@@ -40,7 +40,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
         raise UsageError(f"cannot run the bridge command: {command[0]!r} not found")
     cells = recorded.select_cells(recordings, fixture.recorded_cells) if recordings is not None else []
     creq = scripted.RequestIds()  # one counter per run, as the kit's is per process
-    clients: dict[str, Client] = {}
+    clients: dict[str, BridgeClient] = {}
     results: dict[str, Result] = {}
     replays: dict[Path, list[Result]] = {}
     limiter = trio.CapacityLimiter(fixture.concurrency)
@@ -48,7 +48,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
         cwd = fixture.cwd or scratch
 
         async def group(name: str, body: Callable[[scripted.Run], Awaitable[T]]) -> T:
-            async def on_client(client: Client) -> T:
+            async def on_client(client: BridgeClient) -> T:
                 clients[name] = client
                 return await body(scripted.Run(client, fixture, cwd, creq))
 
