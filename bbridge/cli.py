@@ -25,7 +25,7 @@ from bbridge.daemon.config import ConfigError
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.interactions import Decision
-from bbridge.wire.recording import RecordingError
+from bbridge.wire.lanes import RecordingError
 
 
 def _version() -> str:
@@ -268,7 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path, load_config, warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
-    from bbridge.wire.record import record_dir_from_env
+    from bbridge.wire.lanes import record_dir_from_env
 
     if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)

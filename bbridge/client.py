@@ -9,7 +9,7 @@
   `bbridge serve` (or anything speaking the API) on its stdio, its stderr this process's. An error comes out of
   either block as itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when
   `initialize` is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
-* Calls are typed with the daemon's own wire types (`bbridge.wire.client`): `initialize`, `status`,
+* Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status`,
   `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
   carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
   `data` gives (a -32602's `[{path, message}]`); a call on a connection that has ended fails at once with
@@ -45,7 +45,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from anyio.streams.stapled import StapledByteStream
 
-from bbridge.wire import client as api
+from bbridge.wire import client_api as api
 
 LEAVE = object()  # an `on_request` answer: not mine, leave it pending for another client
 RETRIES = 50

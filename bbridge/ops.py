@@ -26,7 +26,7 @@ from bbridge import logs
 from bbridge.client import Client, DaemonError, Disconnected
 from bbridge.daemon.base import DAEMON_INFO
 from bbridge.run import Renderer
-from bbridge.wire import client as api
+from bbridge.wire import client_api as api
 from bbridge.wire import errors
 from bbridge.wire.interactions import Decision
 

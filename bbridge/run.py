@@ -26,7 +26,7 @@ import anyio
 import msgspec
 
 from bbridge.client import Client, DaemonError, Notification, client_request_id
-from bbridge.wire import client as api
+from bbridge.wire import client_api as api
 
 PROVIDER = "bridge"
 TEXT_TYPES = {

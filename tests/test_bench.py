@@ -15,7 +15,7 @@ from bbridge.bench import stream
 from bbridge.bench.core import DECLARED_PARAMS, decode_declared, events_per_1000_tokens
 from bbridge.bench.daemon import percentile
 from bbridge.core import grammar
-from bbridge.wire.deltas import decode_line
+from bbridge.wire.delta_decoder import decode_line
 
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20", "--latency-runs", "2", "--scale-threads", "12"]

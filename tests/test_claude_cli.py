@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, lane_path, read_lane
 from bridges.claude_code import child, dynamic_tools, launch
 from tests.conftest import missing_reason, shared_path
 

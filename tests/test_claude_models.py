@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, read_lane
 from bridges.claude_code import models
 from tests.conftest import missing_reason, shared_path
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from bbridge.wire import interactions
-from bbridge.wire.recording import (
+from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     PROVIDER_TO_BRIDGE,
     RUNTIME_TO_BRIDGE,

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from bbridge.core import js
-from bbridge.wire.recording import (
+from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
     PROVIDER_TO_BRIDGE,

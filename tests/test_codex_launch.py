@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bbridge.core import js
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, read_cell
 from bridges.codex import child, launch
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"

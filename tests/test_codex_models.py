@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bbridge.core import js
-from bbridge.wire.recording import (
+from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
     PROVIDER_TO_BRIDGE,

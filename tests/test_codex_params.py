@@ -12,7 +12,7 @@ import pytest
 from bbridge import kit
 from bbridge.core import js
 from bbridge.wire import protocol
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
 from bridges.codex import codex_params
 
 ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"

@@ -423,7 +423,7 @@ async def test_shutdown_stops_the_bridges_and_the_daemon(tmp_path: Path) -> None
 
 
 async def test_record_mode_writes_the_runtime_lanes(tmp_path: Path) -> None:
-    from bbridge.wire.recording import read_cell
+    from bbridge.wire.lanes import read_cell
 
     record = tmp_path / "rec"
     async with (

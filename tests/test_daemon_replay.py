@@ -20,7 +20,7 @@ from bbridge.core.events import encode_event
 from bbridge.daemon.config import ExtensionKind, ProviderConfig, echo_provider
 from bbridge.replay.cells import replay_cell
 from bbridge.wire import rpc
-from bbridge.wire.recording import RUNTIME_TO_BRIDGE, find_cells, read_cell
+from bbridge.wire.lanes import RUNTIME_TO_BRIDGE, find_cells, read_cell
 from tests.conftest import missing_reason, shared_path
 from tests.support import connect, running
 

@@ -1,5 +1,5 @@
 """The sans-IO JSON-RPC parts, without trio: messages and ids (`bbridge.wire.jsonrpc`), a read's lines classified
-and our requests correlated (`bbridge.wire.peer`), a read of typed notifications decoded whole (`bbridge.wire.deltas`).
+and our requests correlated (`bbridge.wire.peer`), a read of typed notifications decoded whole (`bbridge.wire.delta_decoder`).
 The trio `Connection` over them is tests/test_rpc.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from bbridge.core import grammar
-from bbridge.wire.deltas import TypedDecoder
+from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import Overflow
 from bbridge.wire.jsonrpc import (
     BRIDGE_ERROR,

@@ -22,7 +22,7 @@ from bbridge import ops
 from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, format_status
-from bbridge.wire.client import ThreadEventsResult, ThreadPendingResult
+from bbridge.wire.client_api import ThreadEventsResult, ThreadPendingResult
 from tests.support import FULL, TestClient, connect, running
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]

@@ -17,7 +17,7 @@ from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, approval, interaction_line
 from bbridge.wire import rpc
-from bbridge.wire.client import ThreadPendingResult
+from bbridge.wire.client_api import ThreadPendingResult
 from tests.support import FULL, TestClient, connect, fake_provider, running
 from tests.test_ops import bbridge, tailing
 

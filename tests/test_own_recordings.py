@@ -9,7 +9,7 @@ from pathlib import Path
 from bbridge.core.events import EVENT_TYPES
 from bbridge.replay.cells import replay_cell
 from bbridge.replay.parity import check_recordings
-from bbridge.wire.recording import find_cells
+from bbridge.wire.lanes import find_cells
 
 ROOT = Path(__file__).resolve().parent.parent / "recordings"
 

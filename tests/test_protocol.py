@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from bbridge.wire import protocol as p
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
 from tests.support import FULL
 
 MALFORMED = (

@@ -27,7 +27,7 @@ import trio
 from bbridge.replay import driver
 from bbridge.replay.claude_cli import ClaudeCli
 from bbridge.replay.driver import Pacing, Plan, Step
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, lane_path, read_lane
 from tests.conftest import missing_reason, shared_path
 
 CLAUDE = shared_path("recordings", "claude-code")

@@ -16,7 +16,7 @@ import trio.testing
 
 from bbridge.core import grammar
 from bbridge.wire import rpc
-from bbridge.wire.deltas import TypedDecoder
+from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import LineReader
 from bbridge.wire.rpc import Connection, Notification, Request, RpcError
 

@@ -23,7 +23,7 @@ from bbridge.core import grammar
 from bbridge.core.events import EVENT_TYPES
 from bbridge.replay.parity import read_cases
 from bbridge.wire import protocol, schema
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, find_cells, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, find_cells, lane_path, read_lane
 
 Validator = jsonschema.Draft202012Validator
 PRESENTATION = {"label": {"pending": "Working", "completed": "Done"}, "icon": {"glyph": "Sparkles"}}

@@ -10,11 +10,11 @@ import trio
 from bbridge.daemon import router
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.declared_tools import Tool
 from bbridge.daemon.methods import FORWARDED, METHODS, RULES
 from bbridge.daemon.threads import Cause, ThreadRecord
-from bbridge.daemon.tools import Tool
 from tests.support import connect, fake_provider, running
-from tests.test_tools import LOOKUP, OK, run_call, start
+from tests.test_declared_tools import LOOKUP, OK, run_call, start
 
 THREAD = "thr_tools"
 

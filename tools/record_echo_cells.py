@@ -25,7 +25,7 @@ from bbridge.daemon.config import echo_provider
 from bbridge.daemon.router import Daemon
 from bbridge.replay.cells import replay_cell
 from bbridge.run import OPTIONS
-from bbridge.wire.recording import DIRECTIONS
+from bbridge.wire.lanes import DIRECTIONS
 
 PROVIDER = "echo"
 Step = Callable[["Driver"], Awaitable[None]]

@@ -31,8 +31,8 @@ import msgspec
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.replay.cells import GOLDEN_ENTROPY, Message
-from bbridge.wire.deltas import decode_line
-from bbridge.wire.recording import bridge_lane, find_cells
+from bbridge.wire.delta_decoder import decode_line
+from bbridge.wire.lanes import bridge_lane, find_cells
 
 MIN_DELTAS_PER_RUN = 20_000
 _message = msgspec.json.Decoder(Message)

@@ -42,7 +42,7 @@ def percentile(values: list[int], share: float) -> int:
 
 
 async def _client_phases(socket: Path, prompts: list[str]) -> list[dict[str, Any]]:
-    command = [sys.executable, "-m", "bbridge.bench.client", str(socket), *prompts]
+    command = [sys.executable, "-m", "bbridge.bench.daemon_client", str(socket), *prompts]
     done = await trio.run_process(command, capture_stdout=True)
     phases: list[dict[str, Any]] = json.loads(done.stdout)["phases"]
     return phases

@@ -16,7 +16,7 @@ import msgspec
 from bbridge.bench.core import bench_core, decode_only_rate, events_per_1000_tokens, load_corpus
 from bbridge.bench.scale import CAPACITY_STEPS
 from bbridge.core import native
-from bbridge.wire.recording import find_cells
+from bbridge.wire.lanes import find_cells
 
 SHARED_CORPUS = Path("../shared/recordings")
 OWN_CORPUS = Path(__file__).resolve().parents[2] / "recordings"

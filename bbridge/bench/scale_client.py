@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from bbridge.bench.client import complete_lines
+from bbridge.bench.daemon_client import complete_lines
 
 
 class _Event(msgspec.Struct):

@@ -21,11 +21,11 @@ from typing import TypeVar
 
 import trio
 
-from bbridge.conformance import recorded, scripted, stream
+from bbridge.conformance import assembled, recorded, scripted
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
-from bbridge.conformance.report import Result, summary
-from bbridge.replay.client import Client, with_client
+from bbridge.conformance.results import Result, summary
+from bbridge.replay.bridge_client import BridgeClient, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
 
@@ -40,7 +40,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
         raise UsageError(f"cannot run the bridge command: {command[0]!r} not found")
     cells = recorded.select_cells(recordings, fixture.recorded_cells) if recordings is not None else []
     creq = scripted.RequestIds()  # one counter per run, as the kit's is per process
-    clients: dict[str, Client] = {}
+    clients: dict[str, BridgeClient] = {}
     results: dict[str, Result] = {}
     replays: dict[Path, list[Result]] = {}
     limiter = trio.CapacityLimiter(fixture.concurrency)
@@ -48,7 +48,7 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
         cwd = fixture.cwd or scratch
 
         async def group(name: str, body: Callable[[scripted.Run], Awaitable[T]]) -> T:
-            async def on_client(client: Client) -> T:
+            async def on_client(client: BridgeClient) -> T:
                 clients[name] = client
                 return await body(scripted.Run(client, fixture, cwd, creq))
 
@@ -71,10 +71,10 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
                 nursery.start_soon(replay, cell)
 
     scripted_clients = [clients[name] for name in ("main", scripted.INTERRUPT) if name in clients]
-    results.setdefault(stream.SCHEMA, stream.schema_result(scripted_clients))
-    results.update((r.rule, r) for r in stream.grammar_results(scripted_clients))
-    results.update((r.rule, r) for r in stream.suspect_results(scripted_clients))
-    results[stream.ICONS] = stream.icon_result(fixture, scripted_clients)
+    results.setdefault(assembled.SCHEMA, assembled.schema_result(scripted_clients))
+    results.update((r.rule, r) for r in assembled.grammar_results(scripted_clients))
+    results.update((r.rule, r) for r in assembled.suspect_results(scripted_clients))
+    results[assembled.ICONS] = assembled.icon_result(fixture, scripted_clients)
     ordered = [results[rule] for rule in scripted.RULES]
     if recordings is None:
         return ordered + recorded.without_recordings()

@@ -18,13 +18,13 @@ import msgspec
 import trio
 
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay import driver
-from bbridge.replay.client import Entry
+from bbridge.replay.bridge_client import Entry
 from bbridge.replay.driver import Replay
-from bbridge.wire.recording import find_cells, is_cell
+from bbridge.wire.lanes import find_cells, is_cell
 from bbridge.wire.schema import ThreadEvent
 
 CHECKS = ("replays", "events-schema-valid", "grammar", "turn-lifecycle", "not-empty")

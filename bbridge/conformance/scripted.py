@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from bbridge.conformance import stream
+from bbridge.conformance import assembled
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import Event
 from bbridge.daemon.bridge import RUNTIME_GRAMMAR
-from bbridge.replay.client import Client, Entry, describe_error
+from bbridge.replay.bridge_client import BridgeClient, Entry, describe_error
 from bbridge.wire import protocol, rpc
 
 T = TypeVar("T")
@@ -35,14 +35,14 @@ HANDSHAKE = "handshake/initialize"
 LIFECYCLE = (
     "session/start-identity",
     "turn/lifecycle",
-    stream.SCHEMA,
+    assembled.SCHEMA,
     "stop/release-not-interrupted",
     "session/resume-id-uniqueness",
     "turn/settles-without-activity",
 )
 INTERRUPT = "turn/interrupt-settles-before-response"
 SKILLS = "skills/configure-matches-declaration"
-RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *stream.GRAMMAR, *stream.SUSPECTS, INTERRUPT, SKILLS, stream.ICONS)
+RULES = (*HYGIENE, HANDSHAKE, *LIFECYCLE, *assembled.GRAMMAR, *assembled.SUSPECTS, INTERRUPT, SKILLS, assembled.ICONS)
 
 UNKNOWN_METHOD = "bb/conformance/definitely-unknown-method"
 UNKNOWN_NOTIFICATION = "bb/conformance/unknown-notification"
@@ -77,7 +77,7 @@ class RequestIds:
 class Run:
     """One group's bridge, its fixture and what it needs to drive a session."""
 
-    client: Client
+    client: BridgeClient
     fixture: Fixture
     cwd: str
     creq: RequestIds
@@ -241,7 +241,7 @@ async def _probe(run: Run, mark: int, rule: str, ok: str, *, strict: bool) -> Re
     return passed(rule, f"{ok}; note: it answered the line ({text[:200]}), where §1.8 says to ignore it")
 
 
-def _answers_nothing(client: Client, entry: Entry) -> bool:
+def _answers_nothing(client: BridgeClient, entry: Entry) -> bool:
     """A response to an id the client never used, or an error/result object without a usable id."""
     message = entry.message
     if entry.kind == "response":

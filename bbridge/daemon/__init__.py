@@ -5,7 +5,8 @@ assemblers, guards and watchdogs (`bridge`, `watchdog`), the router that
 forwards client requests and fans events out (`router`), client transports on
 stdio and a Unix socket (`server`), the per-thread event journal (`journal`),
 open-work tracking for settlement (`tracker`), extension payload checks
-(`extensions`) and client-declared tools with the checks a tool call passes
-before it is relayed (`tools`, validating in `toolcheck` processes). May import the wire and the core; never the kit, replay or the
-CLI, which sit beside or above it.
+(`extensions`), client-declared tools with the checks a tool call passes
+before it is relayed (`declared_tools`, validating in `toolcheck` processes)
+and pending bridge requests awaiting a client (`pending`). May import the wire
+and the core; never the kit, replay or the CLI, which sit beside or above it.
 """

@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 
     from bbridge.daemon.bridge import BridgeProcess
     from bbridge.daemon.config import ConfigReport, ProviderConfig
+    from bbridge.daemon.declared_tools import Checker, Declarations
     from bbridge.daemon.extensions import ExtensionChecker
-    from bbridge.daemon.interactions import Interactions
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.mistakes import Mistakes
+    from bbridge.daemon.pending import Interactions
     from bbridge.daemon.threads import ThreadRegistry
-    from bbridge.daemon.tools import Checker, Declarations
     from bbridge.daemon.tracker import Tracker
 
 DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}

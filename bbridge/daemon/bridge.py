@@ -29,9 +29,8 @@ from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, process, protocol, rpc, tee
-from bbridge.wire.deltas import DELTA_LINES
-from bbridge.wire.record import RECORD_ENV, Recorder, RuntimeScoper
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE
+from bbridge.wire.delta_decoder import DELTA_LINES
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RECORD_ENV, RUNTIME_TO_BRIDGE, Recorder, RuntimeScoper
 
 log = structlog.get_logger("bbridge.daemon.bridge")
 

@@ -18,16 +18,16 @@ import msgspec
 import structlog
 import trio
 
+from bbridge.daemon.declared_tools import DeclarationError
 from bbridge.daemon.delivery import ThreadParams, decode
 from bbridge.daemon.threads import Cause
-from bbridge.daemon.tools import DeclarationError
 from bbridge.wire import errors, protocol, rpc
 
 if TYPE_CHECKING:
     from bbridge.daemon.base import ClientSink
     from bbridge.daemon.bridge import BridgeProcess
+    from bbridge.daemon.declared_tools import Tool
     from bbridge.daemon.router import Daemon
-    from bbridge.daemon.tools import Tool
 
 log = structlog.get_logger("bbridge.daemon.router")
 

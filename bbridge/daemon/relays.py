@@ -1,7 +1,7 @@
 """Bridge requests that need a client: `interaction/request` and `item/tool/call`, held as pending thread state.
 
 A valid request (its schema checked, provider-native ids made bb ids; a tool call also against its thread's
-declared tools, `daemon/tools.py`) opens a pending request (`interactions.py`). It is relayed, as a daemon →
+declared tools, `daemon/declared_tools.py`) opens a pending request (`pending.py`). It is relayed, as a daemon →
 client request, to one client: the thread's owner, else the last one connected. That client's answer resolves
 it — unless another client answered first with `interaction/respond`. A client that goes away resolves
 nothing. With no client connected for the provider's `interaction_timeout_s`, a `thread/stop` of its thread,
@@ -20,11 +20,10 @@ from msgspec import UNSET
 
 from bbridge.daemon.base import ClientSink, DaemonState
 from bbridge.daemon.bridge import BridgeProcess
-from bbridge.daemon.interactions import INTERACTION, TOOL_CALL, Pending
-from bbridge.daemon.tools import Refusal, lookup
-from bbridge.daemon.tools import failed_result as failed_tool_result
-from bbridge.wire import client as client_api
-from bbridge.wire import protocol, rpc
+from bbridge.daemon.declared_tools import Refusal, lookup
+from bbridge.daemon.declared_tools import failed_result as failed_tool_result
+from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Pending
+from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 
 log = structlog.get_logger("bbridge.daemon.router")
@@ -66,7 +65,7 @@ class RelayMixin(DaemonState):
         )
 
     async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
-        """Check a call against its thread's declared tools (`daemon/tools.py`), then hold it pending.
+        """Check a call against its thread's declared tools (`daemon/declared_tools.py`), then hold it pending.
 
         An undeclared tool or arguments that fail, exceed or outlast their checks are answered to the bridge at
         once as a failed call naming the tool, the path and the reason, so the model can correct itself; no

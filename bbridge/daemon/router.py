@@ -23,16 +23,16 @@ from bbridge.core.events import Event
 from bbridge.daemon.base import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, ClientSink, Counters
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
+from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
 from bbridge.daemon.delivery import DeliveryMixin
 from bbridge.daemon.extensions import ExtensionChecker
-from bbridge.daemon.interactions import Interactions
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call
 from bbridge.daemon.mistakes import Mistakes
+from bbridge.daemon.pending import Interactions
 from bbridge.daemon.relays import RelayMixin
 from bbridge.daemon.status import StatusMixin
 from bbridge.daemon.threads import Cause, ThreadRegistry
-from bbridge.daemon.tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, protocol, rpc
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from bbridge.core.events import Event
     from bbridge.daemon.base import ClientSink
     from bbridge.daemon.bridge import BridgeProcess
-    from bbridge.daemon.tools import Tool
+    from bbridge.daemon.declared_tools import Tool
     from bbridge.daemon.tracker import Tracker
 
 

@@ -1,4 +1,4 @@
-"""The tool-argument checker process: `python -m bbridge.daemon.toolcheck` (spawned by `daemon/tools.py`).
+"""The tool-argument checker process, `python -m bbridge.daemon.toolcheck`, spawned by `daemon/declared_tools.py`.
 
 It reads one request per line on stdin, `{"schema": "<canonical schema JSON text>", "arguments": <any>}`,
 and writes one answer per line on stdout: `{"ok": true}`, or `{"ok": false, "path": "<JSON pointer>",

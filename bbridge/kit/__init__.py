@@ -9,7 +9,7 @@
 * `emit`: deltas are the `bbridge.core.grammar` Structs; every batch is validated by
   the same decoder the daemon uses before it is written, so an invalid delta is
   a `DeltaError` in the bridge instead of a silently dropped notification
-  (`deltas`: `encode_deltas`, and `DeltaEncoder` for a bridge whose reference
+  (`delta_encoder`: `encode_deltas`, and `DeltaEncoder` for a bridge whose reference
   wrote some members in another order).
 * `UsageMeter`: per-turn providers sum usage in the bridge (assembler.md §11.1).
 * The provider's processes (`bbridge.kit.child`): `Child`, the agent child every
@@ -46,9 +46,9 @@ from bbridge.kit.child import RUNTIME_ONLY_ENV as RUNTIME_ONLY_ENV  # public API
 from bbridge.kit.child import env_without_runtime as env_without_runtime  # public API
 from bbridge.kit.child import process_recorder as process_recorder  # public API
 from bbridge.kit.child import record_child_io as record_child_io  # public API
-from bbridge.kit.deltas import DeltaEncoder as DeltaEncoder  # the public API: `from bbridge.kit import ...`
-from bbridge.kit.deltas import DeltaError as DeltaError
-from bbridge.kit.deltas import encode_deltas as encode_deltas
+from bbridge.kit.delta_encoder import DeltaEncoder as DeltaEncoder  # the public API: `from bbridge.kit import ...`
+from bbridge.kit.delta_encoder import DeltaError as DeltaError
+from bbridge.kit.delta_encoder import encode_deltas as encode_deltas
 from bbridge.wire import protocol, rpc
 
 log = structlog.get_logger("bbridge.kit")
@@ -56,7 +56,7 @@ log = structlog.get_logger("bbridge.kit")
 P = TypeVar("P")
 Handler = Callable[[P], Awaitable[Any]]
 
-# -- deltas (`encode_deltas`, `DeltaEncoder`: `deltas.py`) ---------------------
+# -- deltas (`encode_deltas`, `DeltaEncoder`: `delta_encoder.py`) ------------
 
 
 _TOKEN_FIELDS = ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")

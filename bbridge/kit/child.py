@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import trio
 
 from bbridge.wire import framing, process, tee
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Recorder, record_dir_from_env, sanitize_scope
 from bbridge.wire.process import StderrTail, StopPlan
-from bbridge.wire.record import Recorder, record_dir_from_env, sanitize_scope
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 __all__ = [
     "Child",

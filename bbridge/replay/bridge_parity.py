@@ -34,7 +34,7 @@ import trio
 
 from bbridge.core.events import Event, encode_event
 from bbridge.daemon.config import ConfigError
-from bbridge.replay.client import GOLDEN_LANE
+from bbridge.replay.bridge_client import GOLDEN_LANE
 from bbridge.replay.driver import Pacing, Replay, replay_cell
 from bbridge.replay.parity import Check
 

@@ -18,7 +18,7 @@ from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event, stamp
 from bbridge.core.guard import Guard
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, read_cell
 
 GOLDEN_ENTROPY = "da00000000"
 

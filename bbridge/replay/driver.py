@@ -58,9 +58,9 @@ from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
 from bbridge.daemon.bridge import STDERR_TAIL_BYTES
-from bbridge.replay.client import LIVE_LANE, Client, Entry, Lane, with_client
+from bbridge.replay.bridge_client import LIVE_LANE, BridgeClient, Entry, Lane, with_client
 from bbridge.wire import rpc
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
 
 CELL_ENV = "BBRIDGE_CONFORMANCE_CELL"
 PROVIDER_ENV = "BBRIDGE_CONFORMANCE_PROVIDER"
@@ -331,7 +331,7 @@ class Driver:
     stalls: list[str] = field(default_factory=list)
     provider_threads: dict[str, str] = field(default_factory=dict)  # recorded providerThreadId -> live
 
-    async def answer(self, client: Client, request: dict[str, Any]) -> None:
+    async def answer(self, client: BridgeClient, request: dict[str, Any]) -> None:
         """Runtime answers to bridge requests come from the recording, by method, re-addressed to the live id."""
         queue = self.plan.answers.get(request["method"])
         if not queue:
@@ -346,7 +346,7 @@ class Driver:
         else:
             await client.answer(request["id"], result=recorded.get("result"))
 
-    async def wait(self, client: Client, label: str, predicate: Callable[[], bool]) -> bool:
+    async def wait(self, client: BridgeClient, label: str, predicate: Callable[[], bool]) -> bool:
         if await client.wait_for(_when(predicate), self.pacing.wait):
             return True
         why = "bridge exited while waiting for" if client.exited else "timed out waiting for"
@@ -358,7 +358,7 @@ class Driver:
         later = next((s for s in self.plan.steps[after:] if s.is_request), None)
         self.cursor.write_text("end" if later is None else f"{later.run} {later.seq}", encoding="utf-8")
 
-    async def run(self, client: Client) -> None:
+    async def run(self, client: BridgeClient) -> None:
         pacing = self.pacing
         await client.request("initialize", INITIALIZE, id=INITIALIZE_ID)
         await self.wait(client, "initialize", lambda: client.response_index(INITIALIZE_ID) is not None)
@@ -392,7 +392,7 @@ class Driver:
         if not await client.wait_exit(pacing.wait):
             self.stalls.append("bridge did not exit after stdin closed; killed")
 
-    def _rewrite(self, client: Client, message: dict[str, Any]) -> dict[str, Any]:
+    def _rewrite(self, client: BridgeClient, message: dict[str, Any]) -> dict[str, Any]:
         """This machine's facts, the profile's launch spec, and what the runtime knows live, in place of the recorded."""
         params = message.get("params")
         if not isinstance(params, dict):
@@ -412,7 +412,7 @@ class Driver:
                     params[key] = client.assembler.get_provider_turn_id(thread, turn) or turn
         return {**message, "params": params}
 
-    def _learn(self, client: Client) -> None:
+    def _learn(self, client: BridgeClient) -> None:
         """Map recorded provider thread ids to the ones this bridge reported, thread by thread, latest wins."""
         for step in self.plan.steps:
             params = step.message.get("params") or {}
@@ -421,11 +421,11 @@ class Driver:
                 self.provider_threads[recorded] = client.provider_threads[thread]
 
 
-def _answered(client: Client, ids: list[Any]) -> bool:
+def _answered(client: BridgeClient, ids: list[Any]) -> bool:
     return all(client.response_index(i) is not None for i in ids)
 
 
-def _reached(client: Client, step: Step) -> Callable[[], bool]:
+def _reached(client: BridgeClient, step: Step) -> Callable[[], bool]:
     """Whether the live grammar-clean turn counts have reached the step's recorded gate."""
 
     def reached() -> bool:
@@ -436,15 +436,15 @@ def _reached(client: Client, step: Step) -> Callable[[], bool]:
 
 
 def _when(predicate: Callable[[], bool]) -> Callable[[], bool | None]:
-    """`predicate` as `Client.wait_for` takes it: True, or None to keep waiting."""
+    """`predicate` as `BridgeClient.wait_for` takes it: True, or None to keep waiting."""
     return lambda: True if predicate() else None
 
 
-def _at_least(client: Client, events: int) -> Callable[[], bool]:
+def _at_least(client: BridgeClient, events: int) -> Callable[[], bool]:
     return lambda: len(client.events(clean=True)) >= events
 
 
-def _last_turn(client: Client, thread: str) -> str | None:
+def _last_turn(client: BridgeClient, thread: str) -> str | None:
     turns = [
         e.event["scope"]["turnId"]
         for e in client.log
@@ -485,7 +485,7 @@ async def replay_cell(
         driver = Driver(plan, pacing, str(workspace), state / "cursor", profile.agent)
         driver.move_cursor(0)
 
-        async def body(client: Client) -> Client:
+        async def body(client: BridgeClient) -> BridgeClient:
             await driver.run(client)
             return client
 

@@ -45,9 +45,9 @@ import trio
 from bbridge import logs
 from bbridge.replay import pi_rpc
 from bbridge.replay.claude_cli import ClaudeCli
-from bbridge.replay.state import claim_segment, provider_entries, read_cursor
+from bbridge.replay.state_dir import claim_segment, provider_entries, read_cursor
 from bbridge.wire import framing
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE
 
 STALL_MS = 5000
 LOOKAHEAD_MS = 750

@@ -20,7 +20,7 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay.cells import GOLDEN_ENTROPY, Replay, replay_cell
-from bbridge.wire.recording import find_cells
+from bbridge.wire.lanes import find_cells
 
 
 @dataclass

@@ -39,9 +39,9 @@ import structlog
 import trio
 
 from bbridge.core import js
-from bbridge.replay.state import claim_segment, provider_entries, read_cursor
+from bbridge.replay.state_dir import claim_segment, provider_entries, read_cursor
 from bbridge.wire import framing
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, BRIDGE_TO_RUNTIME, lane_path, read_lane
 
 log = structlog.get_logger("bbridge.replay.pi_rpc")
 

@@ -72,7 +72,7 @@ class Request(msgspec.Struct, gc=False):
 class Notification(msgspec.Struct, gc=False):
     method: str
     params: msgspec.Raw | None
-    # The params already decoded, for a method the connection decodes while framing (`deltas.TypedDecoder`);
+    # The params already decoded, for a method the connection decodes while framing (`delta_decoder.TypedDecoder`);
     # `params` is None then: the line was parsed once, into this value.
     decoded: Any = None
 

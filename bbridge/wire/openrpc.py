@@ -1,6 +1,6 @@
 """The daemon's client API as an OpenRPC 1.2.6 document (`openrpc.json`, written by `bbridge schema`).
 
-Generated from the types the daemon decodes with: its own methods (`bbridge.wire.client`), and the bridge
+Generated from the types the daemon decodes with: its own methods (`bbridge.wire.client_api`), and the bridge
 methods it forwards (`bbridge.wire.protocol.RUNTIME_REQUESTS` but `initialize`, each with the `providerId`
 that picks the bridge). Params are by name (one content descriptor per member of the params object). What
 OpenRPC has no place for is in extensions: `x-notifications` (daemon → client notifications) and
@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from bbridge.core.grammar import ClientRequestId, ThreadDeltaParams
-from bbridge.wire import client, errors, interactions, protocol
+from bbridge.wire import client_api, errors, interactions, protocol
 from bbridge.wire.schema import Schema, components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
@@ -25,30 +25,30 @@ REF = "#/components/schemas/"
 FORWARDED = tuple(m for m in protocol.RUNTIME_REQUESTS if m != "initialize")
 
 DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
-    "initialize": (client.DaemonInitializeParams, client.DaemonInitializeResult, "The first request: the token (on a socket with a token file) and the client's protocol version."),
-    "daemon/status": (client.Empty, client.DaemonStatus, "The daemon, its providers, a live view of every thread, counters, configuration, journal."),
-    "thread/events": (client.ThreadEventsParams, client.ThreadEventsResult, "A thread's journaled events after `afterSeq` (a reconnect's replay)."),
-    "thread/pending": (client.ThreadPendingParams, client.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
-    "interaction/respond": (client.InteractionRespondParams, client.InteractionRespondResult, "Answer a pending request; the first answer wins."),
-    "shutdown": (client.Empty, client.Empty, "Settle and stop every bridge, then answer."),
+    "initialize": (client_api.DaemonInitializeParams, client_api.DaemonInitializeResult, "The first request: the token (on a socket with a token file) and the client's protocol version."),
+    "daemon/status": (client_api.Empty, client_api.DaemonStatus, "The daemon, its providers, a live view of every thread, counters, configuration, journal."),
+    "thread/events": (client_api.ThreadEventsParams, client_api.ThreadEventsResult, "A thread's journaled events after `afterSeq` (a reconnect's replay)."),
+    "thread/pending": (client_api.ThreadPendingParams, client_api.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
+    "interaction/respond": (client_api.InteractionRespondParams, client_api.InteractionRespondResult, "Answer a pending request; the first answer wins."),
+    "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
 }  # fmt: skip
 
 NOTIFICATIONS: dict[str, tuple[Any, str]] = {
-    "thread/events": (client.ThreadEventsNotification, "A bridge notification's events for one thread, `seq` contiguous from 1."),
-    "bridge/status": (client.BridgeStatus, "A bridge process changed state."),
-    "thread/identity": (client.ForwardedIdentity, "A bridge reported a thread's provider identity."),
-    "session/replaced": (client.Forwarded, "A bridge replaced a thread's provider session."),
-    "provider/recovery": (client.Forwarded, "A bridge recovered a provider session."),
-    "interaction/opened": (client.InteractionOpenedParams, "A bridge request is pending (see thread/pending)."),
-    "interaction/resolved": (client.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
+    "thread/events": (client_api.ThreadEventsNotification, "A bridge notification's events for one thread, `seq` contiguous from 1."),
+    "bridge/status": (client_api.BridgeStatus, "A bridge process changed state."),
+    "thread/identity": (client_api.ForwardedIdentity, "A bridge reported a thread's provider identity."),
+    "session/replaced": (client_api.Forwarded, "A bridge replaced a thread's provider session."),
+    "provider/recovery": (client_api.Forwarded, "A bridge recovered a provider session."),
+    "interaction/opened": (client_api.InteractionOpenedParams, "A bridge request is pending (see thread/pending)."),
+    "interaction/resolved": (client_api.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
 }  # fmt: skip
 
 # Forwarded methods whose answer the daemon may make itself: the result types it answers with.
-DAEMON_RESULTS: dict[str, tuple[Any, ...]] = {"thread/stop": (client.ThreadStopAnswer,)}
+DAEMON_RESULTS: dict[str, tuple[Any, ...]] = {"thread/stop": (client_api.ThreadStopAnswer,)}
 
 CLIENT_REQUESTS: dict[str, tuple[Any, Any, str]] = {
-    "interaction/request": (client.RelayedInteraction, Any, "An approval or question relayed to this client; its answer is this client's response."),
-    "item/tool/call": (client.RelayedToolCall, interactions.ToolCallResult, "A client tool call relayed to this client."),
+    "interaction/request": (client_api.RelayedInteraction, Any, "An approval or question relayed to this client; its answer is this client's response."),
+    "item/tool/call": (client_api.RelayedToolCall, interactions.ToolCallResult, "A client tool call relayed to this client."),
 }  # fmt: skip
 
 NAMED_STRINGS: dict[str, tuple[Any, str]] = {

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import msgspec
 
 from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
-from bbridge.wire.deltas import TypedDecoder
+from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import MAX_LINE_BYTES, Overflow
 from bbridge.wire.jsonrpc import (
     ID_TYPES,
@@ -77,7 +77,7 @@ def _no_typed_read(lines: Sequence[bytes | Overflow]) -> None:
 class Inbound:
     """Classifies each read's lines into events, in wire order (see the module docstring).
 
-    `typed` decodes its notification methods in the same pass (`bbridge.wire.deltas`): such a line is parsed
+    `typed` decodes its notification methods in the same pass (`bbridge.wire.delta_decoder`): such a line is parsed
     once instead of twice; a line that does not decode so, or that its screen sends on, is classified unchanged.
     A read of typed notifications only is one batch, decoded in one call by `typed_read` (None for any other
     read): the driver tries it first, so the streaming hot path costs one call per read and no event list.

@@ -4,7 +4,7 @@ daemon.md §1).
 The same class serves the daemon's side of a bridge (child stdin/stdout), the daemon's side of a client (socket or
 stdio) and a bridge's own stdin/stdout (`bbridge.kit`). It is the trio shell over sans-IO parts, the h11 way:
 `framing.LineReader` splits the stream into lines, `peer.Inbound` classifies a read's lines (and decodes typed
-notifications in the same pass, `deltas`), `peer.Calls` correlates our requests with their answers; this module
+notifications in the same pass, `delta_decoder`), `peer.Calls` correlates our requests with their answers; this module
 reads, writes, waits and runs the handlers.
 
 * Each read's events are handled in wire order; a batch of notifications is one `on_notifications` call (a
@@ -32,7 +32,7 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.wire.deltas import TypedDecoder
+from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import MAX_LINE_BYTES, LineReader, Overflow
 from bbridge.wire.jsonrpc import (
     BRIDGE_ERROR,

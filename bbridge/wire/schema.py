@@ -56,7 +56,7 @@ from bbridge.core.grammar import (
     WebSearchShape,
     Wire,
 )
-from bbridge.wire import client, interactions, protocol
+from bbridge.wire import client_api, interactions, protocol
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DETAIL_MAX_UTF16 = 280  # grammar.Presentation.__post_init__'s limit (pinned by tests)
@@ -548,8 +548,8 @@ def events_schema() -> Schema:
 
 def client_interactions_schema() -> Schema:
     """The daemon's client API for pending requests: `thread/pending`, `interaction/respond`, and the
-    `interaction/opened` / `interaction/resolved` notifications (`bbridge.wire.client`)."""
-    roots, defs = components(client.CLIENT_TYPES)
+    `interaction/opened` / `interaction/resolved` notifications (`bbridge.wire.client_api`)."""
+    roots, defs = components(client_api.CLIENT_TYPES)
     names = ("thread/pending params", "thread/pending result", "interaction/respond params",
              "interaction/respond result", "interaction/opened params", "interaction/resolved params")  # fmt: skip
     root = {"x-messages": dict(zip(names, roots, strict=True))}

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from bbridge.wire.recording import BRIDGE_TO_RUNTIME, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, read_cell
 
 CAPABILITIES = {
     "sessionRestore": True,

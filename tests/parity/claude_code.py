@@ -18,7 +18,7 @@ import msgspec
 from bbridge.core import grammar as g
 from bbridge.core import js
 from bbridge.wire import rpc
-from bbridge.wire.recording import (
+from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     PROVIDER_TO_BRIDGE,
     RUNTIME_TO_BRIDGE,

@@ -25,7 +25,7 @@ import msgspec
 from bbridge.core import grammar as g
 from bbridge.core import js
 from bbridge.replay import bridge_parity
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, read_cell
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, read_cell
 from bridges.codex.session import DeltaPath, delta_params
 from bridges.codex.translate import Translator, codex_thread
 from tests.support import capabilities

@@ -18,7 +18,7 @@ from typing import Any
 
 from bbridge.core import js
 from bbridge.kit import encode_deltas
-from bbridge.wire.recording import PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, lane_path, read_lane
+from bbridge.wire.lanes import PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, bridge_lane, lane_path, read_lane
 from bridges.pi.translate import Translator
 
 CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")

@@ -36,7 +36,7 @@ import trio
 from bbridge.daemon.toolcheck import pointer
 from bbridge.wire import protocol
 
-log = structlog.get_logger("bbridge.daemon.tools")
+log = structlog.get_logger("bbridge.daemon.declared_tools")
 
 MAX_TOOLS = 256  # per construction
 MAX_SCHEMA_BYTES = 64 * 1024  # one tool's inputSchema, canonical JSON

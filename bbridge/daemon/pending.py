@@ -37,7 +37,7 @@ import trio
 from bbridge.daemon.journal import file_name
 from bbridge.wire import errors, rpc
 
-log = structlog.get_logger("bbridge.daemon.interactions")
+log = structlog.get_logger("bbridge.daemon.pending")
 
 HISTORY_BOUND = 200
 TOOL_CALL = "item/tool/call"

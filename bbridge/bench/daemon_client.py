@@ -1,6 +1,6 @@
 """The daemon benchmark's socket client (stdlib only, blocking, kept cheap so it is never the bottleneck).
 
-Usage: python -m bbridge.bench.client SOCKET PROMPT [PROMPT...]
+Usage: python -m bbridge.bench.daemon_client SOCKET PROMPT [PROMPT...]
 
 Starts a thread on the `bench` provider, then runs one turn per PROMPT (see
 `bbridge.bench.fake_bridge`) and reads until that phase's done marker. Events

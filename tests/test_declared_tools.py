@@ -17,7 +17,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bbridge.daemon.tools import (
+from bbridge.daemon.declared_tools import (
     MAX_ARGUMENT_BYTES,
     Checker,
     DeclarationError,

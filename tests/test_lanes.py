@@ -1,4 +1,4 @@
-"""The recording lane reader (assembler.md §15): lanes, merge order, `.current`, errors."""
+"""Reading record-mode lanes (`wire/lanes.py`, assembler.md §15): lanes, merge order, `.current`, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bbridge.wire.recording import (
+from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     BRIDGE_TO_RUNTIME,
     DIRECTIONS,

@@ -43,7 +43,7 @@ log = structlog.get_logger("bbridge.conformance")
 Kind = Literal["response", "request", "notification", "event", "invalid-delta", "junk"]
 T = TypeVar("T")
 REAP_S = 1.0  # how long a bridge whose stdout ended may take to exit before its status is reported unknown
-Answerer = Callable[["Client", dict[str, Any]], Awaitable[None]]
+Answerer = Callable[["BridgeClient", dict[str, Any]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _classify(message: Any) -> Kind:
     return "junk"
 
 
-async def refuse_requests(client: Client, request: dict[str, Any]) -> None:
+async def refuse_requests(client: BridgeClient, request: dict[str, Any]) -> None:
     """No host handlers here (§3.6.3): approvals are denied when deny is offered, everything else is an error."""
     payload = (request.get("params") or {}).get("payload") or {}
     approval = request.get("method") == "interaction/request" and payload.get("kind") == "approval"
@@ -107,7 +107,7 @@ async def refuse_requests(client: Client, request: dict[str, Any]) -> None:
 
 
 @dataclass
-class Client:
+class BridgeClient:
     """A bridge process under test: write lines, read the ordered log, wait for conditions."""
 
     command: Sequence[str]
@@ -349,10 +349,10 @@ class Client:
         return False
 
 
-async def with_client(command: Sequence[str], body: Callable[[Client], Awaitable[T]], **kwargs: Any) -> T:
+async def with_client(command: Sequence[str], body: Callable[[BridgeClient], Awaitable[T]], **kwargs: Any) -> T:
     """Run `body` against a fresh bridge process, then stop its process group whatever happened."""
     async with trio.open_nursery() as nursery:
-        client = Client(command, **kwargs)
+        client = BridgeClient(command, **kwargs)
         await client.start(nursery)
         try:
             return await body(client)

@@ -12,12 +12,12 @@ from typing import Any
 import msgspec
 
 from bbridge.conformance.fixture import Fixture
-from bbridge.conformance.report import Result, failed, passed, skipped
+from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core import guard
 from bbridge.core.assembler import CLOSES_ONCE, OPENS_BEFORE_CLOSE
 from bbridge.core.events import encode_event
 from bbridge.daemon import mistakes
-from bbridge.replay.client import Client
+from bbridge.replay.bridge_client import BridgeClient
 from bbridge.wire.schema import ThreadEvent
 
 GRAMMAR = guard.RULES
@@ -26,7 +26,7 @@ SCHEMA = "events/schema-valid"
 ICONS = "presentation/icon-namespaced-declared"
 
 
-def grammar_results(clients: Sequence[Client]) -> list[Result]:
+def grammar_results(clients: Sequence[BridgeClient]) -> list[Result]:
     entries = [e for c in clients for e in c.log if e.kind == "event"]
     if not entries:
         return [skipped(rule, "no assembled events to check") for rule in GRAMMAR]
@@ -41,7 +41,7 @@ def grammar_results(clients: Sequence[Client]) -> list[Result]:
     return results
 
 
-def suspect_results(clients: Sequence[Client]) -> list[Result]:
+def suspect_results(clients: Sequence[BridgeClient]) -> list[Result]:
     """The closes the assembler noted as suspect (`Assembler.suspects`), worded with the bridge's item key."""
     if not any(e.kind == "event" for c in clients for e in c.log):
         return [skipped(rule, "no assembled events to check") for rule in SUSPECTS]
@@ -55,7 +55,7 @@ def suspect_results(clients: Sequence[Client]) -> list[Result]:
     return results
 
 
-def schema_result(clients: Sequence[Client]) -> Result:
+def schema_result(clients: Sequence[BridgeClient]) -> Result:
     """`events/schema-valid`; a `thread/delta` the grammar rejects counts too: it yields no valid events."""
     bad: list[str] = []
     for client in clients:
@@ -88,7 +88,7 @@ def _glyphs(value: Any) -> Iterator[str]:
             yield from _glyphs(child)
 
 
-def icon_result(fixture: Fixture, clients: Sequence[Client]) -> Result:
+def icon_result(fixture: Fixture, clients: Sequence[BridgeClient]) -> Result:
     if fixture.icons is None:
         return skipped(ICONS, "the fixture declares no icons (no result)")
     plugin, names = fixture.icons

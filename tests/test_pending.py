@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.interactions import Interactions, policy_answer
 from bbridge.daemon.journal import Journal
+from bbridge.daemon.pending import Interactions, policy_answer
 from bbridge.wire import errors, rpc
 from tests.conftest import REPO
 from tests.support import FULL, connect, fake_provider, running

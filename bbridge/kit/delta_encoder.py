@@ -6,7 +6,7 @@ is a `DeltaError` in the bridge instead of a notification the daemon drops.
 `encode_deltas` writes the grammar Structs as they are: their field order is the wire order, and msgspec
 encodes a batch in one call (what `Bridge.emit` uses). A bridge whose reference wrote some members in
 another order, or wrote its JSON as JavaScript does, holds a `DeltaEncoder` that says where: the recorded
-bridge→runtime lanes are compared byte for byte (tests/test_claude_parity.py), and the order of a delta's
+bridge→runtime lanes are compared byte for byte (tests/test_bridge_parity.py), and the order of a delta's
 members is part of the canonical JSON the parity checks compare.
 """
 

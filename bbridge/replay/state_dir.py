@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bbridge.wire.recording import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Entry, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Entry, lane_path, read_lane
 
 
 def provider_entries(cell: Path) -> list[Entry]:

@@ -1,0 +1,191 @@
+"""The daemon's own client API (README "Talking to the daemon"): its methods, notifications and relayed
+requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. Pending bridge requests:
+
+* `thread/pending {threadId?}` → `{pending: [PendingRequest], resolved?: [Resolution]}` (a thread's recent
+  resolutions when a thread is named);
+* `interaction/respond {requestId, result | error}` → `{ok: true}`; a request already resolved is refused
+  (-32020, naming who answered first), an unknown one too (-32021);
+* notifications to every client: `interaction/opened` (a `PendingRequest` without `ageS`) and
+  `interaction/resolved` (a `Resolution`).
+
+These Structs are what the daemon decodes `interaction/respond` with and what `bbridge schema` exports.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from bbridge.core.grammar import NonEmpty, Wire
+from bbridge.wire import interactions, protocol
+
+RequestMethod = Literal["interaction/request", "item/tool/call"]
+
+
+class ErrorBody(Wire, kw_only=True):
+    code: int
+    message: str
+
+
+class ThreadPendingParams(Wire, kw_only=True, forbid_unknown_fields=True):
+    threadId: NonEmpty | UnsetType = UNSET
+
+
+class InteractionOpenedParams(Wire, kw_only=True):
+    """A bridge request opened: the params are what the bridge sent (`requestId` and `providerId` added)."""
+
+    requestId: NonEmpty
+    threadId: str | None
+    providerId: NonEmpty
+    method: RequestMethod
+    kind: str  # approval | user_question | tool_call | another payload kind
+    params: dict[str, Any]
+    openedAt: float  # seconds since the epoch
+
+
+class PendingRequest(InteractionOpenedParams, kw_only=True):
+    ageS: float
+
+
+class Resolution(Wire, kw_only=True):
+    """How a request was resolved: by a client (its connection's name, and `client`: what it called itself in
+    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`);
+    exactly one of `result` and `error`."""
+
+    requestId: NonEmpty
+    threadId: str | None
+    providerId: NonEmpty
+    method: RequestMethod
+    kind: str
+    openedAt: float
+    resolvedAt: float
+    resolvedBy: NonEmpty
+    result: Any | UnsetType = UNSET
+    error: ErrorBody | UnsetType = UNSET
+    client: ClientInfo | UnsetType = UNSET  # a client's resolution: what it called itself in initialize
+
+
+class ThreadPendingResult(Wire, kw_only=True):
+    pending: list[PendingRequest]
+    resolved: list[Resolution] | UnsetType = UNSET
+
+
+class InteractionRespondParams(Wire, kw_only=True, forbid_unknown_fields=True):
+    requestId: NonEmpty
+    result: msgspec.Raw | UnsetType = UNSET
+    error: ErrorBody | UnsetType = UNSET
+
+
+class InteractionRespondResult(Wire, kw_only=True):
+    ok: Literal[True]
+
+
+class Empty(Wire, kw_only=True):
+    pass
+
+
+class ClientInfo(Wire, kw_only=True):
+    name: str
+    version: str
+
+
+class DaemonInitializeParams(Wire, kw_only=True):
+    protocolVersion: int | UnsetType = UNSET
+    client: ClientInfo | UnsetType = UNSET
+    token: str | UnsetType = UNSET  # required on a socket started with --token-file
+
+
+class ProviderState(Wire, kw_only=True):
+    providerId: str
+    state: str  # idle | starting | ready | failed | exited
+    reason: str | UnsetType = UNSET  # why it failed (its last start, until one succeeds)
+
+
+class DaemonInitializeResult(Wire, kw_only=True):
+    daemon: ClientInfo
+    protocolVersion: int
+    grammarVersions: tuple[int, int]
+    providers: list[ProviderState]
+
+
+class DaemonStatus(Wire, kw_only=True):
+    """`daemon/status`: sections a later daemon may extend (clients show unknown ones generically)."""
+
+    daemon: dict[str, Any]
+    providers: list[dict[str, Any]]
+    threads: list[dict[str, Any]]
+    pending: int
+    counters: dict[str, int]
+    config: dict[str, Any]
+    journal: dict[str, Any]
+
+
+class ThreadStopAnswer(protocol.ThreadStopResult, kw_only=True):
+    """`thread/stop` as the daemon answers it: the bridge's result, or, when the bridge refused an interrupt after
+    the turn had ended (a declined approval settled it first), `{turnAlreadyEnded: true}`."""
+
+    turnAlreadyEnded: bool | UnsetType = UNSET
+
+
+class ThreadEventsParams(Wire, kw_only=True):
+    threadId: NonEmpty
+    afterSeq: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class Entry(Wire, kw_only=True):
+    seq: int
+    event: dict[str, Any]  # a canonical ThreadEvent (events.schema.json)
+
+
+class ThreadEventsResult(Wire, kw_only=True):
+    events: list[Entry]
+    lastSeq: int
+    missingThrough: int | UnsetType = UNSET  # the journal's bound dropped the events up to this seq
+
+
+class ThreadEventsNotification(Wire, kw_only=True):
+    threadId: str
+    providerId: str
+    events: list[Entry]
+
+
+class BridgeStatus(Wire, kw_only=True):
+    providerId: str
+    state: str
+    pid: int | None
+    exitCode: int | UnsetType = UNSET
+    signal: int | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
+
+
+class ForwardedIdentity(protocol.ThreadIdentityParams, kw_only=True):
+    providerId: str
+
+
+class Forwarded(Wire, kw_only=True):
+    """A bridge notification passed on with the `providerId` it came from (protocol.md §3.5)."""
+
+    providerId: str
+    threadId: str | UnsetType = UNSET
+
+
+class RelayedInteraction(interactions.InteractionRequestParams, kw_only=True):
+    providerId: str
+    requestId: str
+
+
+class RelayedToolCall(interactions.ToolCallParams, kw_only=True):
+    providerId: str
+    requestId: str
+
+
+CLIENT_TYPES = (
+    ThreadPendingParams,
+    ThreadPendingResult,
+    InteractionRespondParams,
+    InteractionRespondResult,
+    InteractionOpenedParams,
+    Resolution,
+)
