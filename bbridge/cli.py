@@ -22,6 +22,7 @@ from bbridge.bench import report as bench_report
 from bbridge.core import native
 from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
+from bbridge.listen import options as listen_options
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.interactions import Decision
@@ -52,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--unstamped", action="store_true", help="leave threadId/providerThreadId unstamped")
     replay.add_argument("--provider", help="provider id (default: the cell's parent folder name)")
 
-    serve = commands.add_parser("serve", help="run the daemon on stdio, or on a Unix socket with --socket")
+    serve = commands.add_parser(
+        "serve", help="run the daemon on stdio, or on a Unix socket (--socket) and HTTP/WebSocket (--listen)"
+    )
     serve.add_argument("--socket", type=Path, metavar="PATH", help="listen on this Unix socket (mode 0600)")
     serve.add_argument(
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
@@ -83,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
     )
+    listen_options.add_arguments(serve)
 
     config = commands.add_parser("config", help="the providers configuration (bbridge.toml)")
     config_actions = config.add_subparsers(dest="action", required=True)
@@ -268,6 +272,8 @@ def _serve(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path, load_config, warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
+    from bbridge.listen.admission import ListenError
+    from bbridge.listen.face import listen_face
     from bbridge.wire.lanes import record_dir_from_env
 
     if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
@@ -282,6 +288,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     warn_refused(report)
     token = server.read_or_make_token(args.token_file) if args.token_file else None
+    try:
+        listens = listen_options.settings_from(args, token is not None)
+    except ListenError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -296,8 +307,10 @@ def _serve(args: argparse.Namespace) -> int:
     # 120 ms of stalled delivery at 1,000 streaming threads, two thirds of them the imports').
     gc.collect()
     gc.freeze()
-    if args.socket is not None:
-        trio.run(server.serve_socket, daemon, args.socket)
+    faces = [server.socket_face(args.socket)] if args.socket is not None else []
+    faces += [listen_face(settings) for settings in listens]
+    if faces:
+        trio.run(server.serve, daemon, faces)
     else:
         trio.run(server.serve_stdio, daemon)
     return 0

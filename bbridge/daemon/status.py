@@ -6,6 +6,7 @@ state."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,7 @@ class StatusMixin(DaemonState):
                 **DAEMON_INFO,
                 "uptimeS": round(time.time() - self._started_at, 3),
                 "clients": len(self.clients),
+                "clientsByTransport": dict(Counter(client.transport for client in self.clients)),
                 "core": native.describe(),  # compiled (mypyc) or pure, and why
             },
             "providers": providers,
@@ -45,6 +47,7 @@ class StatusMixin(DaemonState):
             "counters": msgspec.to_builtins(self.counters),
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
+            "turnDurations": self.turn_durations.view(),
         }
 
     def provider_state(self, provider_id: str) -> dict[str, str]:
