@@ -26,6 +26,7 @@ import trio
 from bbridge.daemon.config import ConfigError
 from bbridge.daemon.router import Daemon
 from bbridge.wire import errors, rpc
+from bbridge.wire.framing import MAX_LINE_BYTES
 
 log = structlog.get_logger("bbridge.daemon.server")
 
@@ -51,6 +52,7 @@ class Client:
         *,
         transport: str = "socket",
         authorized: bool = False,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self.daemon = daemon
         self.name = name
@@ -67,6 +69,7 @@ class Client:
             answer_junk=True,
             respond=self._respond,
             fileno=_fileno(send),
+            max_line=max_line,
         )
         self._queue_bytes = queue_bytes
         self._outbox_bytes = 0  # the unsent lines' size

@@ -64,7 +64,8 @@ class Watchdogs:
             if thread_id in self._turns:
                 self._heard[thread_id] = now
 
-    def observe(self, thread_id: str, event: Event, now: float) -> None:
+    def observe(self, thread_id: str, event: Event, now: float) -> OpenTurn | None:
+        """Feed one lifecycle event; returns the turn a `turn/completed` closed (its duration is `now - started`)."""
         kind = event["type"]
         if kind == "turn/started" or kind == "turn/completed":
             self._starts.pop(thread_id, None)
@@ -73,9 +74,10 @@ class Watchdogs:
                 if kind == "turn/started":
                     self._turns.setdefault(thread_id, {})[turn_id] = OpenTurn(turn_id, now, now)
                 else:
-                    self._turns.get(thread_id, {}).pop(turn_id, None)
+                    return self._turns.get(thread_id, {}).pop(turn_id, None)
         elif kind == "provider/error" and event.get("willRetry") is not True:
             self._starts.pop(thread_id, None)
+        return None
 
     def pending_start(self, thread_id: str) -> bool:
         return thread_id in self._starts

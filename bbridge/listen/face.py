@@ -22,14 +22,17 @@ from bbridge.daemon.router import Daemon
 from bbridge.daemon.server import Client, Face
 from bbridge.listen import probes
 from bbridge.listen.admission import Address, Admission
-from bbridge.listen.http import BadRequest, Exchange, Head
+from bbridge.listen.http import READ_BYTES, BadRequest, Exchange, Head
 from bbridge.listen.wsstream import WebSocketStream
 from bbridge.wire.websocket import HandshakeError, MessageLines
 
 log = structlog.get_logger("bbridge.listen")
 
 HEAD_S = 10.0
-MAX_CONNECTIONS = 1024
+LINGER_S = 1.0  # a refused peer's unread bytes drained before the close, at most this long
+LINGER_BYTES = 1 << 20
+MAX_CONNECTIONS = 256
+MAX_MESSAGE_BYTES = 16 << 20  # a WebSocket message, as a line; over it, answered as an oversized socket line
 PING_S = 20.0
 PONG_TIMEOUT_S = 20.0
 
@@ -44,6 +47,7 @@ class ListenSettings:
     allow_origins: frozenset[str] = field(default_factory=frozenset)
     head_s: float = HEAD_S
     max_connections: int = MAX_CONNECTIONS
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     ping_s: float = PING_S
     pong_timeout_s: float = PONG_TIMEOUT_S
 
@@ -151,7 +155,16 @@ class _Listener:
         with trio.move_on_after(self._settings.head_s):
             await stream.send_all(accepted)
         ws = WebSocketStream(stream, lines, head.rest, name)
-        client = Client(self._daemon, ws, ws, name, self._queue_bytes, transport="ws", authorized=authorized)
+        client = Client(
+            self._daemon,
+            ws,
+            ws,
+            name,
+            self._queue_bytes,
+            transport="ws",
+            authorized=authorized,
+            max_line=self._settings.max_message_bytes,
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ws.keepalive, self._settings.ping_s, self._settings.pong_timeout_s)
             await client.run()
@@ -174,6 +187,13 @@ def _challenge(status: int) -> dict[str, str]:
 
 
 async def _send_closing(stream: trio.abc.Stream, data: bytes) -> None:
-    """Send a whole answer within a short bound; the caller closes the connection."""
+    """Send a whole answer, then close gently: our side's end first, then a bounded drain of what the peer still
+    sends, so its unread request does not turn the close into a reset that loses the answer."""
     with trio.move_on_after(HEAD_S), contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stream.send_all(data)
+        if isinstance(stream, trio.abc.HalfCloseableStream):
+            await stream.send_eof()
+        with trio.move_on_after(LINGER_S):
+            drained = 0
+            while drained < LINGER_BYTES and (chunk := await stream.receive_some(READ_BYTES)):
+                drained += len(chunk)

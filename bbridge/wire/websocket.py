@@ -177,8 +177,14 @@ class ClientHandshake:
     def feed(self, data: bytes | None) -> MessageLines | None:
         """The open connection once the server accepted, None while more is needed; raises `HandshakeError` with
         the server's status and body when it refused, or when the connection ended first."""
-        self._ws.receive_data(data)
-        for event in self._ws.events():
+        try:
+            self._ws.receive_data(data)
+            events = list(self._ws.events())
+        except RemoteProtocolError as exc:
+            if data is None:
+                raise HandshakeError("the connection closed during the WebSocket handshake") from None
+            raise HandshakeError(f"the server's answer is not a WebSocket handshake: {exc}") from None
+        for event in events:
             if isinstance(event, AcceptConnection):
                 return MessageLines(self._ws)
             if isinstance(event, RejectConnection):
