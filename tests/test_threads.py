@@ -45,8 +45,8 @@ async def test_a_release_lets_go_of_the_bridge_side_and_keeps_the_record() -> No
     owner = object()
     _busy(daemon, bridge, owner)
     assert daemon.registry.release("thr", bridge, Cause.RELEASED) == []
-    assert "thr" not in bridge.threads and not bridge.watchdogs.pending_start("thr")
-    assert bridge.watchdogs.open_turn("thr") is None and not bridge.guard._threads.get("thr")
+    assert "thr" not in bridge.threads and daemon.registry.records["thr"].watch is None
+    assert "thr" not in bridge.watchdogs.watched and not bridge.guard._threads.get("thr")
     assert daemon.registry.tools_of("thr") == {}
     # kept: the provider routes a later request, the owner is asked first, the open work is still shown
     assert daemon.registry.provider_of("thr") == "p" and daemon.registry.owner_of("thr") is owner
@@ -60,7 +60,7 @@ async def test_a_bridge_exit_settles_open_work_and_keeps_the_tools() -> None:
     settled = daemon.registry.release("thr", bridge, Cause.BRIDGE_EXITED, "gone")
     assert [e["type"] for e in settled] == ["provider/error", "turn/completed"]
     assert settled[0]["message"] == "gone" and settled[0]["providerThreadId"] == "prov-thr"
-    assert daemon.tracker.open_turns("thr") == [] and not bridge.watchdogs.pending_start("thr")
+    assert daemon.tracker.open_turns("thr") == [] and daemon.registry.records["thr"].watch is None
     assert list(daemon.registry.tools_of("thr")) == ["t"]  # for the next bridge process of the provider
 
 
