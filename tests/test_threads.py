@@ -93,3 +93,63 @@ async def test_a_stop_with_intent_release_through_the_daemon(tmp_path: Path) -> 
             with trio.fail_after(10):
                 await client.wait_for(lambda: client.types(THREAD).count("turn/completed") >= 2)
             assert daemon.counters.tool_calls_refused == 1
+
+
+def _started(thread: str, turn: str) -> dict[str, Any]:
+    return {"type": "turn/started", "threadId": thread, "scope": {"kind": "turn", "turnId": turn}}
+
+
+async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> None:
+    """The watchdog state and the open requests are the record's: the live read answers from it, a resolution
+    leaves it, a release clears the watch and stops the bridge sweeping the thread."""
+    daemon, bridge = _in_process()
+    daemon.registry.construct("thr", "p", object(), bridge)
+    now = 0.0
+    bridge.watchdogs.turn_dispatched("thr", now)
+    record = daemon.registry.records["thr"]
+    assert record.watch is not None and record.watch.start is not None and "thr" in bridge.watchdogs.watched
+    assert daemon.registry.liveness("thr", now + 1).start_pending
+    bridge.watchdogs.observe("thr", _started("thr", "T1"), now + 2)
+    bridge.watchdogs.traffic(["thr"], now + 5)
+    question = daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "q"}})
+    assert record.pending == {question.request_id: question}
+    live = daemon.registry.liveness("thr", now + 8)
+    assert (live.turn_id, live.turn_age_s, live.silence_s, live.start_pending) == ("T1", 6, 3, False)
+    assert live.waiting == (question,) and live.waiting_count == 1
+    daemon.interactions.resolve(question.request_id, "client")
+    assert record.pending == {} and daemon.registry.liveness("thr", now + 8).waiting_count == 0
+    daemon.registry.release("thr", bridge, Cause.RELEASED)
+    assert record.watch is None and "thr" not in bridge.watchdogs.watched
+    assert daemon.registry.liveness("thr", now + 9).turn_id is None
+
+
+async def test_a_stall_warning_names_the_records_oldest_pending_request() -> None:
+    daemon, bridge = _in_process()
+    bridge.watchdogs.observe("thr", _started("thr", "T1"), 0)
+    daemon.interactions.add("item/tool/call", "p", {"threadId": "thr", "tool": "t"})
+    daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "approval"}})
+    (warning,) = bridge.watchdogs.sweep(trio.current_time() + bridge.watchdogs.stall_timeout_s)
+    assert warning["code"] == "turn_waiting_on_client" and warning["details"]["kind"] == "tool_call"
+
+
+async def test_a_thread_no_client_constructed_gets_a_record_without_a_provider() -> None:
+    """A turn started (or dispatched) on a thread the daemon never constructed is watched; its record routes
+    nothing and lends no tools, and a bridge exit lets it go, record and all."""
+    daemon, bridge = _in_process()
+    bridge.watchdogs.observe("thr_heard", _started("thr_heard", "T1"), 0)
+    bridge.watchdogs.turn_dispatched("thr_asked", 0)
+    assert daemon.registry.provider_of("thr_heard") is None and not daemon.registry.on_provider("thr_heard", "p")
+    codes = [e["code"] for e in bridge.watchdogs.sweep(bridge.watchdogs.stall_timeout_s)]
+    assert codes == ["provider_turn_start_timeout", "provider_turn_stalled"]
+    assert sorted(daemon.registry.of_bridge(bridge)) == ["thr_asked", "thr_heard"]  # neither is a member
+    for thread_id in list(daemon.registry.of_bridge(bridge)):
+        daemon.registry.release(thread_id, bridge, Cause.BRIDGE_EXITED, "gone")
+    assert daemon.registry.records == {} and bridge.watchdogs.watched == {}
+
+
+async def test_a_request_that_names_no_thread_is_in_no_record() -> None:
+    daemon, _ = _in_process()
+    pending = daemon.interactions.add("interaction/request", "p", {"payload": {"kind": "approval"}})
+    assert daemon.registry.records == {} and daemon.interactions.of_provider("p") == [pending]
+    daemon.interactions.resolve(pending.request_id, "client")
+    assert daemon.interactions.open == {} and pending.done.is_set()
