@@ -153,3 +153,21 @@ async def test_a_request_that_names_no_thread_is_in_no_record() -> None:
     assert daemon.registry.records == {} and daemon.interactions.of_provider("p") == [pending]
     daemon.interactions.resolve(pending.request_id, "client")
     assert daemon.interactions.open == {} and pending.done.is_set()
+
+
+async def test_a_watch_lasts_while_a_turn_is_armed_and_a_providerless_record_while_it_holds_something() -> None:
+    """An idle thread costs its bridge nothing: the watch goes when its last turn settles (a dispatch that
+    failed, a completed turn), and a record no client constructed goes when its watch and requests have."""
+    daemon, bridge = _in_process()
+    daemon.registry.construct("thr", "p", object(), bridge)
+    bridge.watchdogs.turn_dispatched("thr", 0)
+    bridge.watchdogs.dispatch_failed("thr")
+    assert daemon.registry.records["thr"].watch is None and bridge.watchdogs.watched == {}
+    bridge.watchdogs.observe("thr_heard", _started("thr_heard", "T1"), 0)
+    asked = daemon.interactions.add("interaction/request", "p", {"threadId": "thr_heard", "payload": {"kind": "q"}})
+    completed = {**_started("thr_heard", "T1"), "type": "turn/completed", "status": "completed"}
+    bridge.watchdogs.observe("thr_heard", completed, 1)
+    assert daemon.registry.records["thr_heard"].pending == {asked.request_id: asked}  # the request holds it
+    assert bridge.watchdogs.watched == {}
+    daemon.interactions.resolve(asked.request_id, "client")
+    assert list(daemon.registry.records) == ["thr"]

@@ -185,6 +185,7 @@ class Interactions:
             raise rpc.RpcError(errors.UNKNOWN_REQUEST, f"No pending request {request_id!r} (see thread/pending)")
         if pending.thread_id is not None and (thread := self._threads.records.get(pending.thread_id)) is not None:
             thread.pending.pop(request_id, None)
+            self._threads.drop_if_empty(thread)
         pending.result, pending.error = (result if result is not None else msgspec.Raw(b"null")), error
         pending.resolved_by, pending.resolved_at, pending.resolved_client = by, time.time(), client
         pending.done.set()

@@ -10,8 +10,10 @@ turn not yet started, its open turns, when its bridge was last heard from) and i
 A thread no client constructed still gets a record when its bridge arms a watchdog for it (a `turn/start` on a
 thread the daemon never constructed, a thread learnt from `thread/identity` that starts a turn) or asks a
 person for it (`record`): it has no provider, owner or tools (`provider_id` is None, so it routes nothing and
-lends no tools), and its release drops it once it holds nothing. A pending request that names no thread is in
-no record: `Interactions` (by request id) still holds and answers it.
+lends no tools), and it lasts only while it holds something (`drop_if_empty`: a watch armed, a pending
+request), so a bridge's unknown threads cost nothing once idle. A thread's watch itself lasts while something is
+armed (a dispatched turn, an open turn): its bridge's watchdogs drop it when the last settles. A pending request
+that names no thread is in no record: `Interactions` (by request id) still holds and answers it.
 
 Three structures are indexed otherwise for speed and stay where they are, the registry owning their lifetime:
 the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery, which stamps every
@@ -78,7 +80,7 @@ LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
 }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ThreadRecord:
     """One thread the daemon serves: what its construction said, and what is live on it."""
 
@@ -86,7 +88,7 @@ class ThreadRecord:
     provider_id: str | None  # the provider of its latest construction; None: no client constructed it
     owner: ClientSink | None = None  # the client of its latest construction, while it is connected
     tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
-    watch: Watch | None = None  # its watchdog state, from its first dispatched or started turn until a release
+    watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
     pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
 
 
@@ -216,7 +218,7 @@ class ThreadRegistry:
     def release(self, thread_id: str, bridge: BridgeProcess, cause: Cause, message: str = "") -> list[Event]:
         """Let the thread go from `bridge` for `cause`, clearing what `LETS_GO` names; returns the events that
         settle its open work as failed (a bridge exit, with `message`; none otherwise). A record no client
-        constructed goes too once it holds nothing."""
+        constructed goes too if it holds nothing else."""
         pieces = LETS_GO[cause]
         record = self.records.get(thread_id)
         settlement: list[Event] = []
@@ -235,6 +237,10 @@ class ThreadRegistry:
         if record is not None:
             if Piece.TOOLS in pieces:
                 record.tools = {}
-            if record.provider_id is None and record.watch is None and not record.pending:
-                del self.records[thread_id]
+            self.drop_if_empty(record)
         return settlement
+
+    def drop_if_empty(self, record: ThreadRecord) -> None:
+        """A record no client constructed lasts while it holds something: a watch armed, a pending request."""
+        if record.provider_id is None and record.watch is None and not record.pending:
+            self.records.pop(record.thread_id, None)

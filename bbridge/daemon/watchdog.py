@@ -1,8 +1,9 @@
 """Turn-start and turn-stall watchdogs (daemon.md §5, protocol.md §9.7), pure.
 
 A thread's watchdog state (`Watch`: its dispatched turn not yet started, its open turns, when its bridge was
-last heard from) is kept in its record (`threads.ThreadRecord.watch`); `Watchdogs` is one bridge's sweeper, with
-its provider's timeouts, over the threads it armed (`watched`). The daemon's timers call `sweep(now)`;
+last heard from) is kept in its record (`threads.ThreadRecord.watch`) while something is armed (a dispatched or
+open turn); `Watchdogs` is one bridge's sweeper, with its provider's timeouts, over the threads it armed
+(`watched`), and drops a thread's watch when its last turn settles. The daemon's timers call `sweep(now)`;
 everything else is fed from the request path (`turn_dispatched`) and the delivered events (`observe`,
 `traffic`). A thread no client constructed (a `turn/start` on a thread the daemon never constructed, a thread
 learnt from `thread/identity`) gets its record made here when it is armed (`ThreadRegistry.record`). Times are
@@ -26,13 +27,13 @@ def _round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingStart:
     since: float
     fired: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenTurn:
     turn_id: str
     started: float
@@ -40,7 +41,7 @@ class OpenTurn:
     warned: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Watch:
     """One thread's watchdog state, kept in its record until `release` clears it."""
 
@@ -79,16 +80,26 @@ class Watchdogs:
         self.watched[thread_id] = None
         return watch
 
-    def _watch(self, thread_id: str) -> Watch | None:
+    def _disarm(self, thread_id: str, turn_id: str | None = None) -> None:
+        """The thread's dispatched turn is settled (and `turn_id` closed); a watch left with nothing armed goes
+        from its record, and the bridge stops sweeping the thread."""
         record = self._records.get(thread_id)
-        return None if record is None else record.watch
+        watch = None if record is None else record.watch
+        if record is None or watch is None:
+            return
+        watch.start = None
+        if turn_id is not None:
+            watch.turns.pop(turn_id, None)
+        if not watch.turns:
+            record.watch = None
+            self.watched.pop(thread_id, None)
+            self._threads.drop_if_empty(record)
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
         self._arm(thread_id).start = PendingStart(now)
 
     def dispatch_failed(self, thread_id: str) -> None:
-        if (watch := self._watch(thread_id)) is not None:
-            watch.start = None
+        self._disarm(thread_id)
 
     def forget(self, thread_id: str) -> None:
         """This bridge no longer sweeps the thread (`ThreadRegistry.release` clears its state)."""
@@ -99,28 +110,26 @@ class Watchdogs:
         records = self._records
         for thread_id in thread_ids:
             record = records.get(thread_id)
-            if record is not None and (watch := record.watch) is not None and watch.turns:
-                watch.heard = now
+            if record is not None and (watch := record.watch) is not None:
+                watch.heard = now  # with no turn open yet it is older than the next turn's start: not applied
 
     def observe(self, thread_id: str, event: Event, now: float) -> None:
         kind = event["type"]
         if kind == "turn/started" or kind == "turn/completed":
-            watch = self._arm(thread_id) if kind == "turn/started" else self._watch(thread_id)
-            if watch is None:
-                return
-            watch.start = None
-            if event["scope"]["kind"] == "turn":
-                turn_id = event["scope"]["turnId"]
-                if kind == "turn/started":
-                    watch.turns[turn_id] = OpenTurn(turn_id, now, now)
-                else:
-                    watch.turns.pop(turn_id, None)
-        elif kind == "provider/error" and event.get("willRetry") is not True and (watch := self._watch(thread_id)):
-            watch.start = None
+            scope = event["scope"]
+            turn_id = scope["turnId"] if scope["kind"] == "turn" else None
+            if kind == "turn/completed" or turn_id is None:
+                self._disarm(thread_id, turn_id)
+            else:
+                watch = self._arm(thread_id)
+                watch.start = None
+                watch.turns[turn_id] = OpenTurn(turn_id, now, now)
+        elif kind == "provider/error" and event.get("willRetry") is not True:
+            self._disarm(thread_id)
 
     def sweep(self, now: float) -> list[Event]:
         """Events due now: at most one per stalled dispatch, one per silent turn until traffic (the dispatches
-        first). A thread with nothing armed any more is no longer swept.
+        first). A thread whose watch went (released meanwhile from another bridge) is no longer swept.
 
         A turn whose thread waits on a client (its record's pending requests: an approval, a question, a tool
         call) is not stalled: its warning says what it waits on and for how long, with code
@@ -129,7 +138,7 @@ class Watchdogs:
         for thread_id in list(self.watched):
             record = self._records.get(thread_id)
             watch = None if record is None else record.watch
-            if record is None or watch is None or (watch.start is None and not watch.turns):
+            if record is None or watch is None:
                 del self.watched[thread_id]
             else:
                 armed.append((record, watch))
