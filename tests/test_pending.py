@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.journal import Journal
 from bbridge.daemon.pending import Interactions, policy_answer
+from bbridge.daemon.threads import ThreadRegistry
+from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, rpc
 from tests.conftest import REPO
 from tests.support import FULL, connect, fake_provider, running
@@ -183,7 +185,8 @@ def test_every_request_is_resolved_exactly_once(ops: list[tuple[str, int]]) -> N
 
     async def main() -> None:
         lines: list[bytes] = []
-        registry = Interactions(lines.extend)
+        threads = ThreadRegistry(Tracker())
+        registry = Interactions(lines.extend, threads)
         opened: list[Any] = []
         answers: dict[str, list[Any]] = {}
         connected = True
@@ -220,7 +223,7 @@ def test_every_request_is_resolved_exactly_once(ops: list[tuple[str, int]]) -> N
                 elif opened and op == "timeout" and not connected:
                     policy(opened[n % len(opened)], "timeout", "daemon:timeout")
                 elif op == "stop":
-                    for pending in registry.of_thread(f"t{n % 3}"):
+                    for pending in threads.waiting(f"t{n % 3}"):
                         policy(pending, "stopped", "daemon:thread-stop")
                 elif op == "exit":
                     for pending in registry.of_provider("p"):
@@ -238,13 +241,13 @@ def test_every_request_is_resolved_exactly_once(ops: list[tuple[str, int]]) -> N
         ]
         assert sorted(resolved) == sorted(p.request_id for p in opened)  # each exactly once
         assert all(len(answers[p.request_id]) == 1 for p in opened)
-        assert registry.open == {}
+        assert registry.open == {} and not any(record.pending for record in threads.records.values())
 
     trio.run(main)
 
 
 def test_policy_answers_are_valid_for_their_payload_kind() -> None:
-    registry = Interactions(lambda lines: None)
+    registry = Interactions(lambda lines: None, ThreadRegistry(Tracker()))
 
     async def main() -> None:
         approval = registry.add("interaction/request", "p", {"payload": {"kind": "approval"}})

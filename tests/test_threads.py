@@ -45,8 +45,8 @@ async def test_a_release_lets_go_of_the_bridge_side_and_keeps_the_record() -> No
     owner = object()
     _busy(daemon, bridge, owner)
     assert daemon.registry.release("thr", bridge, Cause.RELEASED) == []
-    assert "thr" not in bridge.threads and not bridge.watchdogs.pending_start("thr")
-    assert bridge.watchdogs.open_turn("thr") is None and not bridge.guard._threads.get("thr")
+    assert "thr" not in bridge.threads and daemon.registry.records["thr"].watch is None
+    assert "thr" not in bridge.watchdogs.watched and not bridge.guard._threads.get("thr")
     assert daemon.registry.tools_of("thr") == {}
     # kept: the provider routes a later request, the owner is asked first, the open work is still shown
     assert daemon.registry.provider_of("thr") == "p" and daemon.registry.owner_of("thr") is owner
@@ -60,7 +60,7 @@ async def test_a_bridge_exit_settles_open_work_and_keeps_the_tools() -> None:
     settled = daemon.registry.release("thr", bridge, Cause.BRIDGE_EXITED, "gone")
     assert [e["type"] for e in settled] == ["provider/error", "turn/completed"]
     assert settled[0]["message"] == "gone" and settled[0]["providerThreadId"] == "prov-thr"
-    assert daemon.tracker.open_turns("thr") == [] and not bridge.watchdogs.pending_start("thr")
+    assert daemon.tracker.open_turns("thr") == [] and daemon.registry.records["thr"].watch is None
     assert list(daemon.registry.tools_of("thr")) == ["t"]  # for the next bridge process of the provider
 
 
@@ -93,3 +93,81 @@ async def test_a_stop_with_intent_release_through_the_daemon(tmp_path: Path) -> 
             with trio.fail_after(10):
                 await client.wait_for(lambda: client.types(THREAD).count("turn/completed") >= 2)
             assert daemon.counters.tool_calls_refused == 1
+
+
+def _started(thread: str, turn: str) -> dict[str, Any]:
+    return {"type": "turn/started", "threadId": thread, "scope": {"kind": "turn", "turnId": turn}}
+
+
+async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> None:
+    """The watchdog state and the open requests are the record's: the live read answers from it, a resolution
+    leaves it, a release clears the watch and stops the bridge sweeping the thread."""
+    daemon, bridge = _in_process()
+    daemon.registry.construct("thr", "p", object(), bridge)
+    now = 0.0
+    bridge.watchdogs.turn_dispatched("thr", now)
+    record = daemon.registry.records["thr"]
+    assert record.watch is not None and record.watch.start is not None and "thr" in bridge.watchdogs.watched
+    assert daemon.registry.liveness("thr", now + 1).start_pending
+    bridge.watchdogs.observe("thr", _started("thr", "T1"), now + 2)
+    bridge.watchdogs.traffic(["thr"], now + 5)
+    question = daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "q"}})
+    assert record.pending == {question.request_id: question}
+    live = daemon.registry.liveness("thr", now + 8)
+    assert (live.turn_id, live.turn_age_s, live.silence_s, live.start_pending) == ("T1", 6, 3, False)
+    assert live.waiting == (question,) and live.waiting_count == 1
+    daemon.interactions.resolve(question.request_id, "client")
+    assert record.pending == {} and daemon.registry.liveness("thr", now + 8).waiting_count == 0
+    daemon.registry.release("thr", bridge, Cause.RELEASED)
+    assert record.watch is None and "thr" not in bridge.watchdogs.watched
+    assert daemon.registry.liveness("thr", now + 9).turn_id is None
+
+
+async def test_a_stall_warning_names_the_records_oldest_pending_request() -> None:
+    daemon, bridge = _in_process()
+    bridge.watchdogs.observe("thr", _started("thr", "T1"), 0)
+    daemon.interactions.add("item/tool/call", "p", {"threadId": "thr", "tool": "t"})
+    daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "approval"}})
+    (warning,) = bridge.watchdogs.sweep(trio.current_time() + bridge.watchdogs.stall_timeout_s)
+    assert warning["code"] == "turn_waiting_on_client" and warning["details"]["kind"] == "tool_call"
+
+
+async def test_a_thread_no_client_constructed_gets_a_record_without_a_provider() -> None:
+    """A turn started (or dispatched) on a thread the daemon never constructed is watched; its record routes
+    nothing and lends no tools, and a bridge exit lets it go, record and all."""
+    daemon, bridge = _in_process()
+    bridge.watchdogs.observe("thr_heard", _started("thr_heard", "T1"), 0)
+    bridge.watchdogs.turn_dispatched("thr_asked", 0)
+    assert daemon.registry.provider_of("thr_heard") is None and not daemon.registry.on_provider("thr_heard", "p")
+    codes = [e["code"] for e in bridge.watchdogs.sweep(bridge.watchdogs.stall_timeout_s)]
+    assert codes == ["provider_turn_start_timeout", "provider_turn_stalled"]
+    assert sorted(daemon.registry.of_bridge(bridge)) == ["thr_asked", "thr_heard"]  # neither is a member
+    for thread_id in list(daemon.registry.of_bridge(bridge)):
+        daemon.registry.release(thread_id, bridge, Cause.BRIDGE_EXITED, "gone")
+    assert daemon.registry.records == {} and bridge.watchdogs.watched == {}
+
+
+async def test_a_request_that_names_no_thread_is_in_no_record() -> None:
+    daemon, _ = _in_process()
+    pending = daemon.interactions.add("interaction/request", "p", {"payload": {"kind": "approval"}})
+    assert daemon.registry.records == {} and daemon.interactions.of_provider("p") == [pending]
+    daemon.interactions.resolve(pending.request_id, "client")
+    assert daemon.interactions.open == {} and pending.done.is_set()
+
+
+async def test_a_watch_lasts_while_a_turn_is_armed_and_a_providerless_record_while_it_holds_something() -> None:
+    """An idle thread costs its bridge nothing: the watch goes when its last turn settles (a dispatch that
+    failed, a completed turn), and a record no client constructed goes when its watch and requests have."""
+    daemon, bridge = _in_process()
+    daemon.registry.construct("thr", "p", object(), bridge)
+    bridge.watchdogs.turn_dispatched("thr", 0)
+    bridge.watchdogs.dispatch_failed("thr")
+    assert daemon.registry.records["thr"].watch is None and bridge.watchdogs.watched == {}
+    bridge.watchdogs.observe("thr_heard", _started("thr_heard", "T1"), 0)
+    asked = daemon.interactions.add("interaction/request", "p", {"threadId": "thr_heard", "payload": {"kind": "q"}})
+    completed = {**_started("thr_heard", "T1"), "type": "turn/completed", "status": "completed"}
+    bridge.watchdogs.observe("thr_heard", completed, 1)
+    assert daemon.registry.records["thr_heard"].pending == {asked.request_id: asked}  # the request holds it
+    assert bridge.watchdogs.watched == {}
+    daemon.interactions.resolve(asked.request_id, "client")
+    assert list(daemon.registry.records) == ["thr"]

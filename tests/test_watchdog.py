@@ -5,7 +5,14 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from bbridge.daemon.threads import ThreadRegistry
+from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
+
+
+def watchdogs(start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> Watchdogs:
+    """A bridge's watchdogs over a registry of their own."""
+    return Watchdogs(ThreadRegistry(Tracker()), start_timeout_s, stall_timeout_s)
 
 
 def started(thread: str, turn: str) -> dict[str, object]:
@@ -22,7 +29,7 @@ def completed(thread: str, turn: str) -> dict[str, object]:
 
 
 def test_turn_start_fires_once_per_stalled_dispatch_at_the_threshold() -> None:
-    dogs = Watchdogs(start_timeout_s=120)
+    dogs = watchdogs(start_timeout_s=120)
     dogs.turn_dispatched("t", 0)
     assert dogs.sweep(119.9) == []
     fired = dogs.sweep(120)
@@ -35,24 +42,25 @@ def test_turn_start_fires_once_per_stalled_dispatch_at_the_threshold() -> None:
 
 
 def test_turn_start_is_cleared_by_started_completed_or_a_final_error() -> None:
-    dogs = Watchdogs(start_timeout_s=10)
+    registry = ThreadRegistry(Tracker())
+    dogs = Watchdogs(registry, start_timeout_s=10)
     for clear in (started("t", "a"), completed("t", "a"), {"type": "provider/error", "message": "x"}):
         dogs.turn_dispatched("t", 0)
         dogs.observe("t", clear, 1)
-        assert dogs.sweep(100) == [] and not dogs.pending_start("t")
+        assert dogs.sweep(100) == [] and not registry.liveness("t", 100).start_pending
     dogs.turn_dispatched("t", 0)
     dogs.observe("t", {"type": "provider/error", "message": "x", "willRetry": True}, 1)
     assert len(dogs.sweep(100)) == 1
 
 
 def test_threshold_is_rounded_half_up_in_the_message() -> None:
-    dogs = Watchdogs(start_timeout_s=2.5)
+    dogs = watchdogs(start_timeout_s=2.5)
     dogs.turn_dispatched("t", 0)
     assert "within 3s" in dogs.sweep(3)[0]["message"]
 
 
 def test_stall_warns_once_and_traffic_rearms() -> None:
-    dogs = Watchdogs(stall_timeout_s=600)
+    dogs = watchdogs(stall_timeout_s=600)
     dogs.observe("t", started("t", "a"), 0)
     assert dogs.sweep(599) == []
     warned = dogs.sweep(600)
@@ -65,7 +73,7 @@ def test_stall_warns_once_and_traffic_rearms() -> None:
 
 
 def test_forget_drops_everything_for_a_thread() -> None:
-    dogs = Watchdogs(start_timeout_s=1, stall_timeout_s=1)
+    dogs = watchdogs(start_timeout_s=1, stall_timeout_s=1)
     dogs.turn_dispatched("t", 0)
     dogs.observe("t", started("t", "a"), 0)
     dogs.forget("t")
@@ -73,7 +81,7 @@ def test_forget_drops_everything_for_a_thread() -> None:
 
 
 async def test_a_sweep_loop_fires_on_the_autojump_clock(autojump_clock: trio.testing.MockClock) -> None:
-    dogs = Watchdogs(start_timeout_s=120)
+    dogs = watchdogs(start_timeout_s=120)
     fired: list[dict[str, object]] = []
     dogs.turn_dispatched("t", trio.current_time())
 

@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 import structlog
@@ -31,6 +31,9 @@ from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, process, protocol, rpc, tee
 from bbridge.wire.delta_decoder import DELTA_LINES
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RECORD_ENV, RUNTIME_TO_BRIDGE, Recorder, RuntimeScoper
+
+if TYPE_CHECKING:
+    from bbridge.daemon.threads import ThreadRegistry
 
 log = structlog.get_logger("bbridge.daemon.bridge")
 
@@ -115,6 +118,8 @@ class ExitStatus:
 class BridgeHost(Protocol):
     """What a bridge process needs from the daemon (implemented by `Daemon`)."""
 
+    registry: ThreadRegistry  # its threads' records, where its watchdogs keep their state
+
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None: ...
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any: ...
@@ -124,8 +129,6 @@ class BridgeHost(Protocol):
     async def on_watchdog(self, bridge: BridgeProcess, events: list[dict[str, Any]]) -> None: ...
 
     def on_status(self, bridge: BridgeProcess) -> None: ...
-
-    def waiting_on(self, thread_id: str) -> tuple[str, float] | None: ...
 
     def open_delivery(self, bridge: BridgeProcess) -> Delivery: ...
 
@@ -186,7 +189,7 @@ class BridgeProcess:
         )
         self.guard = Guard()
         self.delivery = host.open_delivery(self)
-        self.watchdogs = Watchdogs(config.turn_start_timeout_s, config.turn_stall_timeout_s)
+        self.watchdogs = Watchdogs(host.registry, config.turn_start_timeout_s, config.turn_stall_timeout_s)
         self.threads: set[str] = set()
         self.started_at = trio.current_time()
         self.stopping = False
@@ -370,7 +373,7 @@ class BridgeProcess:
         interval = self.config.turn_start_sweep_s
         while not self._finished.is_set():
             await trio.sleep(interval)
-            if self.state == "ready" and (due := self.watchdogs.sweep(trio.current_time(), self.host.waiting_on)):
+            if self.state == "ready" and (due := self.watchdogs.sweep(trio.current_time())):
                 await self.host.on_watchdog(self, due)
 
     async def terminate(self, kill_grace: float = KILL_GRACE_S) -> None:

@@ -17,6 +17,10 @@ client is told when a request opens (`interaction/opened`) and when it is resolv
 with who or what resolved it: the connection's name and the `client` it named in `initialize`, or the daemon's
 policy); `thread/pending` lists what is open. The history of each thread's resolutions
 is kept (bounded) and, with `--journal`, appended to `<thread>.interactions.ndjson` beside its events.
+
+`Interactions` holds every open request by its `requestId` (answers name it); a request of a thread is also in
+that thread's record (`ThreadRecord.pending`) while it is open, which answers the per-thread questions (what a
+thread waits on, the oldest, how many). A request that names no thread is in no record.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -36,6 +40,9 @@ import trio
 
 from bbridge.daemon.journal import file_name
 from bbridge.wire import errors, rpc
+
+if TYPE_CHECKING:
+    from bbridge.daemon.threads import ThreadRegistry
 
 log = structlog.get_logger("bbridge.daemon.pending")
 
@@ -119,8 +126,11 @@ def policy_answer(pending: Pending, reason: str) -> tuple[msgspec.Raw | None, rp
 class Interactions:
     """The open requests of every thread, their resolution, and the history of how each was resolved."""
 
-    def __init__(self, broadcast: Callable[[list[bytes]], Any], directory: Path | None = None) -> None:
+    def __init__(
+        self, broadcast: Callable[[list[bytes]], Any], threads: ThreadRegistry, directory: Path | None = None
+    ) -> None:
         self._broadcast = broadcast
+        self._threads = threads
         self._directory = directory
         self._ids = itertools.count(1)
         self._entropy = f"{int(time.time() * 1000):x}"
@@ -147,6 +157,8 @@ class Interactions:
             trio.current_time(),
         )
         self.open[request_id] = pending
+        if thread_id is not None:
+            self._threads.record(thread_id).pending[request_id] = pending
         self.opened_count += 1
         view = {k: v for k, v in pending.view(pending.opened).items() if k != "ageS"}
         self._broadcast([rpc.encode_notification("interaction/opened", view)])
@@ -171,6 +183,9 @@ class Interactions:
                     f"Request {request_id!r} was already resolved by {first}; your answer was not used",
                 )
             raise rpc.RpcError(errors.UNKNOWN_REQUEST, f"No pending request {request_id!r} (see thread/pending)")
+        if pending.thread_id is not None and (thread := self._threads.records.get(pending.thread_id)) is not None:
+            thread.pending.pop(request_id, None)
+            self._threads.drop_if_empty(thread)
         pending.result, pending.error = (result if result is not None else msgspec.Raw(b"null")), error
         pending.resolved_by, pending.resolved_at, pending.resolved_client = by, time.time(), client
         pending.done.set()
@@ -185,16 +200,14 @@ class Interactions:
             result, error = policy_answer(pending, reason)
             self.resolve(pending.request_id, by, result, error)
 
-    def of_thread(self, thread_id: str) -> list[Pending]:
-        return [p for p in self.open.values() if p.thread_id == thread_id]
-
     def of_provider(self, provider_id: str) -> list[Pending]:
         return [p for p in self.open.values() if p.provider_id == provider_id]
 
     def listing(self, thread_id: str | None) -> dict[str, Any]:
         """`thread/pending`: what is open (one thread's, or all), and the thread's recent resolutions."""
         now = trio.current_time()
-        open_ = [p.view(now) for p in self.open.values() if thread_id is None or p.thread_id == thread_id]
+        asked = self.open.values() if thread_id is None else self._threads.waiting(thread_id)
+        open_ = [p.view(now) for p in asked]
         result: dict[str, Any] = {"pending": open_}
         if thread_id is not None:
             result["resolved"] = list(self._history(thread_id))

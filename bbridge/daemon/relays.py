@@ -202,7 +202,7 @@ class RelayMixin(DaemonState):
     async def resolve_thread(self, thread_id: str, reason: str) -> None:
         """A `thread/stop`: the thread's pending requests are resolved before the stop goes to the bridge (two
         checkpoints: every answer's task, woken here, has written its answer before the caller writes the stop)."""
-        waiting = self.interactions.of_thread(thread_id)
+        waiting = self.registry.waiting(thread_id)
         for pending in waiting:
             self._by_policy(pending, reason, "daemon:thread-stop")
         if waiting:

@@ -74,13 +74,13 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
         self.bridges: dict[str, BridgeProcess] = {}
         self.start_failures: dict[str, str] = {}
-        self.registry = ThreadRegistry(self.tracker)  # every thread's provider, owner and tools; where it is let go
+        self.registry = ThreadRegistry(self.tracker)  # every thread's record (where it is let go) and live state
         self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.clients: list[ClientSink] = []
         self.client_info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.clients_changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
-        self.interactions = Interactions(self._broadcast, self.journal.directory)
+        self.interactions = Interactions(self._broadcast, self.registry, self.journal.directory)
         self.extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
             for pid, cfg in providers.items()
@@ -214,14 +214,6 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                 log.warning("settled open work of a dead bridge", threadId=thread_id, providerId=bridge.provider_id)
                 self._publish(thread_id, bridge.provider_id, events)
                 self._advise(bridge, thread_id, message)
-
-    def waiting_on(self, thread_id: str) -> tuple[str, float] | None:
-        """The kind and age of the oldest request a thread waits on (a client's answer, not the bridge)."""
-        waiting = self.interactions.of_thread(thread_id)
-        if not waiting:
-            return None
-        oldest = min(waiting, key=lambda p: p.opened)
-        return oldest.kind, trio.current_time() - oldest.opened
 
     async def on_watchdog(self, bridge: BridgeProcess, events: list[Event]) -> None:
         for event in events:

@@ -1,7 +1,8 @@
 """`daemon/status`: the daemon, its providers, counters, configuration and journal, and a live view of every
 thread — its open turn and that turn's age, how long since its bridge last sent anything for it, what it waits
 on (pending approvals, questions and tool calls, each with its age), the clients attached, its bridge's pid and
-state."""
+state. A thread's live part is read from its record (`ThreadRegistry.liveness`); a row that names no bridge (no
+client constructed the thread, or its provider has no bridge running) shows no turn and no pending start."""
 
 from __future__ import annotations
 
@@ -62,14 +63,15 @@ class StatusMixin(DaemonState):
     def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
         tracked = self.tracker.threads()
         known = dict(self.journal.threads())
-        for pending in self.interactions.open.values():
-            if pending.thread_id is not None:
-                known.setdefault(pending.thread_id, 0)
+        for thread_id, record in self.registry.records.items():
+            if record.pending:
+                known.setdefault(thread_id, 0)
         for thread_id, last_seq in sorted(known.items()):
             provider_id = self.registry.provider_of(thread_id)
             bridge = self.bridges.get(provider_id) if provider_id else None
             work = tracked.get(thread_id)
-            turn = bridge.watchdogs.open_turn(thread_id) if bridge else None
+            live = self.registry.liveness(thread_id, now)
+            turn_age, silence = (live.turn_age_s, live.silence_s) if bridge else (None, None)
             owner = self.registry.owner_of(thread_id)
             yield {
                 "threadId": thread_id,
@@ -77,16 +79,15 @@ class StatusMixin(DaemonState):
                 "providerThreadId": self.registry.provider_threads.get(thread_id),
                 "openTurns": list(work.open_turns) if work else [],
                 "openItems": list(work.open_items) if work else [],
-                "openTurn": None if turn is None else {"turnId": turn.turn_id, "ageS": round(now - turn.started, 3)},
-                "sinceBridgeS": None if turn is None else round(now - turn.last_activity, 3),
+                "openTurn": None if turn_age is None else {"turnId": live.turn_id, "ageS": round(turn_age, 3)},
+                "sinceBridgeS": None if silence is None else round(silence, 3),
                 "waitingOn": [
-                    {"requestId": p.request_id, "kind": p.kind, "ageS": round(now - p.opened, 3)}
-                    for p in self.interactions.of_thread(thread_id)
+                    {"requestId": p.request_id, "kind": p.kind, "ageS": round(now - p.opened, 3)} for p in live.waiting
                 ],
                 "clients": {"owner": owner.name if owner is not None else None, "connected": len(self.clients)},
                 "bridge": None if bridge is None else {"pid": bridge.pid, "state": bridge.state},
                 "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
-                "pendingTurnStart": bridge.watchdogs.pending_start(thread_id) if bridge else False,
+                "pendingTurnStart": live.start_pending if bridge else False,
                 "bridgeMistakes": self.mistakes.of_thread(thread_id),
                 "lastSeq": last_seq,
             }

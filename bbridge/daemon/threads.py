@@ -1,12 +1,25 @@
 """Every thread the daemon serves, one record each, and `release`: the one place a thread is let go.
 
-A thread's record (`ThreadRecord`) holds what the daemon learnt when a client constructed it: its provider (which
-routes a later request that names none), the client that owns it (asked first by the thread's bridge requests)
-and the tools it declared. Three structures are indexed otherwise for speed and stay where they are, the registry
-owning their lifetime: the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery,
-which stamps every event from it and updates it on a `thread/identity` event), a bridge's members
-(`BridgeProcess.threads`, which a read's traffic joins in one set union) and its watchdogs (`Watchdogs`, swept
-per bridge with its provider's timeouts); the open work (`Tracker`) is fed per lifecycle event.
+A thread's record (`ThreadRecord`) holds what the daemon learnt when a client constructed it — its provider
+(which routes a later request that names none), the client that owns it (asked first by the thread's bridge
+requests) and the tools it declared — and what is live on it: its watchdog state (`watchdog.Watch`: a dispatched
+turn not yet started, its open turns, when its bridge was last heard from) and its open pending requests (the
+`pending.Pending` the thread waits on a person for, oldest first). `liveness` reads the live part for
+`daemon/status` (and, next, a web page and metrics).
+
+A thread no client constructed still gets a record when its bridge arms a watchdog for it (a `turn/start` on a
+thread the daemon never constructed, a thread learnt from `thread/identity` that starts a turn) or asks a
+person for it (`record`): it has no provider, owner or tools (`provider_id` is None, so it routes nothing and
+lends no tools), and it lasts only while it holds something (`drop_if_empty`: a watch armed, a pending
+request), so a bridge's unknown threads cost nothing once idle. A thread's watch itself lasts while something is
+armed (a dispatched turn, an open turn): its bridge's watchdogs drop it when the last settles. A pending request
+that names no thread is in no record: `Interactions` (by request id) still holds and answers it.
+
+Three structures are indexed otherwise for speed and stay where they are, the registry owning their lifetime:
+the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery, which stamps every
+event from it and updates it on a `thread/identity` event), a bridge's members (`BridgeProcess.threads`, which a
+read's traffic joins in one set union) and the threads each bridge's watchdogs sweep (`Watchdogs.watched`, with
+its provider's timeouts, over the records' state); the open work (`Tracker`) is fed per lifecycle event.
 
 What each way of letting a thread go clears is `LETS_GO`, read by `release`. What a thread is not let go of:
 
@@ -15,7 +28,8 @@ What each way of letting a thread go clears is `LETS_GO`, read by `release`. Wha
 * its owner: cleared only when the owning client goes away (`owner_left`), never by a release;
 * its pending requests: resolved by policy before a `thread/stop` (any intent) is sent
   (`RelayMixin.resolve_thread`) and, for a bridge that exits, by provider before its threads are let go
-  (`RelayMixin.resolve_provider`: a request may name no thread);
+  (`RelayMixin.resolve_provider`: a request may name no thread); each resolution leaves the record
+  (`Interactions.resolve`), so a released thread's record holds none unless its bridge asked again meanwhile;
 * its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
   per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
 
@@ -35,7 +49,9 @@ if TYPE_CHECKING:
     from bbridge.daemon.base import ClientSink
     from bbridge.daemon.bridge import BridgeProcess
     from bbridge.daemon.declared_tools import Tool
+    from bbridge.daemon.pending import Pending
     from bbridge.daemon.tracker import Tracker
+    from bbridge.daemon.watchdog import Watch
 
 
 class Cause(enum.Enum):
@@ -49,7 +65,7 @@ class Piece(enum.Enum):
     """A part of a thread's state that a release may clear."""
 
     TOOLS = "tools"  # the declared dynamicTools
-    WATCHDOGS = "watchdogs"  # its pending turn start, open turns and last traffic in its bridge's watchdogs
+    WATCHDOGS = "watchdogs"  # its watch (pending turn start, open turns, last traffic); its bridge stops sweeping it
     TRACKER = "tracker"  # its open work, settled as failed
     GUARD = "guard"  # its grammar guard state in its bridge
     MEMBERSHIP = "membership"  # its place in `BridgeProcess.threads`
@@ -64,14 +80,31 @@ LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
 }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ThreadRecord:
-    """One thread a client constructed through this daemon."""
+    """One thread the daemon serves: what its construction said, and what is live on it."""
 
     thread_id: str
-    provider_id: str  # the provider of its latest construction
+    provider_id: str | None  # the provider of its latest construction; None: no client constructed it
     owner: ClientSink | None = None  # the client of its latest construction, while it is connected
     tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
+    watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
+    pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What a thread is doing now (`ThreadRegistry.liveness`), in seconds."""
+
+    turn_id: str | None  # its newest open turn
+    turn_age_s: float | None  # since that turn started
+    silence_s: float | None  # since its bridge last sent anything for it, while that turn is open
+    start_pending: bool  # a dispatched turn the provider has not started yet
+    waiting: tuple[Pending, ...]  # the requests it waits on a person for, oldest first
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.waiting)
 
 
 class ThreadRegistry:
@@ -108,6 +141,14 @@ class ThreadRegistry:
         if bridge is not None:
             bridge.threads.add(thread_id)
 
+    def record(self, thread_id: str) -> ThreadRecord:
+        """The thread's record; one with no provider for a thread no client constructed, made on first use (a
+        bridge's watchdog armed for it, a pending request of it)."""
+        record = self.records.get(thread_id)
+        if record is None:
+            record = self.records[thread_id] = ThreadRecord(thread_id, None)
+        return record
+
     def owner_left(self, client: ClientSink) -> None:
         """A client went away: its threads have no owner until a construction names one."""
         for record in self.records.values():
@@ -133,6 +174,24 @@ class ThreadRegistry:
         record = self.records.get(thread_id)
         return record is not None and record.provider_id == provider_id
 
+    def waiting(self, thread_id: str) -> list[Pending]:
+        """The requests the thread waits on a person for, oldest first."""
+        record = self.records.get(thread_id)
+        return [] if record is None else list(record.pending.values())
+
+    def liveness(self, thread_id: str, now: float) -> Liveness:
+        """The thread's open turn and its age, its bridge's silence on it, and the requests waiting on a person."""
+        record = self.records.get(thread_id)
+        watch = None if record is None else record.watch
+        turn = None if watch is None else watch.open_turn()
+        return Liveness(
+            None if turn is None else turn.turn_id,
+            None if turn is None else now - turn.started,
+            None if turn is None else now - turn.last_activity,
+            watch is not None and watch.start is not None,
+            () if record is None else tuple(record.pending.values()),
+        )
+
     def by_provider_thread(self, provider_thread_id: object, provider_id: str) -> str | None:
         """The bb thread of a provider thread on that provider."""
         return next(
@@ -145,20 +204,23 @@ class ThreadRegistry:
         )
 
     def of_bridge(self, bridge: BridgeProcess) -> Iterator[str]:
-        """The threads constructed on the bridge's provider, then the bridge's other members."""
+        """The threads constructed on the bridge's provider, then those no client constructed that it serves or
+        watches."""
         for thread_id, record in self.records.items():
             if record.provider_id == bridge.provider_id:
                 yield thread_id
-        for thread_id in bridge.threads:
-            if thread_id not in self.records:
+        for thread_id in bridge.threads.union(bridge.watchdogs.watched):
+            if self.provider_of(thread_id) is None:
                 yield thread_id
 
     # -- letting go ---------------------------------------------------------------------------------------------
 
     def release(self, thread_id: str, bridge: BridgeProcess, cause: Cause, message: str = "") -> list[Event]:
         """Let the thread go from `bridge` for `cause`, clearing what `LETS_GO` names; returns the events that
-        settle its open work as failed (a bridge exit, with `message`; none otherwise)."""
+        settle its open work as failed (a bridge exit, with `message`; none otherwise). A record no client
+        constructed goes too if it holds nothing else."""
         pieces = LETS_GO[cause]
+        record = self.records.get(thread_id)
         settlement: list[Event] = []
         if Piece.TRACKER in pieces:
             streamed = bridge.assembler.streamed_text(thread_id)
@@ -168,8 +230,17 @@ class ThreadRegistry:
             bridge.guard.clear_thread(thread_id)
         if Piece.WATCHDOGS in pieces:
             bridge.watchdogs.forget(thread_id)
+            if record is not None:
+                record.watch = None
         if Piece.MEMBERSHIP in pieces:
             bridge.threads.discard(thread_id)
-        if Piece.TOOLS in pieces and (record := self.records.get(thread_id)) is not None:
-            record.tools = {}
+        if record is not None:
+            if Piece.TOOLS in pieces:
+                record.tools = {}
+            self.drop_if_empty(record)
         return settlement
+
+    def drop_if_empty(self, record: ThreadRecord) -> None:
+        """A record no client constructed lasts while it holds something: a watch armed, a pending request."""
+        if record.provider_id is None and record.watch is None and not record.pending:
+            self.records.pop(record.thread_id, None)

@@ -1,31 +1,39 @@
 """Turn-start and turn-stall watchdogs (daemon.md §5, protocol.md §9.7), pure.
 
-The daemon's timers call `sweep(now)`; everything else is fed from the
-request path (`turn_dispatched`) and the delivered events (`observe`). Times
-are seconds on the daemon's clock.
+A thread's watchdog state (`Watch`: its dispatched turn not yet started, its open turns, when its bridge was
+last heard from) is kept in its record (`threads.ThreadRecord.watch`) while something is armed (a dispatched or
+open turn); `Watchdogs` is one bridge's sweeper, with its provider's timeouts, over the threads it armed
+(`watched`), and drops a thread's watch when its last turn settles. The daemon's timers call `sweep(now)`;
+everything else is fed from the request path (`turn_dispatched`) and the delivered events (`observe`,
+`traffic`). A thread no client constructed (a `turn/start` on a thread the daemon never constructed, a thread
+learnt from `thread/identity`) gets its record made here when it is armed (`ThreadRegistry.record`). Times are
+seconds on the daemon's clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 from bbridge.core.events import Event
+
+if TYPE_CHECKING:
+    from bbridge.daemon.threads import ThreadRecord, ThreadRegistry
 
 
 def _round_half_up(value: float) -> int:
     return math.floor(value + 0.5)
 
 
-@dataclass
-class _PendingStart:
+@dataclass(slots=True)
+class PendingStart:
     since: float
     fired: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenTurn:
     turn_id: str
     started: float
@@ -33,119 +41,161 @@ class OpenTurn:
     warned: bool = False
 
 
-Waiting = Callable[[str], "tuple[str, float] | None"]  # a thread's oldest pending request: kind, age
+@dataclass(eq=False, slots=True)
+class Watch:
+    """One thread's watchdog state, kept in its record until `release` clears it."""
+
+    start: PendingStart | None = None  # a dispatched turn the provider has not started yet
+    turns: dict[str, OpenTurn] = field(default_factory=dict)  # its open turns, oldest first
+    heard: float | None = None  # its latest traffic while a turn was open, applied to the turns when read
+
+    def open_turn(self) -> OpenTurn | None:
+        """The newest open turn, its last activity brought up to the latest traffic."""
+        if not self.turns:
+            return None
+        turn = next(reversed(self.turns.values()))
+        heard = self.heard
+        if heard is not None and heard > turn.last_activity:
+            turn.last_activity, turn.warned = heard, False
+        return turn
 
 
 class Watchdogs:
     OBSERVED_TYPES: ClassVar[frozenset[str]] = frozenset({"turn/started", "turn/completed", "provider/error"})
     """The event types `observe` acts on; it ignores every other."""
 
-    def __init__(self, start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> None:
+    def __init__(self, threads: ThreadRegistry, start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> None:
         self.start_timeout_s = start_timeout_s
         self.stall_timeout_s = stall_timeout_s
-        self._starts: dict[str, _PendingStart] = {}
-        self._turns: dict[str, dict[str, OpenTurn]] = {}
-        self._heard: dict[str, float] = {}  # last traffic per thread with turns, applied to them by `sweep`
+        self.watched: dict[str, None] = {}  # the threads this bridge armed, in order; their state is their records'
+        self._threads = threads
+        self._records = threads.records
+
+    def _arm(self, thread_id: str) -> Watch:
+        """The thread's watch (made, with its record if it has none), swept by this bridge from now on."""
+        record = self._threads.record(thread_id)
+        watch = record.watch
+        if watch is None:
+            watch = record.watch = Watch()
+        self.watched[thread_id] = None
+        return watch
+
+    def _disarm(self, thread_id: str, turn_id: str | None = None) -> OpenTurn | None:
+        """The thread's dispatched turn is settled (and `turn_id` closed, returned); a watch left with nothing armed
+        goes from its record, and the bridge stops sweeping the thread."""
+        record = self._records.get(thread_id)
+        watch = None if record is None else record.watch
+        if record is None or watch is None:
+            return None
+        watch.start = None
+        closed = None if turn_id is None else watch.turns.pop(turn_id, None)
+        if not watch.turns:
+            record.watch = None
+            self.watched.pop(thread_id, None)
+            self._threads.drop_if_empty(record)
+        return closed
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
-        self._starts[thread_id] = _PendingStart(now)
+        self._arm(thread_id).start = PendingStart(now)
 
     def dispatch_failed(self, thread_id: str) -> None:
-        self._starts.pop(thread_id, None)
+        self._disarm(thread_id)
 
     def forget(self, thread_id: str) -> None:
-        self._starts.pop(thread_id, None)
-        self._turns.pop(thread_id, None)
-        self._heard.pop(thread_id, None)
+        """This bridge no longer sweeps the thread (`ThreadRegistry.release` clears its state)."""
+        self.watched.pop(thread_id, None)
 
     def traffic(self, thread_ids: Iterable[str], now: float) -> None:
         """Any bridge traffic for a thread re-arms its stall timers (per read: one store each, `sweep` applies it)."""
+        records = self._records
         for thread_id in thread_ids:
-            if thread_id in self._turns:
-                self._heard[thread_id] = now
+            record = records.get(thread_id)
+            if record is not None and (watch := record.watch) is not None:
+                watch.heard = now  # with no turn open yet it is older than the next turn's start: not applied
 
     def observe(self, thread_id: str, event: Event, now: float) -> OpenTurn | None:
         """Feed one lifecycle event; returns the turn a `turn/completed` closed (its duration is `now - started`)."""
         kind = event["type"]
         if kind == "turn/started" or kind == "turn/completed":
-            self._starts.pop(thread_id, None)
-            if event["scope"]["kind"] == "turn":
-                turn_id = event["scope"]["turnId"]
-                if kind == "turn/started":
-                    self._turns.setdefault(thread_id, {})[turn_id] = OpenTurn(turn_id, now, now)
-                else:
-                    return self._turns.get(thread_id, {}).pop(turn_id, None)
+            scope = event["scope"]
+            turn_id = scope["turnId"] if scope["kind"] == "turn" else None
+            if kind == "turn/completed" or turn_id is None:
+                return self._disarm(thread_id, turn_id)
+            watch = self._arm(thread_id)
+            watch.start = None
+            watch.turns[turn_id] = OpenTurn(turn_id, now, now)
         elif kind == "provider/error" and event.get("willRetry") is not True:
-            self._starts.pop(thread_id, None)
+            self._disarm(thread_id)
         return None
 
-    def pending_start(self, thread_id: str) -> bool:
-        return thread_id in self._starts
+    def sweep(self, now: float) -> list[Event]:
+        """Events due now: at most one per stalled dispatch, one per silent turn until traffic (the dispatches
+        first). A thread whose watch went (released meanwhile from another bridge) is no longer swept.
 
-    def open_turn(self, thread_id: str) -> OpenTurn | None:
-        """The thread's newest open turn, its last activity brought up to the latest traffic."""
-        turns = self._turns.get(thread_id)
-        if not turns:
-            return None
-        turn = next(reversed(turns.values()))
-        heard = self._heard.get(thread_id)
-        if heard is not None and heard > turn.last_activity:
-            turn.last_activity, turn.warned = heard, False
-        return turn
-
-    def sweep(self, now: float, waiting: Waiting = lambda thread_id: None) -> list[Event]:
-        """Events due now: at most one per stalled dispatch, one per silent turn until traffic.
-
-        A turn whose thread waits on a client (`waiting`: an approval, a question, a tool call) is not stalled:
-        its warning says what it waits on and for how long, with code `turn_waiting_on_client`."""
+        A turn whose thread waits on a client (its record's pending requests: an approval, a question, a tool
+        call) is not stalled: its warning says what it waits on and for how long, with code
+        `turn_waiting_on_client`."""
+        armed: list[tuple[ThreadRecord, Watch]] = []
+        for thread_id in list(self.watched):
+            record = self._records.get(thread_id)
+            watch = None if record is None else record.watch
+            if record is None or watch is None:
+                del self.watched[thread_id]
+            else:
+                armed.append((record, watch))
         out: list[Event] = []
-        for thread_id, pending in self._starts.items():
-            if not pending.fired and now - pending.since >= self.start_timeout_s:
-                pending.fired = True
+        for record, watch in armed:
+            start = watch.start
+            if start is not None and not start.fired and now - start.since >= self.start_timeout_s:
+                start.fired = True
                 seconds = _round_half_up(self.start_timeout_s)
                 out.append(
                     {
                         "type": "system/error",
-                        "threadId": thread_id,
+                        "threadId": record.thread_id,
                         "scope": {"kind": "thread"},
                         "code": "provider_turn_start_timeout",
                         "message": f"The provider accepted a turn but did not start it within {seconds}s. "
                         "The request may be stalled; stopping the thread interrupts it.",
                     }
                 )
-        for thread_id, turns in self._turns.items():
-            heard = self._heard.get(thread_id)
-            for turn_id, turn in turns.items():
+        for record, watch in armed:
+            heard = watch.heard
+            for turn_id, turn in watch.turns.items():
                 if heard is not None and heard > turn.last_activity:
                     turn.last_activity, turn.warned = heard, False
                 silent = now - turn.last_activity
                 if not turn.warned and silent >= self.stall_timeout_s:
                     turn.warned = True
-                    wait = waiting(thread_id)
-                    if wait is not None:
-                        kind, age = wait[0].replace("_", " "), _round_half_up(wait[1])
-                        message = (
-                            f"Turn {turn_id} is waiting on a client to answer a {kind} (pending for {age}s); "
-                            "the provider is not stalled. Answer it with interaction/respond (see thread/pending)."
-                        )
-                        details = {"waitingOn": "client", "kind": wait[0], "pendingS": age}
-                        code = "turn_waiting_on_client"
-                    else:
-                        message = (
-                            f"Turn {turn_id} has had no provider traffic for {_round_half_up(silent)}s; "
-                            "it stays open until the provider settles it or the thread is stopped."
-                        )
-                        details = {"waitingOn": "provider", "silentS": _round_half_up(silent)}
-                        code = "provider_turn_stalled"
-                    out.append(
-                        {
-                            "type": "system/warning",
-                            "threadId": thread_id,
-                            "scope": {"kind": "thread"},
-                            "code": code,
-                            "message": message,
-                            "turnId": turn_id,
-                            "details": details,
-                        }
-                    )
+                    out.append(_silent_turn(record, turn_id, silent, now))
         return out
+
+
+def _silent_turn(record: ThreadRecord, turn_id: str, silent: float, now: float) -> Event:
+    """The warning for a turn silent `silent` seconds: waiting on a client (its oldest pending request), or on
+    the provider."""
+    oldest = next(iter(record.pending.values()), None)
+    if oldest is not None:
+        kind, age = oldest.kind.replace("_", " "), _round_half_up(now - oldest.opened)
+        message = (
+            f"Turn {turn_id} is waiting on a client to answer a {kind} (pending for {age}s); "
+            "the provider is not stalled. Answer it with interaction/respond (see thread/pending)."
+        )
+        details: dict[str, object] = {"waitingOn": "client", "kind": oldest.kind, "pendingS": age}
+        code = "turn_waiting_on_client"
+    else:
+        message = (
+            f"Turn {turn_id} has had no provider traffic for {_round_half_up(silent)}s; "
+            "it stays open until the provider settles it or the thread is stopped."
+        )
+        details = {"waitingOn": "provider", "silentS": _round_half_up(silent)}
+        code = "provider_turn_stalled"
+    return {
+        "type": "system/warning",
+        "threadId": record.thread_id,
+        "scope": {"kind": "thread"},
+        "code": code,
+        "message": message,
+        "turnId": turn_id,
+        "details": details,
+    }
