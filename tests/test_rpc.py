@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from bbridge.core import grammar
+from bbridge.core import scalars
 from bbridge.wire import rpc
 from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import LineReader
@@ -717,7 +717,7 @@ async def test_a_read_of_typed_notifications_is_decoded_in_one_call(odd: str | N
     async def on_request(request: Request) -> Any:
         return {}
 
-    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point}, screen=grammar.ESCAPED_SEPARATOR.search)}
+    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point}, screen=scalars.ESCAPED_SEPARATOR.search)}
     async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (conn, peer):
         typed = conn._inbound.typed
         assert typed is not None
