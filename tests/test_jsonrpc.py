@@ -1,6 +1,6 @@
 """The sans-IO JSON-RPC parts, without trio: messages and ids (`bbridge.wire.jsonrpc`), a read's lines classified
 and our requests correlated (`bbridge.wire.peer`), a read of typed notifications decoded whole (`bbridge.wire.delta_decoder`).
-The trio `Connection` over them is tests/test_rpc.py."""
+The trio `Connection` over them is tests/test_rpc_*.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The rules are the grammar's (`core/grammar.py`): decoding into its Structs *is* validation, and
 `grammar.decode_params` is the reference every path here must agree with (`tests/test_bench.py` checks each
-bench line, an integral float and a U+001F key part, and `tests/test_rpc.py` the framing passes). The daemon
+bench line, an integral float and a U+001F key part, and `tests/test_rpc_reads.py` the framing passes). The daemon
 reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
 
 * **A whole read in one call** (`TypedDecoder.read`, which `rpc.Connection` tries first for each read): when
