@@ -191,7 +191,7 @@ async def test_a_failing_or_slow_version_probe_reads_as_no_version(host: Host, m
     host.env["FAKE_CODEX_FAIL"] = "1"
     assert (await health(host))["installedVersion"] is None
     del host.env["FAKE_CODEX_FAIL"]
-    monkeypatch.setattr(cm, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 0.2)
     host.env["FAKE_CODEX_SLEEP"] = "5"
     started = time.monotonic()
     assert await health(host) == health_of("ready", accountEmail="ada@example.com", installedVersion=None)
