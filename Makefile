@@ -133,7 +133,7 @@ bench: install
 # balance), then the seeded daemon fuzz at 3,000 rounds. Each run is bounded by `timeout`.
 SOAK_FUZZ_ROUNDS ?= 3000
 soak: install
-	timeout 6h $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --hypothesis-profile=soak --hypothesis-show-statistics tests/test_properties.py
+	timeout 6h $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --hypothesis-profile=soak --hypothesis-show-statistics tests/test_properties*.py
 	BBRIDGE_FUZZ_ROUNDS=$(SOAK_FUZZ_ROUNDS) timeout 1h $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
 parity: install

@@ -23,7 +23,7 @@ settings.register_profile(
     "soak", max_examples=100_000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 # The soak at 2,000 examples each, to measure its per-example costs in minutes: `pytest -p no:xdist --durations=0
-# --hypothesis-profile=soak-sample --hypothesis-show-statistics tests/test_properties.py` (durations / 2,000).
+# --hypothesis-profile=soak-sample --hypothesis-show-statistics tests/test_properties*.py` (durations / 2,000).
 settings.register_profile("soak-sample", settings.get_profile("soak"), max_examples=2_000)
 
 REPO = Path(__file__).resolve().parent.parent

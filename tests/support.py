@@ -148,6 +148,10 @@ class Runtime:
     def methods(self) -> list[str]:
         return [f"{what}:{method}" for what, method, _ in self.log]
 
+    def notes(self, method: str) -> list[Any]:
+        """The params of every `method` notification the bridge sent, in order."""
+        return [params for what, name, params in self.log if what == "note" and name == method]
+
 
 @asynccontextmanager
 async def in_process(bridge: kit.Bridge) -> AsyncIterator[Runtime]:
@@ -211,13 +215,19 @@ async def start_thread(runtime: Runtime, thread_id: str = "thr_1") -> str:
     return provider_thread_id
 
 
-def turn_params(thread_id: str, provider_thread_id: str, text: str, creq: str = "creq_2222222223") -> dict[str, Any]:
+def turn_params(
+    thread_id: str,
+    provider_thread_id: str,
+    text: str,
+    creq: str = "creq_2222222223",
+    options: dict[str, Any] = FULL,
+) -> dict[str, Any]:
     return {
         "threadId": thread_id,
         "providerThreadId": provider_thread_id,
         "input": [{"type": "text", "text": text}],
         "clientRequestId": creq,
-        "options": FULL,
+        "options": options,
     }
 
 

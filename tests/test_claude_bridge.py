@@ -27,7 +27,7 @@ from bbridge.core import grammar as g
 from bbridge.wire import protocol, rpc
 from bridges.claude_code import fork, launch
 from bridges.claude_code.bridge import ClaudeCodeBridge, prompt_text
-from tests.support import ASK, FULL, INIT, Runtime, capabilities, spawned
+from tests.support import ASK, FULL, INIT, Runtime, capabilities, spawned, turn_params
 
 THREAD = "thr_claude"
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -188,17 +188,7 @@ def start(cwd: Path, options: dict[str, Any] = FULL) -> dict[str, Any]:
 
 
 def turn(text: str, creq: str = "creq_2222222223", options: dict[str, Any] = FULL) -> dict[str, Any]:
-    return {
-        "threadId": THREAD,
-        "providerThreadId": SESSION,
-        "input": [{"type": "text", "text": text}],
-        "clientRequestId": creq,
-        "options": options,
-    }
-
-
-def notes(runtime: Runtime, method: str) -> list[Any]:
-    return [params for what, name, params in runtime.log if what == "note" and name == method]
+    return turn_params(THREAD, SESSION, text, creq, options)
 
 
 async def test_handshake_capabilities(fake_cli: Path) -> None:
@@ -232,7 +222,7 @@ async def test_a_turn_adopts_the_cli_session_and_settles(fake_cli: Path) -> None
         assert runtime.methods()[-3:] == ["note:thread/identity", "note:thread/delta", "answer:thread/start"]
         assert await runtime.call("turn/start", turn("hello")) == {"threadId": THREAD}
         await runtime.wait_until(lambda: "turn/completed" in runtime.types(THREAD))
-        identities = [n["providerThreadId"] for n in notes(runtime, "thread/identity")]
+        identities = [n["providerThreadId"] for n in runtime.notes("thread/identity")]
         assert identities == [minted, SESSION]
         assert runtime.kinds(THREAD)[:2] == ["session.reset", "input.accepted"]
         messages = [e for e in runtime.events[THREAD] if e["type"] == "item/completed"]
@@ -298,8 +288,8 @@ async def test_a_crashed_child_fails_the_turn_and_reports_the_error(fake_cli: Pa
     async with running(env_for(fake_cli)) as runtime:
         await runtime.call("thread/start", start(fake_cli.parent))
         await runtime.call("turn/start", turn("crash"))
-        await runtime.wait_until(lambda: bool(notes(runtime, "error")))
-        (error,) = notes(runtime, "error")
+        await runtime.wait_until(lambda: bool(runtime.notes("error")))
+        (error,) = runtime.notes("error")
         assert error["message"] == "Claude Code process exited with code 3\n\nClaude Code stderr:\nboom"
         assert runtime.kinds(THREAD)[-1] == "provider.error"
 
@@ -308,7 +298,7 @@ async def test_a_missing_cli_fails_the_construction(tmp_path: Path) -> None:
     async with running({"PATH": str(tmp_path), "HOME": ""}) as runtime:
         error = await runtime.error("thread/start", start(tmp_path))
         assert (error.code, error.message) == (rpc.BRIDGE_ERROR, launch.MISSING_CLI)
-        assert notes(runtime, "thread/identity") == []
+        assert runtime.notes("thread/identity") == []
 
 
 async def test_model_list_probes_the_cli(fake_cli: Path) -> None:
@@ -327,7 +317,7 @@ async def test_fork_copies_the_transcript_and_resumes_it(fake_cli: Path, tmp_pat
         params = {**start(tmp_path), "sourceProviderThreadId": SESSION}
         forked = (await runtime.call("thread/fork", params))["providerThreadId"]
         assert (project / f"{forked}.jsonl").exists()
-        assert [n["providerThreadId"] for n in notes(runtime, "thread/identity")] == [forked]
+        assert [n["providerThreadId"] for n in runtime.notes("thread/identity")] == [forked]
         missing = await runtime.error("thread/fork", {**params, "sourceProviderThreadId": "c" * 8 + SESSION[8:]})
         assert missing.message.startswith("Session cccccccc-")
 
@@ -337,15 +327,15 @@ async def test_resume_keeps_a_live_unchanged_session(fake_cli: Path) -> None:
         await runtime.call("thread/start", start(fake_cli.parent))
         await runtime.call("turn/start", turn("hello"))
         await runtime.wait_until(lambda: "turn/completed" in runtime.types(THREAD))
-        identities = len(notes(runtime, "thread/identity"))
+        identities = len(runtime.notes("thread/identity"))
         resumed = await runtime.call("thread/resume", {**start(fake_cli.parent), "providerThreadId": SESSION})
         assert resumed == {"providerThreadId": SESSION, "sessionRestorable": True}
-        assert len(notes(runtime, "thread/identity")) == identities
+        assert len(runtime.notes("thread/identity")) == identities
         changed = {**start(fake_cli.parent), "providerThreadId": SESSION, "instructionMode": "replace"}
         await runtime.call("thread/resume", changed)
-        (replaced,) = notes(runtime, "session/replaced")
+        (replaced,) = runtime.notes("session/replaced")
         assert replaced["reason"] == "Claude session restarted: construction-scoped settings changed"
-        assert notes(runtime, "thread/identity")[-1]["providerThreadId"] == SESSION
+        assert runtime.notes("thread/identity")[-1]["providerThreadId"] == SESSION
 
 
 async def test_an_auth_failure_replaces_the_session_before_the_next_turn(fake_cli: Path) -> None:
@@ -354,7 +344,7 @@ async def test_an_auth_failure_replaces_the_session_before_the_next_turn(fake_cl
         await runtime.call("turn/start", turn("login"))
         await runtime.wait_until(lambda: "turn/completed" in runtime.types(THREAD))
         await runtime.call("turn/start", turn("hello", "creq_2222222224"))
-        (replaced,) = notes(runtime, "session/replaced")
+        (replaced,) = runtime.notes("session/replaced")
         assert replaced == {
             "threadId": THREAD,
             "providerThreadId": SESSION,

@@ -25,8 +25,16 @@ from tests.live.anthropic import AnthropicServer, Reply, Request, failure, reply
 from tests.live.claude import ensure_cli, offline_env
 from tests.live.processes import Watch, leftovers
 from tests.live.runner import bridge_provider, conformance
-from tests.live.scenarios import steer_while_a_command_runs
-from tests.support import ASK, FULL, connect, creq, running
+from tests.live.scenarios import (
+    approve,
+    first_turn,
+    interrupt,
+    recorded_options,
+    resumed_turn,
+    steer_while_a_command_runs,
+    turn_request,
+)
+from tests.support import ASK, FULL, connect, running
 
 PROVIDER = "claude-code"
 THREAD = "thr_claude_live"
@@ -57,15 +65,7 @@ def api() -> Iterator[AnthropicServer]:
 
 
 def options(policy: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "model": MODEL,
-        "serviceTier": "default",
-        "reasoningLevel": "medium",
-        "instructions": INSTRUCTIONS,
-        "envVars": {},
-        **policy,
-        "providerOptions": PROVIDER_OPTIONS,
-    }
+    return recorded_options(MODEL, INSTRUCTIONS, policy, PROVIDER_OPTIONS)
 
 
 class Live:
@@ -87,14 +87,7 @@ class Live:
     def turn(
         self, ptid: str, words: str, policy: dict[str, Any] = FULL, n: int = 1, thread: str = THREAD
     ) -> dict[str, Any]:
-        return {
-            "providerId": PROVIDER,
-            "threadId": thread,
-            "providerThreadId": ptid,
-            "input": [{"type": "text", "text": words, "mentions": []}],
-            "clientRequestId": creq(n),
-            "options": options(policy),
-        }
+        return turn_request(PROVIDER, thread, ptid, words, options(policy), n)
 
     def processes(self) -> dict[int, list[str]]:
         """The running `claude` CLIs (not bridges) started in this test's folder."""
@@ -136,12 +129,6 @@ async def test_streamed_thinking_and_text_reach_the_client(live: Live) -> None:
     assert not [r.target for r in live.api.requests if r.is_proxy_attempt]
 
 
-def approve(decision: str) -> Any:
-    """The client's answer to every `interaction/request`, as the approval cells' runtime answered."""
-    answer = {"decision": decision} if decision == "deny" else {"decision": decision, "grantedPermissions": None}
-    return lambda request: answer
-
-
 @pytest.mark.parametrize("decision", ["allow_once", "deny"])
 async def test_a_write_outside_the_workspace_is_asked_of_the_client(live: Live, decision: str) -> None:
     target = live.root / "outside" / "note.txt"
@@ -154,9 +141,7 @@ async def test_a_write_outside_the_workspace_is_asked_of_the_client(live: Live, 
         running(live.root, {PROVIDER: live.provider}) as (_, path),
         connect(path, answer=approve(decision)) as client,
     ):
-        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Write the note.", ASK))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        await first_turn(client, live, THREAD, "Write the note.", timeout=30, policy=ASK)
     (asked,) = client.requests
     assert asked.method == "interaction/request"
     params = msgspec_decode(asked.params)
@@ -181,9 +166,7 @@ async def test_a_mutating_bash_command_is_asked_and_runs(live: Live) -> None:
         running(live.root, {PROVIDER: live.provider}) as (_, path),
         connect(path, answer=approve("allow_once")) as client,
     ):
-        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Run it.", ASK))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        await first_turn(client, live, THREAD, "Run it.", timeout=30, policy=ASK)
     (asked,) = client.requests  # plain `echo hi` is read-only and never asks; the pipe into tee does
     subject = msgspec_decode(asked.params)["payload"]["subject"]
     assert subject["kind"] == "command" and subject["command"] == "echo hi | tee hi.txt"
@@ -252,9 +235,7 @@ async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> 
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Write an essay."))
         await client.wait_for(lambda: bool(client.of(THREAD, "item/agentMessage/delta")), timeout=30)
-        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
-        stop = {"providerId": PROVIDER, "threadId": THREAD, "providerThreadId": ptid}
-        stop |= {"intent": "interrupt", "activeTurnId": turn_id}
+        stop = interrupt(client, PROVIDER, THREAD, ptid)
         (child,) = live.processes()
         asked = time.monotonic()
         assert await client.request("thread/stop", stop) == {"ok": True}
@@ -278,9 +259,7 @@ async def test_interrupt_settles_a_streaming_turn_as_interrupted(live: Live) -> 
 async def test_an_auth_failure_fails_the_turn_legibly(live: Live) -> None:
     live.api.script(failure(401), text("ready"))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        ptid = await first_turn(client, live, THREAD, "Reply with ready.", timeout=30)
         await client.request("turn/start", live.turn(ptid, "Reply with ready.", n=2))  # on a restarted CLI
         await client.wait_for(lambda: client.settled(THREAD, 2), timeout=30)
     (failed, ok) = client.of(THREAD, "turn/completed")
@@ -297,16 +276,11 @@ async def test_an_auth_failure_fails_the_turn_legibly(live: Live) -> None:
 async def test_resume_in_a_new_bridge_process(live: Live) -> None:
     live.api.script(text("ready"), text("ready, again"))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        ptid = await first_turn(client, live, THREAD, "Reply with ready.", timeout=30)
         (first,) = live.processes()
     assert live.processes() == {}
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        resumed = await client.request("thread/resume", {**live.start(), "providerThreadId": ptid})
-        assert resumed == {"providerThreadId": ptid, "sessionRestorable": True}
-        await client.request("turn/start", live.turn(ptid, "What did you reply?", n=2))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        await resumed_turn(client, live, THREAD, ptid, "What did you reply?", timeout=30)
         ((pid, argv),) = live.processes().items()
         assert pid != first and argv[argv.index("--resume") + 1] == ptid and "--session-id" not in argv
     assert [e["status"] for e in client.of(THREAD, "turn/completed")] == ["completed"]

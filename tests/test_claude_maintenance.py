@@ -8,7 +8,6 @@ on 127.0.0.1 standing in for the usage endpoint: no test touches the network or 
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 import urllib.request
@@ -20,9 +19,11 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
+from bbridge.kit import probes
 from bbridge.wire import protocol
 from bridges.claude_code import launch
 from bridges.claude_code import maintenance as mt
+from tests.host_probes import closed_port, health_answer, script, status_answer
 from tests.support import INIT, HttpEndpoint, http_endpoint, spawned
 
 FAKE_CLAUDE = r"""
@@ -63,13 +64,6 @@ HEALTH_ORDER = [
 ]  # fmt: skip
 
 
-def script(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"#!{sys.executable}\n{body}")
-    path.chmod(0o755)
-    return path
-
-
 def oauth(**members: Any) -> str:
     return json.dumps({"claudeAiOauth": {"accessToken": "tok-1", **members}})
 
@@ -107,18 +101,7 @@ def host(tmp_path: Path) -> Host:
 
 
 def health_of(status: str, **members: Any) -> dict[str, Any]:
-    return {
-        "status": status,
-        "statusMessage": None,
-        "accountEmail": None,
-        "planLabel": None,
-        "installedVersion": None,
-        "minimumSupportedVersion": None,
-        "canInstall": True,
-        "canUpdate": status != "not_installed",
-        "loginCommand": "claude /login",
-        **members,
-    }
+    return health_answer(status, login_command="claude /login", **members)
 
 
 async def health(host: Host, **kwargs: Any) -> dict[str, Any]:
@@ -195,7 +178,7 @@ async def test_a_failing_or_slow_version_probe_reads_as_no_version(host: Host, m
     del host.env["FAKE_CLAUDE_FAIL"]
     host.env["FAKE_CLAUDE_VERSION"] = "dev build"
     assert (await health(host))["installedVersion"] is None
-    monkeypatch.setattr(mt, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 0.2)
     host.env["FAKE_CLAUDE_SLEEP"] = "5"
     started = time.monotonic()
     assert (await health(host))["installedVersion"] is None
@@ -339,9 +322,7 @@ async def test_usage_malformed_body(host: Host, usage_server: HttpEndpoint, body
 
 async def test_usage_unreachable_endpoint_is_an_error_with_its_text(host: Host) -> None:
     logged_in(host)
-    with socket.socket() as probe:  # a port that was just free: nothing listens there now
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     answer = await usage(host, f"http://127.0.0.1:{port}/api/oauth/usage")
     assert "Connection refused" in answer.pop("message")
     assert answer == {"status": "error", **ERROR_ACCOUNT}
@@ -356,21 +337,7 @@ async def status(host: Host) -> dict[str, Any]:
 
 
 def status_of(**members: Any) -> dict[str, Any]:
-    return {
-        "executableName": "claude",
-        "executablePath": None,
-        "installed": False,
-        "installSource": "notInstalled",
-        "currentVersion": None,
-        "latestVersion": "2.1.240",
-        "minimumSupportedVersion": None,
-        "npmPackageName": "@anthropic-ai/claude-code",
-        "npmGlobalPackageVersion": None,
-        "installAction": None,
-        "needsUpdate": False,
-        "versionUnsupported": False,
-        **members,
-    }
+    return status_answer("claude", "@anthropic-ai/claude-code", **{"latestVersion": "2.1.240", **members})
 
 
 INSTALL = {"kind": "install", "label": "Install", "command": mt.INSTALL_SCRIPT}

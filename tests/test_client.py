@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notification, client_request_id
-from bbridge.core.grammar import ClientRequestId
+from bbridge.core.scalars import ClientRequestId
 from bbridge.daemon.config import echo_provider
 from bbridge.wire import errors, rpc
 from tests.support import FULL, fake_provider, running

@@ -25,7 +25,7 @@ from bridges.codex import bridge as codex_bridge
 from bridges.codex import launch
 from bridges.codex.bridge import CodexBridge
 from bridges.codex.child import MISSING_CLI
-from tests.support import ASK, FULL, INIT, Runtime, capabilities, in_process
+from tests.support import ASK, FULL, INIT, Runtime, capabilities, in_process, turn_params
 
 THREAD = "thr_codex"
 CODEX_THREAD = "019a0000-0000-7000-8000-000000000001"
@@ -181,22 +181,12 @@ async def running(env: dict[str, str]) -> AsyncIterator[Runtime]:
             yield runtime
 
 
-def notes(runtime: Runtime, method: str) -> list[Any]:
-    return [params for kind, name, params in runtime.log if kind == "note" and name == method]
-
-
 def start(cwd: Path, options: dict[str, Any] = FULL, method_params: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"threadId": THREAD, "cwd": str(cwd), "options": options, **(method_params or {})}
 
 
 def turn(text: str, creq: str = "creq_2222222222", options: dict[str, Any] = FULL) -> dict[str, Any]:
-    return {
-        "threadId": THREAD,
-        "providerThreadId": CODEX_THREAD,
-        "input": [{"type": "text", "text": text}],
-        "clientRequestId": creq,
-        "options": options,
-    }
+    return turn_params(THREAD, CODEX_THREAD, text, creq, options)
 
 
 def settled(runtime: Runtime, count: int = 1) -> bool:
@@ -255,15 +245,15 @@ async def test_a_child_exit_fails_the_turn_and_the_next_turn_rebuilds(fake: Fake
     async with running(fake.env) as runtime:
         await runtime.call("thread/start", start(tmp_path))
         await runtime.call("turn/start", turn("crash", creq="creq_7777777777"))
-        await runtime.wait_until(lambda: bool(notes(runtime, "error")))
+        await runtime.wait_until(lambda: bool(runtime.notes("error")))
         message = "codex app-server exited unexpectedly (code 3, signal null): boom"
-        assert notes(runtime, "error") == [{"threadId": THREAD, "providerThreadId": CODEX_THREAD, "message": message}]
+        assert runtime.notes("error") == [{"threadId": THREAD, "providerThreadId": CODEX_THREAD, "message": message}]
         failed = [e for e in runtime.events[THREAD] if e["type"] == "turn/completed"]
         assert failed[-1]["status"] == "failed"
         assert failed[-1]["error"]["message"] == message
         await runtime.call("turn/start", turn("hi", creq="creq_4444444444"))
         await runtime.wait_until(lambda: settled(runtime, 2))
-        assert notes(runtime, "session/replaced") == [
+        assert runtime.notes("session/replaced") == [
             {
                 "threadId": THREAD,
                 "providerThreadId": CODEX_THREAD,
@@ -286,10 +276,10 @@ async def test_changed_execution_settings_rebuild_the_session(fake: Fake, tmp_pa
         await runtime.wait_until(lambda: settled(runtime))
         await runtime.call("turn/start", turn("hi", creq="creq_5555555555", options=ASK))
         await runtime.wait_until(lambda: settled(runtime, 2))
-        assert [n["reason"] for n in notes(runtime, "session/replaced")] == [codex_bridge.SETTINGS_CHANGED]
+        assert [n["reason"] for n in runtime.notes("session/replaced")] == [codex_bridge.SETTINGS_CHANGED]
         await runtime.call("turn/start", turn("hi", creq="creq_6666666666", options={**ASK, "model": "gpt-5.5"}))
         await runtime.wait_until(lambda: settled(runtime, 3))
-        assert len(notes(runtime, "session/replaced")) == 1  # the model is not part of the signature
+        assert len(runtime.notes("session/replaced")) == 1  # the model is not part of the signature
     resumes = [line["params"] for _, line in fake.received() if line.get("method") == "thread/resume"]
     assert [(r["approvalPolicy"], r["sandbox"]) for r in resumes] == [("on-request", "workspace-write")]
 
@@ -452,7 +442,7 @@ async def test_a_missing_codex_is_explained(fake: Fake, tmp_path: Path) -> None:
         assert (error.code, error.message) == (-32000, MISSING_CLI)
         spawn = f"spawn {tmp_path / 'no-such-codex'} ENOENT"
         message = f"codex app-server exited unexpectedly (code null, signal null): {spawn}"
-        assert notes(runtime, "error") == [{"threadId": THREAD, "message": message}]
+        assert runtime.notes("error") == [{"threadId": THREAD, "message": message}]
         error = await runtime.error("model/list", {})
         assert (error.code, error.message) == (-32000, MISSING_CLI)
         ref = {"threadId": THREAD, "providerThreadId": CODEX_THREAD}

@@ -35,8 +35,17 @@ from tests.live import openai
 from tests.live.codex import installed_cli, offline_env
 from tests.live.processes import Watch, leftovers, no_leftovers
 from tests.live.runner import bridge_provider, conformance
-from tests.live.scenarios import STEER_WORDS, steer_while_a_command_runs
-from tests.support import ASK, FULL, connect, creq, running
+from tests.live.scenarios import (
+    STEER_WORDS,
+    approve,
+    first_turn,
+    interrupt,
+    recorded_options,
+    resumed_turn,
+    steer_while_a_command_runs,
+    turn_request,
+)
+from tests.support import ASK, FULL, connect, running
 
 PROVIDER = "codex"
 THREAD = "thr_codex_live"
@@ -87,20 +96,13 @@ class Live:
         self.provider = bridge_provider("bridges.codex", env, self.ws)
 
     def options(self, policy: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "model": MODEL,
-            "serviceTier": "default",
-            "reasoningLevel": "medium",
-            "instructions": INSTRUCTIONS,
-            "envVars": {},
-            **policy,
-            "providerOptions": {
-                "additionalWorkspaceWriteRoots": [str(self.storage)],
-                "workflowsEnabled": False,
-                "memoryEnabled": True,
-                "providerSubagentsEnabled": True,
-            },
+        provider_options = {
+            "additionalWorkspaceWriteRoots": [str(self.storage)],
+            "workflowsEnabled": False,
+            "memoryEnabled": True,
+            "providerSubagentsEnabled": True,
         }
+        return recorded_options(MODEL, INSTRUCTIONS, policy, provider_options)
 
     def start(self, policy: dict[str, Any] = FULL) -> dict[str, Any]:
         return {
@@ -113,14 +115,7 @@ class Live:
         }
 
     def turn(self, ptid: str, words: str, policy: dict[str, Any] = FULL, n: int = 1) -> dict[str, Any]:
-        return {
-            "providerId": PROVIDER,
-            "threadId": THREAD,
-            "providerThreadId": ptid,
-            "input": [{"type": "text", "text": words, "mentions": []}],
-            "clientRequestId": creq(n),
-            "options": self.options(policy),
-        }
+        return turn_request(PROVIDER, THREAD, ptid, words, self.options(policy), n)
 
     def codex_processes(self) -> dict[int, list[str]]:
         """The running `codex app-server` children started in this test's folder."""
@@ -143,12 +138,6 @@ def statuses(client: Any) -> list[str]:
 
 def completed(client: Any, item_type: str) -> list[dict[str, Any]]:
     return [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == item_type]
-
-
-def approve(decision: str) -> Any:
-    """The client's answer to every `interaction/request`, as the approval cells' runtime answered."""
-    answer = {"decision": decision} if decision == "deny" else {"decision": decision, "grantedPermissions": None}
-    return lambda request: answer
 
 
 async def test_streamed_reasoning_and_text_reach_the_client(live: Live) -> None:
@@ -184,9 +173,7 @@ async def test_an_escalated_command_is_asked_of_the_client(live: Live, decision:
         running(live.root, {PROVIDER: live.provider}) as (_, path),
         connect(path, answer=approve(decision)) as client,
     ):
-        ptid = (await client.request("thread/start", live.start(ASK)))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Touch the file.", ASK))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
+        await first_turn(client, live, THREAD, "Touch the file.", timeout=20, policy=ASK)
     (asked,) = client.requests
     assert asked.method == "interaction/request" and asked.params is not None
     params = msgspec.json.decode(asked.params)
@@ -238,9 +225,7 @@ async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> No
         ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
         await client.request("turn/start", live.turn(ptid, "Write an essay."))
         await client.wait_for(lambda: bool(client.of(THREAD, "item/agentMessage/delta")), timeout=20)
-        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
-        stop = {"providerId": PROVIDER, "threadId": THREAD, "providerThreadId": ptid}
-        stop |= {"intent": "interrupt", "activeTurnId": turn_id}
+        stop = interrupt(client, PROVIDER, THREAD, ptid)
         asked = time.monotonic()
         with trio.fail_after(10):
             assert await client.request("thread/stop", stop) == {"ok": True}
@@ -257,9 +242,9 @@ async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> No
         await client.wait_for(lambda: client.settled(THREAD, 2), timeout=20)
     assert statuses(client) == ["interrupted", "completed"]
     assert len(client.text(THREAD)) < len(words)
-    first_turn = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
-    opened = {e["item"]["id"] for e in client.of(THREAD, "item/started") if e["scope"]["turnId"] == first_turn}
-    closed = {e["item"]["id"] for e in client.of(THREAD, "item/completed") if e["scope"]["turnId"] == first_turn}
+    interrupted = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
+    opened = {e["item"]["id"] for e in client.of(THREAD, "item/started") if e["scope"]["turnId"] == interrupted}
+    closed = {e["item"]["id"] for e in client.of(THREAD, "item/completed") if e["scope"]["turnId"] == interrupted}
     # The streaming agentMessage gets no `item/completed` from codex, and codex-bridge.md §2.8 closes nothing codex
     # leaves open (the recorded `stop-interrupt` cell); the boundary forgets open items (assembler.md §7.6). This
     # differs from protocol.md §3.3.10 ("explicit closes of open provider items"): pinned, see the module docstring.
@@ -271,9 +256,7 @@ async def test_interrupt_settles_a_stalled_turn_as_interrupted(live: Live) -> No
 async def test_a_401_fails_the_turn_legibly(live: Live) -> None:
     live.api.push(openai.http_error(401, "Incorrect API key provided: sk-dummy."), openai.text("ready"))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
+        ptid = await first_turn(client, live, THREAD, "Reply with ready.", timeout=20)
         await client.request("turn/start", live.turn(ptid, "Reply with ready.", n=2))
         await client.wait_for(lambda: client.settled(THREAD, 2), timeout=20)
     assert statuses(client) == ["failed", "completed"]
@@ -296,16 +279,11 @@ async def test_a_401_fails_the_turn_legibly(live: Live) -> None:
 async def test_resume_in_a_new_bridge_process(live: Live) -> None:
     live.api.push(openai.text("ready"), openai.text("ready, again"))
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        ptid = (await client.request("thread/start", live.start()))["providerThreadId"]
-        await client.request("turn/start", live.turn(ptid, "Reply with ready."))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
+        ptid = await first_turn(client, live, THREAD, "Reply with ready.", timeout=20)
         (first,) = live.codex_processes()
     no_leftovers([live.root], "the first daemon's bridge or codex is still running")
     async with running(live.root, {PROVIDER: live.provider}) as (_, path), connect(path) as client:
-        resumed = await client.request("thread/resume", {**live.start(), "providerThreadId": ptid})
-        assert resumed == {"providerThreadId": ptid, "sessionRestorable": True}
-        await client.request("turn/start", live.turn(ptid, "What did you reply?", n=2))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=20)
+        await resumed_turn(client, live, THREAD, ptid, "What did you reply?", timeout=20)
         (second,) = live.codex_processes()
         assert second != first
     assert statuses(client) == ["completed"]

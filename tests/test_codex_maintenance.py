@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from bbridge.kit import probes
 from bbridge.wire import protocol
 from bridges.codex import maintenance as cm
 from tests.conftest import require_shared
+from tests.host_probes import closed_port, health_answer, script, status_answer
 from tests.support import HttpEndpoint, http_endpoint
 
 FAKE_CODEX = r"""
@@ -49,13 +48,6 @@ else:
 NOW = 1_800_000_000.0
 PARAMS = protocol.MaintenanceParams(providerId="codex")
 NPM_INSTALL = "npm install -g @openai/codex@latest"
-
-
-def script(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"#!{sys.executable}\n{body}")
-    path.chmod(0o755)
-    return path
 
 
 def jwt(payload: dict[str, Any]) -> str:
@@ -107,18 +99,8 @@ def host(tmp_path: Path) -> Host:
 
 
 def health_of(status: str, **members: Any) -> dict[str, Any]:
-    return {
-        "status": status,
-        "statusMessage": None,
-        "accountEmail": None,
-        "planLabel": None,
-        "installedVersion": "0.149.0",
-        "minimumSupportedVersion": "0.136.0",
-        "canInstall": True,
-        "canUpdate": status != "not_installed",
-        "loginCommand": "codex login",
-        **members,
-    }
+    known = {"installedVersion": "0.149.0", "minimumSupportedVersion": "0.136.0", **members}
+    return health_answer(status, login_command="codex login", **known)
 
 
 async def health(host: Host) -> dict[str, Any]:
@@ -191,7 +173,7 @@ async def test_a_failing_or_slow_version_probe_reads_as_no_version(host: Host, m
     host.env["FAKE_CODEX_FAIL"] = "1"
     assert (await health(host))["installedVersion"] is None
     del host.env["FAKE_CODEX_FAIL"]
-    monkeypatch.setattr(cm, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 0.2)
     host.env["FAKE_CODEX_SLEEP"] = "5"
     started = time.monotonic()
     assert await health(host) == health_of("ready", accountEmail="ada@example.com", installedVersion=None)
@@ -358,9 +340,7 @@ async def test_usage_malformed_body(host: Host, usage_server: HttpEndpoint, body
 async def test_usage_unreachable_endpoint_is_an_error_with_its_text(host: Host) -> None:
     host.codex()
     host.login(LIVE)
-    with socket.socket() as probe:  # a port that was just free: nothing listens there now
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()
     answer = await usage(host.maintenance(usage_url=f"http://127.0.0.1:{port}/"))
     assert "Connection refused" in answer.pop("message")
     assert answer == {"status": "error", "planLabel": None, "accountEmail": None}
@@ -402,21 +382,8 @@ async def status(host: Host, requirement: Literal["thread_rewind"] | None = None
 
 
 def status_of(**members: Any) -> dict[str, Any]:
-    return {
-        "executableName": "codex",
-        "executablePath": None,
-        "installed": False,
-        "installSource": "notInstalled",
-        "currentVersion": None,
-        "latestVersion": "0.149.0",
-        "minimumSupportedVersion": "0.136.0",
-        "npmPackageName": "@openai/codex",
-        "npmGlobalPackageVersion": None,
-        "installAction": None,
-        "needsUpdate": False,
-        "versionUnsupported": False,
-        **members,
-    }
+    known = {"latestVersion": "0.149.0", "minimumSupportedVersion": "0.136.0", **members}
+    return status_answer("codex", "@openai/codex", **known)
 
 
 UPDATE_BY_ITSELF = {"kind": "update", "label": "Update", "command": "codex update"}

@@ -1,6 +1,6 @@
 """The sans-IO JSON-RPC parts, without trio: messages and ids (`bbridge.wire.jsonrpc`), a read's lines classified
 and our requests correlated (`bbridge.wire.peer`), a read of typed notifications decoded whole (`bbridge.wire.delta_decoder`).
-The trio `Connection` over them is tests/test_rpc.py."""
+The trio `Connection` over them is tests/test_rpc_*.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from bbridge.core import grammar
+from bbridge.core import scalars
 from bbridge.wire.delta_decoder import TypedDecoder
 from bbridge.wire.framing import Overflow
 from bbridge.wire.jsonrpc import (
@@ -121,7 +121,7 @@ class _Point(msgspec.Struct):
 
 
 def test_typed_notifications_are_decoded_in_the_classifying_pass_and_a_whole_read_in_one_call() -> None:
-    inbound = Inbound(TypedDecoder({"point": _Point}, screen=grammar.ESCAPED_SEPARATOR.search))
+    inbound = Inbound(TypedDecoder({"point": _Point}, screen=scalars.ESCAPED_SEPARATOR.search))
     typed = [b'{"method":"point","params":{"x":1}}', b'{"method":"point","params":{"x":2}}']
     whole = inbound.typed_read(typed)
     assert whole is not None and [(n.method, n.params, n.decoded) for n in whole] == [

@@ -22,6 +22,7 @@ from tests.live import openai_chat as chat
 from tests.live.pi import MODEL, PROVIDER, Pi, ensure_pi, offline_env
 from tests.live.processes import Watch
 from tests.live.runner import bridge_provider, conformance
+from tests.live.scenarios import turn_request
 from tests.support import FULL, connect, creq, running
 
 THREAD = "thr_pi_live"
@@ -66,14 +67,7 @@ class Live:
         return {"providerId": PI, "threadId": thread, "cwd": str(self.ws), "options": OPTIONS, **extra}
 
     def turn(self, ptid: str, words: str, n: int = 1, thread: str = THREAD) -> dict[str, Any]:
-        return {
-            "providerId": PI,
-            "threadId": thread,
-            "providerThreadId": ptid,
-            "input": [{"type": "text", "text": words, "mentions": []}],
-            "clientRequestId": creq(n),
-            "options": OPTIONS,
-        }
+        return turn_request(PI, thread, ptid, words, OPTIONS, n)
 
 
 @pytest.fixture

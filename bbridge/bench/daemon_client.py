@@ -34,22 +34,43 @@ def complete_lines(carry: bytes, data: bytes) -> tuple[bytes | None, bytes]:
     return (carry + complete if carry else complete), data[cut + 1 :]
 
 
-class Client:
+class SocketClient:
+    """A blocking JSON-RPC client on the daemon's socket: numbered requests out, each read cut at its last line end
+    (the daemon and scale clients read what they need from the lines themselves)."""
+
     def __init__(self, path: str) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
         self.carry = b""
+        self.next_id = 0
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        return self.next_id
+
+    def read(self) -> tuple[bytes | None, int]:
+        """The complete lines one read finishes (None: not one yet) and when it arrived (monotonic ns)."""
+        data = self.sock.recv(1 << 20)
+        now = time.monotonic_ns()
+        if not data:
+            raise RuntimeError("the daemon closed the connection")
+        lines, self.carry = complete_lines(self.carry, data)
+        return lines, now
+
+
+class Client(SocketClient):
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
         self.awaiting: bytes | None = None  # the head of the response `request` waits for
         self.answer: Any = None
         self.latencies_ns: list[int] = []
         self.done: dict[str, Any] | None = None
-        self.next_id = 0
 
     def request(self, method: str, params: dict[str, Any]) -> Any:
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        self.awaiting, self.answer = b'{"jsonrpc":"2.0","id":%d,' % self.next_id, None
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        request_id = self.send(method, params)
+        self.awaiting, self.answer = b'{"jsonrpc":"2.0","id":%d,' % request_id, None
         while self.answer is None:
             self.receive()
         self.awaiting = None
@@ -58,11 +79,7 @@ class Client:
         return self.answer["result"]
 
     def receive(self) -> None:
-        data = self.sock.recv(1 << 20)
-        now = time.monotonic_ns()
-        if not data:
-            raise RuntimeError("the daemon closed the connection")
-        lines, self.carry = complete_lines(self.carry, data)
+        lines, now = self.read()
         if lines is None:
             return
         if self.awaiting is not None and (start := lines.find(self.awaiting)) >= 0:

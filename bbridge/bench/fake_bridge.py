@@ -9,7 +9,6 @@ phase ends with the probe's done marker (see `bbridge.bench.stream`).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, BinaryIO
@@ -21,11 +20,6 @@ PACE_INTERVAL_NS = 1_000_000
 # A pacing sleep that returns this much later than asked: the bridge itself was not run in time (the host's
 # scheduling). It then writes the missed batches back to back, and that burst queues in the daemon.
 LATE_WAKE_NS = 1_000_000
-
-
-def _answer(out: BinaryIO, request_id: Any, result: Any) -> None:
-    out.write(stream.answer(request_id, result))
-    out.flush()
 
 
 def _write_phase(out: BinaryIO, phase: str, lines: list[bytes], batch: int, interval_ns: int) -> None:
@@ -70,7 +64,8 @@ def _turn(out: BinaryIO, request_id: Any, params: dict[str, Any], phases: int, s
     mode, turns, threads = words[0], int(words[1]), int(words[2])
     phase = f"{mode}{phases}"
     lines = streams.lines(phase, turns, threads)
-    _answer(out, request_id, {})
+    out.write(stream.answer(request_id, {}))
+    out.flush()
     thread = str(params["threadId"])  # the client's own thread gets a real turn, as the turn-start watchdog expects
     out.write(stream.notification(thread, {"kind": "turn.open"}))
     if mode == "paced":
@@ -87,20 +82,16 @@ def main() -> None:
     streams = Streams()
     phases = 0
     for raw in sys.stdin.buffer:
-        message = json.loads(raw)
-        method, request_id = message.get("method"), message.get("id")
-        if request_id is None:
+        request = stream.request(raw)
+        if request is None:
             continue
-        params = message.get("params") or {}
-        if method == "initialize":
-            _answer(out, request_id, stream.HANDSHAKE)
-        elif method in ("thread/start", "thread/resume", "thread/fork"):
-            _answer(out, request_id, {"providerThreadId": f"p-{params['threadId']}"})
-        elif method == "turn/start":
+        method, request_id, params = request
+        if method == "turn/start":
             phases += 1
             _turn(out, request_id, params, phases, streams)
         else:
-            _answer(out, request_id, {})
+            out.write(stream.plain_answer(method, request_id, params))
+            out.flush()
 
 
 if __name__ == "__main__":

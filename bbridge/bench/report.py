@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +50,30 @@ TARGETS = {
 }
 
 
+# The figures' numeric knobs: flag, type, default, help.
+_KNOBS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
+    ("--runs", int, 30, "core: timed in-process runs (the median counts)"),
+    ("--turns", int, 4000, "daemon: turns of 64 deltas per blast"),
+    ("--blasts", int, 5, "daemon: unpaced runs (the median counts)"),
+    ("--paced-seconds", float, 1.5, "daemon: length of each paced phase"),
+    ("--idle-threads", int, 10_000, "memory: threads that ran one turn"),
+    ("--open-threads", int, 1_000, "memory: threads holding an open turn"),
+    ("--latency-runs", int, 5, "daemon and scale: runs (latency: the median)"),
+    ("--scale-threads", int, 1000, "scale: threads streaming at once"),
+    ("--scale-bridges", int, 10, "scale: bridge processes"),
+    ("--scale-clients", int, 3, "scale: clients checking every event"),
+    ("--scale-seconds", float, 8.0, "scale: length of each thread's turn"),
+    ("--scale-rate", float, 50.0, "scale: tokens per second per thread"),
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (else indented)")
     parser.add_argument(
         "--corpus", type=Path, metavar="DIR", help="recordings root (default: ../shared/recordings, else recordings/)"
     )
-    parser.add_argument("--runs", type=int, default=30, help="core: timed in-process runs (the median counts)")
-    parser.add_argument("--turns", type=int, default=4000, help="daemon: turns of 64 deltas per blast")
-    parser.add_argument("--blasts", type=int, default=5, help="daemon: unpaced runs (the median counts)")
-    parser.add_argument("--paced-seconds", type=float, default=1.5, help="daemon: length of each paced phase")
-    parser.add_argument("--idle-threads", type=int, default=10_000, help="memory: threads that ran one turn")
-    parser.add_argument("--open-threads", type=int, default=1_000, help="memory: threads holding an open turn")
-    parser.add_argument("--latency-runs", type=int, default=5, help="daemon and scale: runs (latency: the median)")
-    parser.add_argument("--scale-threads", type=int, default=1000, help="scale: threads streaming at once")
-    parser.add_argument("--scale-bridges", type=int, default=10, help="scale: bridge processes")
-    parser.add_argument("--scale-clients", type=int, default=3, help="scale: clients checking every event")
-    parser.add_argument("--scale-seconds", type=float, default=8.0, help="scale: length of each thread's turn")
-    parser.add_argument("--scale-rate", type=float, default=50.0, help="scale: tokens per second per thread")
+    for flag, kind, default, text in _KNOBS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
         "--capacity-steps", default=",".join(map(str, CAPACITY_STEPS)), metavar="N,N,...",
         help="scale: thread counts tried for the capacity figure (empty: skip it)",
@@ -106,6 +114,20 @@ def _progress(text: str) -> None:
     print(f"bbridge bench: {text}", file=sys.stderr, flush=True)
 
 
+def _runs(count: int, label: str, bench: Callable[[], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`count` runs of one end-to-end bench, each announced on stderr."""
+    runs = []
+    for n in range(count):
+        _progress(f"{label}, run {n + 1} of {count}")
+        runs.append(bench())
+    return runs
+
+
+def _median(values: list[Any]) -> Any:
+    """The median of the runs' figures (the lower middle of an even count)."""
+    return sorted(values)[(len(values) - 1) // 2]
+
+
 def _median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """The run whose `key` is the median (the lower middle of an even count), with every run's `key` and the
     worst beside it."""
@@ -126,21 +148,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     core["assemble_share_of_decode_only"] = round(core["assemble_only_per_s"] / yardstick, 3)
     cells = load_corpus(corpus)
     deltas = core["deltas"]
-    daemon_runs = []
-    for n in range(args.latency_runs):
-        _progress(f"daemon end to end, run {n + 1} of {args.latency_runs}")
-        daemon_runs.append(
-            bench_daemon(args.turns, args.blasts, args.paced_seconds, lambda: decode_only_rate(cells, deltas))
-        )
+    daemon_runs = _runs(
+        args.latency_runs,
+        "daemon end to end",
+        lambda: bench_daemon(args.turns, args.blasts, args.paced_seconds, lambda: decode_only_rate(cells, deltas)),
+    )
     daemon = _median_run(daemon_runs, "first_delta_p99_ms")
     daemon["share_of_decode_only_runs"] = [run["share_of_decode_only"] for run in daemon_runs]
-    daemon["share_of_decode_only"] = sorted(daemon["share_of_decode_only_runs"])[(len(daemon_runs) - 1) // 2]
-    scale_runs = []
-    for n in range(args.latency_runs):
-        _progress(f"scale: {args.scale_threads} threads, run {n + 1} of {args.latency_runs}")
-        scale_runs.append(
-            run_scale(args.scale_threads, args.scale_bridges, args.scale_clients, args.scale_seconds, args.scale_rate)
-        )
+    daemon["share_of_decode_only"] = _median(daemon["share_of_decode_only_runs"])
+    scale_runs = _runs(
+        args.latency_runs,
+        f"scale: {args.scale_threads} threads",
+        lambda: run_scale(
+            args.scale_threads, args.scale_bridges, args.scale_clients, args.scale_seconds, args.scale_rate
+        ),
+    )
     scale = _median_run(scale_runs, "first_delta_p99_ms")
     for key in ("daemon_cpu_share", "daemon_peak_rss_mb", "events_lost", "events_duplicated"):
         scale[f"{key}_runs"] = [run[key] for run in scale_runs]
@@ -167,8 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "daemon_share_of_decode_only": daemon["share_of_decode_only"] >= TARGETS["daemon_share_of_decode_only"],
         "first_delta_p99_under_1ms": daemon["first_delta_p99_ms"] < TARGETS["first_delta_p99_ms"],
         "idle_threads_10k_at_most_51mb": memory["idle_threads_10k_mb"] <= TARGETS["idle_threads_10k_mb"],
-        "scale_daemon_under_half_a_core": sorted(scale["daemon_cpu_share_runs"])[(len(scale_runs) - 1) // 2]
-        < TARGETS["scale_daemon_cpu_share"],
+        "scale_daemon_under_half_a_core": _median(scale["daemon_cpu_share_runs"]) < TARGETS["scale_daemon_cpu_share"],
         "scale_first_delta_p99_under_10ms": scale["first_delta_p99_ms"] < TARGETS["scale_first_delta_p99_ms"],
         "scale_rss_under_300mb": max(scale["daemon_peak_rss_mb_runs"]) < TARGETS["scale_peak_rss_mb"],
         "scale_nothing_lost": not any(scale["events_lost_runs"]) and not any(scale["events_duplicated_runs"]),

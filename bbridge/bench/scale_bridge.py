@@ -10,7 +10,6 @@ from it. One loop writes every delta that is due, for every thread, in one write
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -19,28 +18,14 @@ import sys
 import time
 from typing import Any
 
-from bbridge.bench.stream import HANDSHAKE, answer
+from bbridge.bench import stream
 
 TICK_S = 0.005  # the writer's granularity: a delta is written at most this late by design
-_USAGE = {
-    "totalTokens": 5400, "inputTokens": 5000, "cachedInputTokens": 4000,
-    "outputTokens": 400, "reasoningOutputTokens": 120,
-}  # fmt: skip
-_WORDS = (" the", " function", " returns", " a", " list", " of", " events", " in", " order", ",", " and", " then")
 STAMP = "~stamp~"  # replaced by `@<ns>@` when the line is written (no other `~` or `@` in the stream)
 
 
 _STAMP = STAMP.encode()
 _PID = os.getpid()
-
-
-def _line(thread: str, delta: dict[str, Any]) -> bytes:
-    message = {"jsonrpc": "2.0", "method": "thread/delta", "params": {"threadId": thread, "deltas": [delta]}}
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
-
-
-def _text(pid: str, channel: str, text: str) -> dict[str, Any]:
-    return {"kind": "item.textDelta", "key": {"providerItemId": pid}, "channel": channel, "text": text}
 
 
 def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
@@ -49,9 +34,11 @@ def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
     tokens = max(60, int(seconds * rate))
     thinking = tokens // 5
     answer = tokens - thinking - 20
-    words = [_WORDS[i % len(_WORDS)] for i in range(max(thinking, answer))]
+    words = [stream.WORDS[i % len(stream.WORDS)] for i in range(max(thinking, answer))]
     plan: list[dict[str, Any]] = [{"kind": "turn.open"}]
-    plan += [_text(reasoning, "reasoningText", (STAMP if i == 0 else "") + words[i]) for i in range(thinking)]
+    plan += [
+        stream.text_delta(reasoning, "reasoningText", (STAMP if i == 0 else "") + words[i]) for i in range(thinking)
+    ]
     plan.append({"kind": "item.textClose", "key": {"providerItemId": reasoning}, "channel": "reasoningText"})
     shape = {"type": "tool", "tool": "Read", "args": {"path": f"src/{tag}.py"}}
     plan.append({"kind": "item.open", "key": {"providerItemId": tool}, "item": shape})
@@ -75,9 +62,9 @@ def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
         {"kind": "item.close", "key": {"providerItemId": command}, "status": "completed", "item": run, "exitCode": 0,
          "aggregatedOutput": "8 passed\n"}
     )  # fmt: skip
-    plan += [_text(message, "agentMessage", (STAMP if i == 0 else "") + words[i]) for i in range(answer)]
+    plan += [stream.text_delta(message, "agentMessage", (STAMP if i == 0 else "") + words[i]) for i in range(answer)]
     plan.append({"kind": "item.textClose", "key": {"providerItemId": message}, "channel": "agentMessage"})
-    plan.append({"kind": "usage", "total": _USAGE, "last": _USAGE, "modelContextWindow": 200000})
+    plan.append({"kind": "usage", "total": stream.USAGE, "last": stream.USAGE, "modelContextWindow": 200000})
     plan.append({"kind": "turn.boundary", "status": "completed"})
     return plan
 
@@ -102,7 +89,9 @@ class Streams:
     def schedule(self, thread: str, seconds: float, rate: float) -> None:
         template = self.templates.get((seconds, rate))
         if template is None:
-            template = self.templates[(seconds, rate)] = [_line(_THREAD, d) for d in turn_plan(_THREAD, seconds, rate)]
+            template = self.templates[(seconds, rate)] = [
+                stream.notification(_THREAD, d) for d in turn_plan(_THREAD, seconds, rate)
+            ]
         start = time.monotonic() + random.random()
         name = thread.encode()
         slots = self.slots
@@ -145,23 +134,16 @@ def main() -> None:
                 break
             *lines, carry = (carry + data).split(b"\n")
             for raw in lines:
-                if not raw.strip():
+                request = stream.request(raw)
+                if request is None:
                     continue
-                message = json.loads(raw)
-                method, request_id = message.get("method"), message.get("id")
-                if request_id is None:
-                    continue
-                params = message.get("params") or {}
-                if method == "initialize":
-                    replies.append(answer(request_id, HANDSHAKE))
-                elif method == "thread/start":
-                    replies.append(answer(request_id, {"providerThreadId": f"p-{params['threadId']}"}))
-                elif method == "turn/start":
+                method, request_id, params = request
+                if method == "turn/start":
                     words = str(params["input"][0]["text"]).split()
-                    replies.append(answer(request_id, {}))
+                    replies.append(stream.answer(request_id, {}))
                     streams.schedule(str(params["threadId"]), float(words[1]), float(words[2]))
                 else:
-                    replies.append(answer(request_id, {}))
+                    replies.append(stream.plain_answer(method, request_id, params))
         chunk = b"".join(replies) + streams.due()
         if chunk:
             out.write(chunk)

@@ -15,14 +15,13 @@ first receipt of each stamp is a sample. One JSON object on stdout at the end.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from typing import Any
 
 import msgspec
 
-from bbridge.bench.daemon_client import complete_lines
+from bbridge.bench.daemon_client import SocketClient
 
 
 class _Event(msgspec.Struct):
@@ -51,13 +50,10 @@ _decode = msgspec.json.Decoder(_Message).decode
 WINDOW = 256  # requests in flight at once
 
 
-class Checker:
+class Checker(SocketClient):
     def __init__(self, path: str, threads: int) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+        super().__init__(path)
         self.threads = threads
-        self.carry = b""
-        self.next_id = 0
         self.answers: dict[int, _Message] = {}
         self.unanswered: set[int] = set()
         self.last: dict[str, int] = {}
@@ -67,12 +63,6 @@ class Checker:
         self.stamps: set[bytes] = set()
         self.latencies_ns: list[int] = []
         self.received_ns: list[int] = []  # when each latency sample arrived
-
-    def send(self, method: str, params: dict[str, Any]) -> int:
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-        return self.next_id
 
     def send_many(self, requests: list[tuple[str, dict[str, Any]]]) -> list[int]:
         """Pipelined, at most `WINDOW` unanswered at a time; the events that arrive meanwhile are checked."""
@@ -90,11 +80,7 @@ class Checker:
         return ids
 
     def receive(self) -> None:
-        data = self.sock.recv(1 << 20)
-        now = time.monotonic_ns()
-        if not data:
-            raise RuntimeError("the daemon closed the connection")
-        lines, self.carry = complete_lines(self.carry, data)
+        lines, now = self.read()
         if lines is None:
             return
         start = lines.find(b"@")

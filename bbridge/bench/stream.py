@@ -19,11 +19,11 @@ from typing import Any
 PROBE_THREAD = "bench-probe"
 MARK = "@"  # the only `@` in the stream: around probe stamps (`@<ns>@`) and the done marker (`@done:…@`)
 DONE = "done"
-_USAGE = {
+USAGE = {
     "totalTokens": 5400, "inputTokens": 5000, "cachedInputTokens": 4000,
     "outputTokens": 400, "reasoningOutputTokens": 120,
 }  # fmt: skip
-_WORDS = (" the", " function", " returns", " a", " list", " of", " events", " in", " order", ",", " and", " then")
+WORDS = (" the", " function", " returns", " a", " list", " of", " events", " in", " order", ",", " and", " then")
 
 
 # the benchmark bridges' answer to `initialize`
@@ -35,13 +35,36 @@ def answer(request_id: Any, result: Any) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode() + b"\n"
 
 
+def request(raw: bytes) -> tuple[str | None, Any, dict[str, Any]] | None:
+    """A runtime line as the benchmark bridges read it: (method, id, params), None for a blank line or a
+    notification (they answer requests only)."""
+    if not raw.strip():
+        return None
+    message = json.loads(raw)
+    request_id = message.get("id")
+    if request_id is None:
+        return None
+    return message.get("method"), request_id, message.get("params") or {}
+
+
+def plain_answer(method: str | None, request_id: Any, params: dict[str, Any]) -> bytes:
+    """A benchmark bridge's answer to any request but `turn/start`: the handshake to `initialize`, a provider
+    thread id to a construction, `{}` to the rest."""
+    if method == "initialize":
+        return answer(request_id, HANDSHAKE)
+    if method in ("thread/start", "thread/resume", "thread/fork"):
+        return answer(request_id, {"providerThreadId": f"p-{params['threadId']}"})
+    return answer(request_id, {})
+
+
 def notification(thread_id: str, *deltas: dict[str, Any]) -> bytes:
     params = {"threadId": thread_id, "deltas": list(deltas)}
     message = {"jsonrpc": "2.0", "method": "thread/delta", "params": params}
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
-def _text(item: str, channel: str, text: str) -> dict[str, Any]:
+def text_delta(item: str, channel: str, text: str) -> dict[str, Any]:
+    """A text delta of a provider item's channel (the benchmark bridges' commonest line)."""
     return {"kind": "item.textDelta", "key": {"providerItemId": item}, "channel": channel, "text": text}
 
 
@@ -54,7 +77,7 @@ def turn_deltas(tag: str) -> list[dict[str, Any]]:
     reasoning, tool, command, message = f"r{tag}", f"t{tag}", f"c{tag}", f"m{tag}"
     args = {"path": f"src/module_{tag}.py", "limit": 200}
     deltas: list[dict[str, Any]] = [{"kind": "turn.open"}]
-    deltas += [_text(reasoning, "reasoningText", _WORDS[i % len(_WORDS)]) for i in range(8)]
+    deltas += [text_delta(reasoning, "reasoningText", WORDS[i % len(WORDS)]) for i in range(8)]
     deltas.append({"kind": "item.textClose", "key": {"providerItemId": reasoning}, "channel": "reasoningText"})
     tool_shape = {"type": "tool", "tool": "Read", "args": args}
     deltas.append({"kind": "item.open", "key": {"providerItemId": tool}, "item": tool_shape})
@@ -67,9 +90,9 @@ def turn_deltas(tag: str) -> list[dict[str, Any]]:
         for i in range(6)
     ]
     deltas.append(_close(command, item=command_shape, exitCode=0, aggregatedOutput="6 passed in 0.12s\n"))
-    deltas += [_text(message, "agentMessage", _WORDS[i % len(_WORDS)]) for i in range(40)]
+    deltas += [text_delta(message, "agentMessage", WORDS[i % len(WORDS)]) for i in range(40)]
     deltas.append({"kind": "item.textClose", "key": {"providerItemId": message}, "channel": "agentMessage"})
-    deltas.append({"kind": "usage", "total": _USAGE, "last": _USAGE, "modelContextWindow": 200000})
+    deltas.append({"kind": "usage", "total": USAGE, "last": USAGE, "modelContextWindow": 200000})
     deltas.append({"kind": "turn.boundary", "status": "completed"})
     return deltas
 
@@ -82,9 +105,9 @@ def short_turn(tag: str) -> list[dict[str, Any]]:
     """A short turn in one notification: open, a streamed answer, its close, usage, boundary."""
     message = f"m{tag}"
     deltas: list[dict[str, Any]] = [{"kind": "turn.open"}]
-    deltas += [_text(message, "agentMessage", word) for word in (" Done", ": the tests", " pass.")]
+    deltas += [text_delta(message, "agentMessage", word) for word in (" Done", ": the tests", " pass.")]
     deltas.append({"kind": "item.textClose", "key": {"providerItemId": message}, "channel": "agentMessage"})
-    deltas.append({"kind": "usage", "total": _USAGE, "last": _USAGE, "modelContextWindow": 200000})
+    deltas.append({"kind": "usage", "total": USAGE, "last": USAGE, "modelContextWindow": 200000})
     deltas.append({"kind": "turn.boundary", "status": "completed"})
     return deltas
 
@@ -108,7 +131,7 @@ def probe_open() -> bytes:
 
 def probe_line(phase: str, sent_ns: int) -> bytes:
     """A probe text delta stamped with its send time."""
-    return notification(PROBE_THREAD, _text(f"probe-{phase}", "agentMessage", f"{MARK}{sent_ns}{MARK}"))
+    return notification(PROBE_THREAD, text_delta(f"probe-{phase}", "agentMessage", f"{MARK}{sent_ns}{MARK}"))
 
 
 def probe_done(phase: str, deltas: int, started_ns: int, late_wakes: int) -> bytes:

@@ -17,6 +17,7 @@ from bbridge.core import items as it
 from bbridge.core.events import Event, delta_event, new_event
 from bbridge.core.ids import Ids
 from bbridge.core.items import BACKGROUND_TASK_SHAPE, COMPACTION_SHAPE, DELEGATION_SHAPE, UNSET
+from bbridge.core.reports import Reports
 from bbridge.core.sink import Sink
 from bbridge.core.state import (
     MAX_MAP,
@@ -71,8 +72,9 @@ class Assembler:
 
     Built from three collaborators, each with its own state: the `Sink`
     (batch context, coalescing, throttling), the `Ids` minter (counters never
-    reset) and `Turns` (lifecycle over the thread state). The item, context
-    and provider handlers live here; the turn handlers live in `Turns`.
+    reset) and `Turns` (lifecycle over the thread state). The item handlers
+    live here; the turn handlers live in `Turns`, the handlers of the deltas
+    that report on the thread (usage, context, metadata, errors) in `Reports`.
     """
 
     def __init__(
@@ -89,7 +91,8 @@ class Assembler:
         self._ids = ids = Ids(entropy)
         # Handlers call the collaborators' methods directly (`self._sink.push(...)`): in the compiled core
         # that is a native call, where a bound method stored on the instance is a generic Python call.
-        self._turns = Turns(provider_id, sink, ids)
+        self._turns = turns = Turns(provider_id, sink, ids)
+        self._reports = Reports(sink, ids, turns)
         self._states: dict[str, ThreadState] = {}
         self._uses = 0  # `_state` calls so far: a state's `used` is the count when it was last served
         # The reference's prune may evict the state it has just made when every other one is pinned (§19.5): the
@@ -472,122 +475,6 @@ class Assembler:
             event["parentToolCallId"] = parent
         self._sink.push(event)
 
-    # -- usage, context, metadata --------------------------------------------
-
-    def _usage(self, s: ThreadState, d: g.Usage) -> None:
-        turn = self._turns.turn_or_last(s, d.providerTurnId)
-        if turn is None:
-            return
-        event = new_event("thread/tokenUsage/updated", turn)
-        event["tokenUsage"] = {"total": d.total, "last": d.last, "modelContextWindow": d.modelContextWindow}
-        self._sink.push(event)
-
-    def _context_window(self, s: ThreadState, d: g.ContextWindow) -> None:
-        if d.providerTurnId is not UNSET or d.attach != "open":
-            turn = self._turns.turn_or_last(s, d.providerTurnId)
-        else:
-            turn = s.current_turn
-        event = new_event("thread/contextWindowUsage/updated", turn)
-        size = None if d.size is UNSET else d.size
-        event["contextWindowUsage"] = {"usedTokens": d.used, "modelContextWindow": size, "estimated": d.estimated}
-        self._sink.push(event)
-
-    def _context_compacted(self, s: ThreadState, d: g.ContextCompacted) -> None:
-        turn = self._turns.turn_or_last(s, d.providerTurnId)
-        if turn is None:
-            self._turns.fallback(s, d.noTurnFallback, UNSET)
-            return
-        self._sink.push(new_event("thread/compacted", turn))
-
-    def _context_cleared(self, s: ThreadState, d: g.ContextCleared) -> None:
-        turn = self._turns.turn_or_last(s, UNSET)
-        if turn is not None:
-            self._sink.push(new_event("thread/context/cleared", turn))
-
-    def _turn_diff(self, s: ThreadState, d: g.TurnDiff) -> None:
-        turn = self._turns.turn_for(s, d.providerTurnId)
-        if turn is not None:
-            event = new_event("turn/diff/updated", turn)
-            event["diff"] = d.diff
-            self._sink.push(event)
-
-    def _thread_started(self, s: ThreadState, d: g.ThreadStarted) -> None:
-        self._sink.push({"type": "thread/started", "threadId": "", "scope": {"kind": "thread"}})
-
-    def _thread_identity(self, s: ThreadState, d: g.ThreadIdentity) -> None:
-        self._sink.push(
-            {
-                "type": "thread/identity",
-                "threadId": "",
-                "providerThreadId": d.providerThreadId,
-                "scope": {"kind": "thread"},
-            }
-        )
-
-    def _thread_name(self, s: ThreadState, d: g.ThreadName) -> None:
-        event = new_event("thread/name/updated", None)
-        event["threadName"] = d.name
-        self._sink.push(event)
-
-    def _extension_state(self, s: ThreadState, d: g.ExtensionState) -> None:
-        event = new_event("thread/extensionState/updated", None)
-        event["kind"] = d.extensionKind
-        event["payload"] = d.payload
-        self._sink.push(event)
-
-    def _rate_limits(self, s: ThreadState, d: g.ProviderRateLimits) -> None:
-        event = new_event("provider/rateLimits/updated", None)
-        event["rateLimits"] = d.rateLimits
-        self._sink.push(event)
-
-    # -- errors, warnings, diagnostics ---------------------------------------
-
-    def _provider_error(self, s: ThreadState, d: g.ProviderError) -> None:
-        if d.providerTurnId is not UNSET:
-            turn: str | None = self._ids.vouch(s, d.providerTurnId)
-        elif d.threadScoped is True:
-            turn = None
-        else:
-            turn = self._turns.claiming_turn(s)
-        event = new_event("provider/error", turn)
-        event["message"] = d.message
-        if d.detail is not UNSET:
-            event["detail"] = d.detail
-        if d.willRetry is not UNSET:
-            event["willRetry"] = d.willRetry
-        if d.errorInfo is not UNSET:
-            event["errorInfo"] = d.errorInfo
-        self._sink.push(event)
-        if d.settlesTurn is True and turn is not None:
-            self._turns.settle_turn(s, turn, "failed")
-            self._turns.finish_turn(s)
-
-    def _model_fallback(self, s: ThreadState, d: g.ProviderModelFallback) -> None:
-        event = new_event("provider/modelFallback", self._turns.turn_or_last(s, UNSET))
-        event["originalModel"] = d.originalModel
-        event["fallbackModel"] = d.fallbackModel
-        event["reason"] = d.reason
-        event["message"] = d.message
-        self._sink.push(event)
-
-    def _warning(self, s: ThreadState, d: g.ProviderWarning) -> None:
-        event = new_event("provider/warning", s.current_turn if d.vouchedTurn is True else None)
-        event["category"] = "general" if d.category is UNSET else d.category
-        if d.summary is not UNSET:
-            event["summary"] = d.summary
-        if d.details is not UNSET:
-            event["details"] = d.details
-        self._sink.push(event)
-
-    def _unhandled(self, s: ThreadState, d: g.Unhandled) -> None:
-        if d.onlyIfNoTurn is True and s.current_turn is not None:
-            return
-        if d.providerTurnId is not UNSET:
-            turn: str | None = self._ids.vouch(s, d.providerTurnId)
-        else:
-            turn = s.current_turn if d.vouchedTurn is True else None
-        self._turns.push_unhandled(d.rawType, d.raw, turn, self._ids.parent(s, d.parentRef))
-
     def _session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
         turn = self._turns.claiming_turn(s)
         if turn is None:
@@ -615,6 +502,11 @@ def _via_turns(handler: Callable[[Turns, ThreadState, Any], None]) -> _Handler:
     return lambda asm, s, d: handler(asm._turns, s, d)
 
 
+def _via_reports(handler: Callable[[Reports, ThreadState, Any], None]) -> _Handler:
+    """Deltas that report on the thread are handled by the assembler's `Reports`."""
+    return lambda asm, s, d: handler(asm._reports, s, d)
+
+
 # One table for every assembler: plain functions, so an assembler holds no cycle through bound methods
 # and is freed by reference counting alone.
 _HANDLERS: Final[dict[type, _Handler]] = {
@@ -628,19 +520,19 @@ _HANDLERS: Final[dict[type, _Handler]] = {
     g.ItemTextClose: Assembler._text_close,
     g.ItemOutputDelta: Assembler._output_delta,
     g.CommandOutputSnapshot: Assembler._output_snapshot,
-    g.Usage: Assembler._usage,
-    g.ContextWindow: Assembler._context_window,
-    g.ContextCompacted: Assembler._context_compacted,
-    g.ContextCleared: Assembler._context_cleared,
-    g.TurnDiff: Assembler._turn_diff,
-    g.ThreadStarted: Assembler._thread_started,
-    g.ThreadIdentity: Assembler._thread_identity,
-    g.ThreadName: Assembler._thread_name,
-    g.ExtensionState: Assembler._extension_state,
-    g.ProviderRateLimits: Assembler._rate_limits,
-    g.ProviderError: Assembler._provider_error,
-    g.ProviderModelFallback: Assembler._model_fallback,
-    g.ProviderWarning: Assembler._warning,
-    g.Unhandled: Assembler._unhandled,
+    g.Usage: _via_reports(Reports.usage),
+    g.ContextWindow: _via_reports(Reports.context_window),
+    g.ContextCompacted: _via_reports(Reports.context_compacted),
+    g.ContextCleared: _via_reports(Reports.context_cleared),
+    g.TurnDiff: _via_reports(Reports.turn_diff),
+    g.ThreadStarted: _via_reports(Reports.thread_started),
+    g.ThreadIdentity: _via_reports(Reports.thread_identity),
+    g.ThreadName: _via_reports(Reports.thread_name),
+    g.ExtensionState: _via_reports(Reports.extension_state),
+    g.ProviderRateLimits: _via_reports(Reports.rate_limits),
+    g.ProviderError: _via_reports(Reports.provider_error),
+    g.ProviderModelFallback: _via_reports(Reports.model_fallback),
+    g.ProviderWarning: _via_reports(Reports.warning),
+    g.Unhandled: _via_reports(Reports.unhandled),
     g.SessionEnded: Assembler._session_ended,
 }

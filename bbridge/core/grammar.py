@@ -9,83 +9,61 @@ untouched. A notification with one bad delta fails as a whole.
 
 from __future__ import annotations
 
-import functools
-import math
-import re
-import typing
 from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+# The grammar is the bridges' vocabulary (`from bbridge.core import grammar as g`, README "Writing a bridge"):
+# the scalars and item shapes it is built from are public under its name too (each `X as X` is that API).
+from bbridge.core.scalars import KEY_PART_PATTERN as KEY_PART_PATTERN
+from bbridge.core.scalars import (
+    MAX_SAFE,
+    Attach,
+    ClientRequestId,
+    NonEmpty,
+    Number,
+    OutputChannel,
+    TextChannel,
+    Wire,
+    js_numbers,
+    key_part_fault,
+    may_hold_separator,
+)
+from bbridge.core.scalars import ErrorCategory as ErrorCategory
+from bbridge.core.scalars import ExtensionKind as ExtensionKind
+from bbridge.core.scalars import ItemStatus as ItemStatus
+from bbridge.core.scalars import KeyPart as KeyPart
+from bbridge.core.scalars import LimitStatus as LimitStatus
+from bbridge.core.scalars import TurnStatus as TurnStatus
+from bbridge.core.scalars import js_float as js_float
+from bbridge.core.scalars import utf16_len as utf16_len
+from bbridge.core.shapes import AgentMessageShape as AgentMessageShape
+from bbridge.core.shapes import BackgroundTaskShape as BackgroundTaskShape
+from bbridge.core.shapes import CommandShape as CommandShape
+from bbridge.core.shapes import CompactionShape as CompactionShape
+from bbridge.core.shapes import DelegationShape as DelegationShape
+from bbridge.core.shapes import ExtensionShape as ExtensionShape
+from bbridge.core.shapes import FileChangeEntry as FileChangeEntry
+from bbridge.core.shapes import FileChangeShape as FileChangeShape
+from bbridge.core.shapes import FileReadShape as FileReadShape
+from bbridge.core.shapes import ImageViewShape as ImageViewShape
+from bbridge.core.shapes import ItemShape as ItemShape
+from bbridge.core.shapes import PlanShape as PlanShape
+from bbridge.core.shapes import PlanStep as PlanStep
+from bbridge.core.shapes import PlanStepsShape as PlanStepsShape
+from bbridge.core.shapes import ReasoningShape as ReasoningShape
+from bbridge.core.shapes import SearchShape as SearchShape
+from bbridge.core.shapes import Shape as Shape
+from bbridge.core.shapes import TaskUsage as TaskUsage
+from bbridge.core.shapes import ToolShape as ToolShape
+from bbridge.core.shapes import WebFetchShape as WebFetchShape
+from bbridge.core.shapes import WebSearchShape as WebSearchShape
+from bbridge.core.shapes import Workflow as Workflow
+from bbridge.core.shapes import WorkflowAgent as WorkflowAgent
+from bbridge.core.shapes import WorkflowPhase as WorkflowPhase
+
 GRAMMAR_VERSIONS = (3, 3)
-SEP = "\x1f"
-MAX_SAFE = 2**53 - 1
-
-# -- scalars -----------------------------------------------------------------
-
-# A key part is non-empty and holds no U+001F (the key separator). msgspec checks the length; the U+001F rule is
-# no msgspec `pattern`, whose check costs about 0.3 µs a string, a third of decoding a whole delta line. Every
-# decoding entry point below runs it (`key_part_fault`) where U+001F can be: JSON text holds it only through a
-# `\u001f` escape (msgspec refuses raw control characters), which `ESCAPED_SEPARATOR` finds in one scan.
-KEY_PART_PATTERN = r"^[^\x1f]+\Z"
-ESCAPED_SEPARATOR = re.compile(rb"\\u001[fF]")
-_KEY_PART = Meta(min_length=1, extra_json_schema={"pattern": KEY_PART_PATTERN})
-KeyPart = Annotated[str, _KEY_PART]
-NonEmpty = Annotated[str, Meta(min_length=1)]
-ClientRequestId = Annotated[str, Meta(pattern=r"^creq_[23456789abcdefghijkmnpqrstuvwxyz]{10}\Z")]
-ExtensionKind = Annotated[str, Meta(pattern=r"^[a-z0-9-]+/[a-z0-9-]+\Z")]
-SafeInt = Annotated[int, Meta(ge=-MAX_SAFE, le=MAX_SAFE)]
-PosInt = Annotated[int, Meta(gt=0, le=MAX_SAFE)]
-Number: TypeAlias = int | float
-
-TextChannel = Literal["agentMessage", "reasoningSummary", "reasoningText", "plan"]
-OutputChannel = Literal["command", "fileChange"]
-ItemStatus = Literal["pending", "completed", "failed", "interrupted"]
-TurnStatus = Literal["completed", "failed", "interrupted"]
-Attach = Literal["open", "currentOrLast"]
-LimitStatus = Literal["allowed", "warning", "blocked", "unknown"]
-ErrorCategory = Literal[
-    "active-turn-not-steerable", "bad-request", "connection-failed", "context-window-exceeded",
-    "billing", "budget-exceeded", "internal", "max-output-tokens", "max-turns", "overloaded",
-    "policy", "rate-limit", "sandbox", "stream-disconnected", "structured-output-retries",
-    "thread-rollback-failed", "too-many-failed-attempts", "unauthorized", "unknown",
-]  # fmt: skip
-
-
-def _js_numbers(obj: Struct, names: tuple[str, ...]) -> None:
-    """Numbers as JavaScript holds them: non-finite values are invalid, integral ones are integers.
-
-    A double like `1.0` or `-0.0` is the integer 1 or 0 to the reference (`JSON.stringify` writes `1`,
-    `0`); storing it as an int makes the encoder write the same bytes. A `__post_init__` calls this only
-    once one of its fields holds a float: most numbers arrive as integers, and testing the fields' types
-    costs a fraction of this loop.
-    """
-    for name in names:
-        value = getattr(obj, name)
-        if type(value) is float:
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number")
-            if value.is_integer() and abs(value) < 1e21:
-                setattr(obj, name, int(value))
-
-
-def js_float(literal: str) -> Any:
-    """`float_hook` for opaque JSON: integral doubles become ints, as `JSON.parse` + `JSON.stringify` would."""
-    value = float(literal)
-    return int(value) if value.is_integer() and abs(value) < 1e21 else value
-
-
-class Wire(Struct, kw_only=True, gc=False):
-    """Base of every wire object: keyword-only so schema order can mix optional and required."""
-
-
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units, the unit the reference's limits are measured in."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
-
 
 # -- shared sub-schemas ------------------------------------------------------
 
@@ -131,7 +109,7 @@ class RawEvent(Wire, kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.id) is float:
-            _js_numbers(self, ("id",))
+            js_numbers(self, ("id",))
 
 
 class NoTurnFallback(Wire, kw_only=True):
@@ -146,7 +124,7 @@ class ErrorInfo(Wire, kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.httpStatusCode) is float:
-            _js_numbers(self, ("httpStatusCode",))
+            js_numbers(self, ("httpStatusCode",))
 
 
 class TokenBreakdown(Wire, kw_only=True):
@@ -164,70 +142,9 @@ class TokenBreakdown(Wire, kw_only=True):
             type(self.outputTokens),
             type(self.reasoningOutputTokens),
         ):
-            _js_numbers(
+            js_numbers(
                 self, ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
             )
-
-
-class PlanStep(Wire, kw_only=True):
-    step: str
-    status: Literal["pending", "active", "completed", "failed"] | UnsetType = UNSET
-
-
-class TaskUsage(Wire, kw_only=True):
-    totalTokens: Number
-    toolUses: Number
-    durationMs: Number
-
-    def __post_init__(self) -> None:
-        if float in (type(self.totalTokens), type(self.toolUses), type(self.durationMs)):
-            _js_numbers(self, ("totalTokens", "toolUses", "durationMs"))
-
-
-class WorkflowPhase(Wire, kw_only=True):
-    index: PosInt
-    title: str
-    kind: str | UnsetType = UNSET
-
-
-class WorkflowAgent(Wire, kw_only=True):
-    index: PosInt
-    label: str
-    state: Literal["queued", "running", "done", "failed", "skipped"]
-    model: str
-    attempt: PosInt
-    cached: bool
-    lastProgressAt: Number
-    phaseIndex: PosInt | UnsetType = UNSET
-    phaseTitle: str | UnsetType = UNSET
-    agentType: str | UnsetType = UNSET
-    isolation: str | UnsetType = UNSET
-    queuedAt: Number | UnsetType = UNSET
-    startedAt: Number | UnsetType = UNSET
-    lastToolName: str | UnsetType = UNSET
-    lastToolSummary: str | UnsetType = UNSET
-    promptPreview: str | UnsetType = UNSET
-    resultPreview: str | UnsetType = UNSET
-    error: str | UnsetType = UNSET
-    tokens: Number | UnsetType = UNSET
-    toolCalls: Number | UnsetType = UNSET
-    durationMs: Number | UnsetType = UNSET
-
-    def __post_init__(self) -> None:
-        if float in (
-            type(self.lastProgressAt),
-            type(self.queuedAt),
-            type(self.startedAt),
-            type(self.tokens),
-            type(self.toolCalls),
-            type(self.durationMs),
-        ):
-            _js_numbers(self, ("lastProgressAt", "queuedAt", "startedAt", "tokens", "toolCalls", "durationMs"))
-
-
-class Workflow(Wire, kw_only=True):
-    phases: list[WorkflowPhase]
-    agents: list[WorkflowAgent]
 
 
 class RateLimitWindow(Wire, kw_only=True):
@@ -250,133 +167,6 @@ class RateLimits(Wire, kw_only=True):
 class BoundaryError(Wire, kw_only=True):
     message: str
 
-
-class FileChangeEntry(Wire, kw_only=True):
-    path: str
-    kind: Literal["add", "update", "delete"]
-    movePath: str | UnsetType = UNSET
-    diff: str | UnsetType = UNSET
-    oldText: str | UnsetType = UNSET
-    newText: str | UnsetType = UNSET
-
-
-# -- item shapes (tagged on "type") ------------------------------------------
-
-
-class Shape(Wire, tag_field="type"):
-    pass
-
-
-class CommandShape(Shape, tag="command", kw_only=True):
-    command: str
-    cwd: str
-    aggregatedOutput: str | UnsetType = UNSET
-    exitCode: Number | UnsetType = UNSET
-    durationMs: Number | UnsetType = UNSET
-
-    def __post_init__(self) -> None:
-        if float in (type(self.exitCode), type(self.durationMs)):
-            _js_numbers(self, ("exitCode", "durationMs"))
-
-
-class FileChangeShape(Shape, tag="fileChange", kw_only=True):
-    changes: list[FileChangeEntry]
-
-
-class ToolShape(Shape, tag="tool", kw_only=True):
-    tool: str
-    server: str | UnsetType = UNSET
-    args: Any | UnsetType = UNSET
-    result: Any | UnsetType = UNSET
-    error: str | UnsetType = UNSET
-    durationMs: Number | UnsetType = UNSET
-
-    def __post_init__(self) -> None:
-        if type(self.durationMs) is float:
-            _js_numbers(self, ("durationMs",))
-
-
-class CompactionShape(Shape, tag="compaction", kw_only=True):
-    pass
-
-
-class AgentMessageShape(Shape, tag="agentMessage", kw_only=True):
-    text: str
-
-
-class ReasoningShape(Shape, tag="reasoning", kw_only=True):
-    summary: list[str]
-    content: list[str]
-
-
-class PlanShape(Shape, tag="plan", kw_only=True):
-    text: str
-
-
-class WebSearchShape(Shape, tag="webSearch", kw_only=True):
-    queries: Annotated[list[str], Meta(min_length=1)]
-
-
-class WebFetchShape(Shape, tag="webFetch", kw_only=True):
-    url: str
-    prompt: str | UnsetType | None = UNSET
-    pattern: str | None
-
-
-class ImageViewShape(Shape, tag="imageView", kw_only=True):
-    path: str
-
-
-class BackgroundTaskShape(Shape, tag="backgroundTask", kw_only=True):
-    familyId: NonEmpty
-    taskType: str
-    description: str
-    status: ItemStatus
-    taskStatus: Literal["pending", "running", "paused", "completed", "failed", "killed", "stopped"]
-    skipTranscript: bool
-    workflowName: str | UnsetType = UNSET
-    workflow: Workflow | UnsetType = UNSET
-    usage: TaskUsage | UnsetType = UNSET
-    summary: str | UnsetType = UNSET
-    error: str | UnsetType = UNSET
-    outputFile: str | UnsetType = UNSET
-
-
-class FileReadShape(Shape, tag="fileRead", kw_only=True):
-    path: str
-    cmd: str | UnsetType = UNSET
-
-
-class SearchShape(Shape, tag="search", kw_only=True):
-    mode: Literal["content", "path", "list"]
-    query: str
-    path: str | UnsetType = UNSET
-    cmd: str | UnsetType = UNSET
-
-
-class DelegationShape(Shape, tag="delegation", kw_only=True):
-    childRef: KeyPart
-    label: str
-    background: bool
-    summary: str | UnsetType = UNSET
-
-
-class PlanStepsShape(Shape, tag="planSteps", kw_only=True):
-    steps: list[PlanStep]
-    explanation: str | UnsetType = UNSET
-
-
-class ExtensionShape(Shape, tag="extension", kw_only=True):
-    kind: ExtensionKind
-    payload: Any
-
-
-ItemShape: TypeAlias = (
-    CommandShape | FileChangeShape | ToolShape | CompactionShape | AgentMessageShape
-    | ReasoningShape | PlanShape | WebSearchShape | WebFetchShape | ImageViewShape
-    | BackgroundTaskShape | FileReadShape | SearchShape | DelegationShape | PlanStepsShape
-    | ExtensionShape
-)  # fmt: skip
 
 # -- the 26 delta kinds (tagged on "kind") -----------------------------------
 
@@ -436,7 +226,7 @@ class ItemClose(Delta, tag="item.close", kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.exitCode) is float:
-            _js_numbers(self, ("exitCode",))
+            js_numbers(self, ("exitCode",))
         if type(self.item) is ExtensionShape:
             _require_presentation(self.presentation)
 
@@ -488,7 +278,7 @@ class Usage(Delta, tag="usage", kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.modelContextWindow) is float:
-            _js_numbers(self, ("modelContextWindow",))
+            js_numbers(self, ("modelContextWindow",))
 
 
 class ContextWindow(Delta, tag="contextWindow", kw_only=True):
@@ -500,7 +290,7 @@ class ContextWindow(Delta, tag="contextWindow", kw_only=True):
 
     def __post_init__(self) -> None:
         if float in (type(self.used), type(self.size)):
-            _js_numbers(self, ("used", "size"))
+            js_numbers(self, ("used", "size"))
 
 
 class ContextCompacted(Delta, tag="context.compacted", kw_only=True):
@@ -628,56 +418,3 @@ def convert_params(obj: Any) -> ThreadDeltaParams:
     if fault is not None:
         raise GrammarError(fault)
     return params
-
-
-def may_hold_separator(text: bytes | str) -> bool:
-    """Whether values decoded from this JSON text can hold U+001F: only through a `\\u001f` escape."""
-    return ESCAPED_SEPARATOR.search(text.encode() if isinstance(text, str) else text) is not None
-
-
-def key_part_fault(value: Struct, path: str = "$") -> str | None:
-    """msgspec's message for the first key part in `value` holding U+001F (what the pattern would say), or None."""
-    for name, is_key_part in _key_part_fields(type(value)):
-        field = getattr(value, name)
-        if is_key_part:
-            if type(field) is str and SEP in field:
-                return f"Expected `str` matching regex {KEY_PART_PATTERN!r} - at `{path}.{name}`"
-            continue
-        nested = enumerate(field) if isinstance(field, list) else ((None, field),)
-        for index, item in nested:
-            if isinstance(item, Struct):
-                where = f"{path}.{name}" if index is None else f"{path}.{name}[{index}]"
-                fault = key_part_fault(item, where)
-                if fault is not None:
-                    return fault
-    return None
-
-
-@functools.cache
-def _key_part_fields(kind: type) -> tuple[tuple[str, bool], ...]:
-    """A Struct type's fields that are key parts (True) or may hold Structs with key parts (False)."""
-    hints = typing.get_type_hints(kind, include_extras=True)
-    fields: list[tuple[str, bool]] = []
-    for name in getattr(kind, "__struct_fields__", ()):
-        if _holds_key_part(hints[name], set()):
-            fields.append((name, _is_key_part(hints[name])))
-    return tuple(fields)
-
-
-def _is_key_part(annotation: Any) -> bool:
-    """`KeyPart` itself, or `KeyPart | UNSET`."""
-    if typing.get_origin(annotation) is Annotated:
-        return _KEY_PART in annotation.__metadata__
-    return any(_is_key_part(arg) for arg in typing.get_args(annotation) if typing.get_origin(arg) is Annotated)
-
-
-def _holds_key_part(annotation: Any, seen: set[type]) -> bool:
-    if _is_key_part(annotation):
-        return True
-    if isinstance(annotation, type) and issubclass(annotation, Struct):
-        if annotation in seen:
-            return False
-        seen.add(annotation)
-        hints = typing.get_type_hints(annotation, include_extras=True)
-        return any(_holds_key_part(hints[name], seen) for name in annotation.__struct_fields__)
-    return any(_holds_key_part(arg, seen) for arg in typing.get_args(annotation))

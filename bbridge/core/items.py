@@ -13,6 +13,7 @@ import msgspec
 
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.core.scalars import Wire
 
 Item = dict[str, Any]
 
@@ -136,7 +137,7 @@ def _finish(item: Item, parent: str | None, presentation: Any) -> Item:
     return item
 
 
-def _copy_present(item: Item, source: g.Wire, names: tuple[str, ...]) -> None:
+def _copy_present(item: Item, source: Wire, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(source, name)
         if value is not UNSET:

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from bbridge.core.grammar import js_float, utf16_len
+from bbridge.core.scalars import js_float, utf16_len
 
 # ECMAScript WhiteSpace and LineTerminator: what `trim()` removes (Python's `strip()` set differs:
 # U+001C–U+001F and U+0085 are whitespace to Python only).

@@ -2,7 +2,8 @@
 
 Health, usage and installation answers look at the host afresh: the CLI on PATH and its `--version`, npm's
 global prefix and listing, a stored login's JWTs, an HTTP usage endpoint. The mechanics are the same for every
-provider, so they live here once; what differs (package, credentials, endpoint, labels) stays in each bridge.
+provider, so they live here once, up to the installation status and run answers; what differs (package,
+credentials, endpoint, labels, the latest version, which action is offered) stays in each bridge.
 A probe that fails or times out reads as "no output", so a broken host degrades a screen instead of failing it.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
+from functools import partial
 from typing import Any, Literal
 
 import msgspec
@@ -153,40 +155,108 @@ def health(
     )
 
 
-def installation_status(
-    executable: str,
-    path: str | None,
-    *,
-    installed: bool,
-    source: InstallSource,
-    versions: tuple[str | None, str | None, str | None],
-    package: str,
-    npm_listing: str | None,
-    action: tuple[Literal["install", "update"], str] | None,
-    needs_update: bool,
-    unsupported: bool,
-) -> m.InstallationStatus:
-    """A `provider/installation/status` answer; `versions` are current, latest and minimum supported, `action`
-    the offered kind with its display command."""
-    current, latest, minimum = versions
-    offered = None
-    if action is not None:
-        kind, command = action
-        offered = m.InstallAction(kind=kind, label="Install" if kind == "install" else "Update", command=command)
-    return m.InstallationStatus(
-        executableName=executable,
-        executablePath=path,
-        installed=installed,
-        installSource=source,
-        currentVersion=current,
-        latestVersion=latest,
-        minimumSupportedVersion=minimum,
-        npmPackageName=package,
-        npmGlobalPackageVersion=npm_global_version(npm_listing, package),
-        installAction=offered,
-        needsUpdate=needs_update,
-        versionUnsupported=unsupported,
+@dataclass(frozen=True, slots=True)
+class Installation:
+    """What the installation probes found of a CLI npm can install globally: the executable `which` finds, its
+    `--version` (`installed` when either answered, as both specs say), where it came from, npm's listing, and the
+    bridge's own probes by name (`more`: the latest version is each provider's own question)."""
+
+    command: str
+    package: str
+    path: str | None
+    installed: bool
+    current: str | None
+    source: InstallSource
+    npm_listing: str | None
+    more: dict[str, str | None]
+
+    def status(
+        self,
+        *,
+        latest: str | None,
+        minimum: str | None,
+        action: tuple[Literal["install", "update"], str] | None,
+        needs_update: bool,
+        unsupported: bool,
+    ) -> m.InstallationStatus:
+        """The `provider/installation/status` answer; `action` is the offered kind with its display command."""
+        offered = None
+        if action is not None:
+            kind, command = action
+            offered = m.InstallAction(kind=kind, label="Install" if kind == "install" else "Update", command=command)
+        return m.InstallationStatus(
+            executableName=self.command,
+            executablePath=self.path,
+            installed=self.installed,
+            installSource=self.source,
+            currentVersion=self.current,
+            latestVersion=latest,
+            minimumSupportedVersion=minimum,
+            npmPackageName=self.package,
+            npmGlobalPackageVersion=npm_global_version(self.npm_listing, self.package),
+            installAction=offered,
+            needsUpdate=needs_update,
+            versionUnsupported=unsupported,
+        )
+
+
+async def probe_installation(
+    command: str, package: str, env: Mapping[str, str], more: Mapping[str, Callable[[], Awaitable[str | None]]]
+) -> Installation:
+    """`which`, `--version`, `npm prefix -g` and `npm list -g <package>` with the bridge's `more`, side by side."""
+    outputs = await concurrently(
+        {
+            "path": partial(which, command, env),
+            "version": partial(run_probe, [command, "--version"], env, PROBE_TIMEOUT_S),
+            "prefix": partial(run_probe, ["npm", "prefix", "-g"], env, INSTALL_CHECK_TIMEOUT_S),
+            "global": partial(
+                run_probe, ["npm", "list", "-g", package, "--depth=0", "--json"], env, INSTALL_CHECK_TIMEOUT_S
+            ),
+            **more,
+        }
     )
+    path, ran = outputs.pop("path"), outputs.pop("version")
+    installed = path is not None or ran is not None
+    return Installation(
+        command=command,
+        package=package,
+        path=path,
+        installed=installed,
+        current=parse_version(ran) if ran is not None else None,
+        source=install_source(path, installed, outputs.pop("prefix")),
+        npm_listing=outputs.pop("global"),
+        more=outputs,
+    )
+
+
+async def version(command: str, env: Mapping[str, str]) -> str | None:
+    """The CLI's version as its `--version` prints it; None when the probe fails or prints none."""
+    output = await run_probe([command, "--version"], env, PROBE_TIMEOUT_S)
+    return parse_version(output) if output is not None else None
+
+
+def install_plan(
+    status: m.InstallationStatus,
+    requested: Literal["install", "update"],
+    provider: str,
+    argv: Mapping[str, Sequence[str]],
+) -> m.InstallUnavailable | m.InstallPlan:
+    """The `provider/installation/run` answer for the action a fresh `status` offers, run as `argv[kind]`; an
+    update is verified against the latest version when known, else as any change of the current one."""
+    action = status.installAction
+    if action is None or action.kind != requested:
+        message = f"{provider} {requested} is no longer available on this host."
+        return m.InstallUnavailable(available=False, message=message)
+    run = argv[action.kind]
+    command = m.InstallCommand(command=run[0], args=list(run[1:]), displayCommand=action.command)
+    verification: m.VerifyInstalled | m.VerifyVersionChanged | m.VerifyVersionAtLeast
+    if action.kind == "install":
+        verification = m.VerifyInstalled()
+    elif status.latestVersion is not None:
+        verification = m.VerifyVersionAtLeast(version=status.latestVersion)
+    else:
+        verification = m.VerifyVersionChanged(previousVersion=status.currentVersion or "unknown")
+    return m.InstallPlan(available=True, command=command, verification=verification)
 
 
 # -- values ----------------------------------------------------------------------------

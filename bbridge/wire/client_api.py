@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from bbridge.core.grammar import NonEmpty, Wire
+from bbridge.core.scalars import NonEmpty, Wire
 from bbridge.wire import interactions, protocol
 
 RequestMethod = Literal["interaction/request", "item/tool/call"]

@@ -2,7 +2,7 @@
 
 The rules are the grammar's (`core/grammar.py`): decoding into its Structs *is* validation, and
 `grammar.decode_params` is the reference every path here must agree with (`tests/test_bench.py` checks each
-bench line, an integral float and a U+001F key part, and `tests/test_rpc.py` the framing passes). The daemon
+bench line, an integral float and a U+001F key part, and `tests/test_rpc_reads.py` the framing passes). The daemon
 reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
 
 * **A whole read in one call** (`TypedDecoder.read`, which `rpc.Connection` tries first for each read): when
@@ -17,9 +17,9 @@ reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
   the tag, decoded once into the grammar's types instead of an envelope and then its params (the bench's
   figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message or invalid params, takes the
   envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
-* **The float hook** (`grammar.js_float`): an integral double in an opaque payload becomes an integer, as
+* **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
-* **The U+001F screen** (`grammar.ESCAPED_SEPARATOR`): a key part holds no U+001F, a rule msgspec would check
+* **The U+001F screen** (`scalars.ESCAPED_SEPARATOR`): a key part holds no U+001F, a rule msgspec would check
   with a `pattern` that cost a third of a line's decode. A decoded string holds U+001F only through a `\\u001f`
   escape, so a line (or read) holding one skips the typed passes; `grammar.decode_params` then checks its key
   parts (`key_part_fault`).
@@ -41,7 +41,7 @@ from typing import Any, cast
 import msgspec
 from msgspec import UNSET
 
-from bbridge.core import grammar
+from bbridge.core import grammar, scalars
 from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
 from bbridge.wire.framing import Overflow
 from bbridge.wire.jsonrpc import ID_TYPES, Notification, decode_envelope
@@ -103,7 +103,7 @@ class TypedDecoder:
 # A bridge's `thread/delta` lines, each parsed once as `grammar.decode_params` would (its float hook); a line that
 # may hold U+001F in a key part takes the generic path, to `grammar.decode_params`.
 DELTA_LINES = TypedDecoder(
-    {"thread/delta": grammar.ThreadDeltaParams}, screen=grammar.ESCAPED_SEPARATOR.search, float_hook=grammar.js_float
+    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.ESCAPED_SEPARATOR.search, float_hook=scalars.js_float
 )
 
 

@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.core.grammar import NonEmpty, Presentation, Wire
+from bbridge.core.grammar import Presentation
+from bbridge.core.scalars import NonEmpty, Wire
 
 NonBlank = Annotated[str, Meta(pattern=r"\S")]
 

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.core.grammar import NonEmpty, PosInt, Wire
+from bbridge.core.scalars import NonEmpty, PosInt, Wire
 
 Cents = Annotated[int, Meta(ge=0)]
 Percent = Annotated[int, Meta(ge=0, le=100)] | Annotated[float, Meta(ge=0, le=100)]

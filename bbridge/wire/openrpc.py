@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from bbridge.core.grammar import ClientRequestId, ThreadDeltaParams
+from bbridge.core.grammar import ThreadDeltaParams
+from bbridge.core.scalars import ClientRequestId
 from bbridge.wire import client_api, errors, interactions, protocol
 from bbridge.wire.schema import Schema, components, ecma_patterns
 

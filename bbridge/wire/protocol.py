@@ -19,16 +19,9 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from bbridge.core import grammar
-from bbridge.core.grammar import (
-    GRAMMAR_VERSIONS,
-    ClientRequestId,
-    NonEmpty,
-    PosInt,
-    Presentation,
-    ThreadDeltaParams,
-    Wire,
-)
+from bbridge.core import scalars
+from bbridge.core.grammar import GRAMMAR_VERSIONS, Presentation, ThreadDeltaParams
+from bbridge.core.scalars import ClientRequestId, NonEmpty, PosInt, Wire
 from bbridge.wire.interactions import InteractionRequestParams, ToolCallParams, ToolCallResult
 from bbridge.wire.maintenance import (
     HealthReport,
@@ -543,8 +536,8 @@ def decode_method_params(method: str, data: bytes | str) -> Any:
         value = msgspec.json.decode(data, type=METHODS[method].params)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidParams(method, exc) from None
-    if isinstance(value, msgspec.Struct) and grammar.may_hold_separator(data):
-        fault = grammar.key_part_fault(value)
+    if isinstance(value, msgspec.Struct) and scalars.may_hold_separator(data):
+        fault = scalars.key_part_fault(value)
         if fault is not None:
             raise InvalidParams(method, msgspec.ValidationError(fault))
     return value

@@ -33,7 +33,6 @@ from bbridge.core.grammar import (
     AgentMessageShape,
     BackgroundTaskShape,
     BoundaryError,
-    ClientRequestId,
     CommandShape,
     DelegationShape,
     ErrorInfo,
@@ -42,7 +41,6 @@ from bbridge.core.grammar import (
     FileReadShape,
     ImageViewShape,
     ItemStatus,
-    Number,
     PlanShape,
     PlanStepsShape,
     Presentation,
@@ -54,8 +52,8 @@ from bbridge.core.grammar import (
     TurnStatus,
     WebFetchShape,
     WebSearchShape,
-    Wire,
 )
+from bbridge.core.scalars import ClientRequestId, Number, Wire
 from bbridge.wire import client_api, interactions, protocol
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"

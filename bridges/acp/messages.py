@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from bbridge.core import js
+from bbridge.kit.result_text import ResultText
 
 PROTOCOL_VERSION = 1
 CLIENT_INFO = {"name": "bb", "version": "1.0.0"}
@@ -144,43 +144,10 @@ def non_negative_int(value: Json) -> int | None:
     return int(value) if value >= 0 and float(value).is_integer() else None
 
 
-_WRAPPER_KEY = "content"
 _DATA_URL = re.compile(r"data:image/[a-z0-9.+-]+(?:;[^,]*)?;base64,[a-z0-9+/_=-]+", re.IGNORECASE)
 
-
-def result_text(value: Json) -> str:
-    """A tool result as text: strings as they are, `{content: [...]}` and block lists by their text, else JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | int | float):
-        return js.stringify(value)
-    if isinstance(value, dict):
-        inner = value.get(_WRAPPER_KEY)
-        return result_text(inner) if isinstance(inner, list) else js.stringify(value)
-    if not isinstance(value, list):
-        return ""
-    names = [b.get("tool_name") for b in value if isinstance(b, dict) and b.get("type") == "tool_reference"]
-    if value and len(names) == len(value) and all(isinstance(n, str) and n for n in names):
-        return f"Matched tools: {', '.join(str(n) for n in names)}"
-    chunks: list[str] = []
-    for block in value:
-        text = text_of(block)
-        if text is not None:
-            chunks.append(text)
-        elif (described := _describe_block(block)) is not None:
-            chunks.append(described)
-    return "\n".join(chunks)
-
-
-def _describe_block(block: Json) -> str | None:
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str) or not block["type"]:
-        return None
-    for key in ("path", "tool_name", "url", "imageUrl"):
-        if isinstance(block.get(key), str) and block[key]:
-            return f"[{block['type']}: {block[key]}]"
-    return f"[{block['type']}]"
+# A tool result as text (the kit's extractor); ACP's reference skips a block whose `type` is blank.
+result_text = ResultText(blank_types=False)
 
 
 def output_text(event: JsonObject) -> str | None:

@@ -25,14 +25,11 @@ from bbridge.core import js
 from bbridge.kit import probes
 from bbridge.kit.probes import (
     INSTALL_CHECK_TIMEOUT_S,
-    PROBE_TIMEOUT_S,
     display_command,
     error_text,
     http_get,
-    install_source,
     json_or_none,
     older,
-    parse_version,
     percent,
 )
 from bbridge.wire import maintenance as m
@@ -47,7 +44,6 @@ USAGE_HEADERS = {
     "User-Agent": "claude-code/2.1.0",
 }
 NPM_PACKAGE = "@anthropic-ai/claude-code"
-NPM_LIST = ("npm", "list", "-g", NPM_PACKAGE, "--depth=0", "--json")
 LOGIN_COMMAND = "claude /login"
 KEYCHAIN_SERVICE = "Claude Code-credentials"
 INSTALL_SCRIPT = (
@@ -180,8 +176,7 @@ class Maintenance:
         return await probes.which(self.command, self.env)
 
     async def version(self) -> str | None:
-        output = await self.run([self.command, "--version"], PROBE_TIMEOUT_S)
-        return parse_version(output) if output is not None else None
+        return await probes.version(self.command, self.env)
 
     async def credentials(self) -> Credentials | None:
         """The login from the macOS keychain, else from `~/.claude/.credentials.json`."""
@@ -262,39 +257,17 @@ class Maintenance:
     async def installation_status(self, params: protocol.InstallationStatusParams) -> m.InstallationStatus:
         """The install facts, from the CLI, its `doctor` and npm probed side by side."""
         command = self.command
-        outputs = await probes.concurrently(
-            {
-                "path": self.which,
-                "version": partial(self.run, [command, "--version"], PROBE_TIMEOUT_S),
-                "doctor": partial(self.run, [command, "doctor"], INSTALL_CHECK_TIMEOUT_S),
-                "prefix": partial(self.run, ["npm", "prefix", "-g"], INSTALL_CHECK_TIMEOUT_S),
-                "tags": partial(self.run, ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"], INSTALL_CHECK_TIMEOUT_S),
-                "global": partial(self.run, NPM_LIST, INSTALL_CHECK_TIMEOUT_S),
-            }
-        )
-        path = outputs["path"]
-        current = parse_version(outputs["version"] or "")
-        installed = path is not None or current is not None
-        source = install_source(path, installed, outputs["prefix"])
-        latest = latest_version(outputs["doctor"], outputs["tags"])
-        needs_update = older(current, latest)
+        doctor = partial(self.run, [command, "doctor"], INSTALL_CHECK_TIMEOUT_S)
+        tags = partial(self.run, ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"], INSTALL_CHECK_TIMEOUT_S)
+        found = await probes.probe_installation(command, NPM_PACKAGE, self.env, {"doctor": doctor, "tags": tags})
+        latest = latest_version(found.more["doctor"], found.more["tags"])
+        needs_update = older(found.current, latest)
         action: tuple[Literal["install", "update"], str] | None = None
-        if not installed:
+        if not found.installed:
             action = ("install", INSTALL_SCRIPT)
-        elif needs_update and (source == "npmGlobal" or self._self_updating(path)):
+        elif needs_update and (found.source == "npmGlobal" or self._self_updating(found.path)):
             action = ("update", display_command([command, "update"]))
-        return probes.installation_status(
-            command,
-            path,
-            installed=installed,
-            source=source,
-            versions=(current, latest, None),
-            package=NPM_PACKAGE,
-            npm_listing=outputs["global"],
-            action=action,
-            needs_update=needs_update,
-            unsupported=False,
-        )
+        return found.status(latest=latest, minimum=None, action=action, needs_update=needs_update, unsupported=False)
 
     def _self_updating(self, path: str | None) -> bool:
         """A native install (under `~/.local/share/claude`) or the default `~/.local/bin/claude` updates itself."""
@@ -306,19 +279,8 @@ class Maintenance:
     async def installation_run(self, params: protocol.InstallationRunParams) -> m.InstallUnavailable | m.InstallPlan:
         """The plan for the action the fresh status offers; the daemon runs it and verifies with the status."""
         status = await self.installation_status(protocol.InstallationStatusParams(providerId=params.providerId))
-        action = status.installAction
-        if action is None or action.kind != params.action:
-            message = f"Claude Code {params.action} is no longer available on this host."
-            return m.InstallUnavailable(available=False, message=message)
-        if action.kind == "install":
-            command = m.InstallCommand(command="sh", args=["-c", INSTALL_SCRIPT], displayCommand=INSTALL_SCRIPT)
-            return m.InstallPlan(available=True, command=command, verification=m.VerifyInstalled())
-        # an update is offered only against a known latest version, so that is what verifies it
-        assert status.latestVersion is not None
-        update = m.InstallCommand(command=status.executableName, args=["update"], displayCommand=action.command)
-        return m.InstallPlan(
-            available=True, command=update, verification=m.VerifyVersionAtLeast(version=status.latestVersion)
-        )
+        argv = {"install": ("sh", "-c", INSTALL_SCRIPT), "update": (status.executableName, "update")}
+        return probes.install_plan(status, params.action, "Claude Code", argv)
 
 
 def _login_status(creds: Credentials | None) -> HealthStatus:

@@ -15,6 +15,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit.result_text import ResultText
 from bridges.claude_code import presentation as p
 
 BB_SERVER = "bb-bridge"
@@ -158,36 +159,8 @@ def fallback(tool_name: Any) -> Classified:
 # -- results -------------------------------------------------------------------
 
 
-def result_text(content: Any) -> str:
-    """The reference's generic extractor of a tool result's text (§4.6)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, bool | int | float):
-        return js.stringify(content)
-    if isinstance(content, dict):
-        inner = content.get("content")
-        return result_text(inner) if isinstance(inner, list) else js.stringify(content)
-    if isinstance(content, list):
-        if content and all(
-            isinstance(e, dict) and e.get("type") == "tool_reference" and usable(e.get("tool_name")) for e in content
-        ):
-            return "Matched tools: " + ", ".join(e["tool_name"] for e in content)
-        return "\n".join(text for text in map(_element_text, content) if text is not None)
-    return ""
-
-
-def _element_text(element: Any) -> str | None:
-    if not isinstance(element, dict) or not isinstance(element.get("type"), str):
-        return None
-    kind = element["type"]
-    if kind == "text" and isinstance(element.get("text"), str):
-        return str(element["text"])
-    for field in ("path", "tool_name", "url", "imageUrl"):
-        if usable(element.get(field)):
-            return f"[{kind}: {element[field]}]"
-    return f"[{kind}]"
+# §4.6's generic extractor of a tool result's text is the kit's, with its default (Claude Code's) rules.
+result_text = ResultText()
 
 
 def _command_text(text: str) -> str | None:

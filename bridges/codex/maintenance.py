@@ -21,7 +21,7 @@ import trio
 
 from bbridge.core import js
 from bbridge.kit import probes
-from bbridge.kit.probes import INSTALL_CHECK_TIMEOUT_S, PROBE_TIMEOUT_S, HealthStatus
+from bbridge.kit.probes import INSTALL_CHECK_TIMEOUT_S, HealthStatus
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
 
@@ -29,7 +29,6 @@ COMMAND = "codex"
 MINIMUM_VERSION = "0.136.0"
 REQUIRED_VERSIONS = {"thread_rewind": "0.143.0"}
 NPM_PACKAGE = "@openai/codex"
-NPM_LIST = ("npm", "list", "-g", NPM_PACKAGE, "--depth=0", "--json")
 NPM_INSTALL = ("npm", "install", "-g", f"{NPM_PACKAGE}@latest")
 CODEX_UPDATE = (COMMAND, "update")
 LOGIN_COMMAND = "codex login"
@@ -167,9 +166,9 @@ def retained_cookies(headers: Message) -> dict[str, str]:
     return kept
 
 
-def action_argv(kind: Literal["install", "update"], source: str) -> tuple[str, ...]:
-    """npm installs, and updates what npm installed; any other install is asked to update itself."""
-    return NPM_INSTALL if kind == "install" or source == "npmGlobal" else CODEX_UPDATE
+def update_argv(source: str) -> tuple[str, ...]:
+    """npm updates what npm installed (as it installs); any other install is asked to update itself."""
+    return NPM_INSTALL if source == "npmGlobal" else CODEX_UPDATE
 
 
 class Maintenance:
@@ -205,8 +204,7 @@ class Maintenance:
         return await probes.which(COMMAND, self.env)
 
     async def version(self) -> str | None:
-        output = await probes.run_probe([COMMAND, "--version"], self.env, PROBE_TIMEOUT_S)
-        return probes.parse_version(output) if output is not None else None
+        return await probes.version(COMMAND, self.env)
 
     async def credentials(self) -> Credentials | None:
         """The login in `auth.json`: a missing file is no login; an unreadable or non-JSON one raises."""
@@ -294,56 +292,26 @@ class Maintenance:
     async def installation_status(self, params: protocol.InstallationStatusParams) -> m.InstallationStatus:
         """The install facts, from the CLI and npm probed side by side."""
         requirement = params.requirement if isinstance(params.requirement, str) else None
-        run, env = probes.run_probe, self.env
-        outputs = await probes.concurrently(
-            {
-                "path": self.which,
-                "version": partial(run, [COMMAND, "--version"], env, PROBE_TIMEOUT_S),
-                "latest": partial(run, ["npm", "view", NPM_PACKAGE, "version"], env, INSTALL_CHECK_TIMEOUT_S),
-                "prefix": partial(run, ["npm", "prefix", "-g"], env, INSTALL_CHECK_TIMEOUT_S),
-                "global": partial(run, NPM_LIST, env, INSTALL_CHECK_TIMEOUT_S),
-            }
+        latest_probe = partial(
+            probes.run_probe, ["npm", "view", NPM_PACKAGE, "version"], self.env, INSTALL_CHECK_TIMEOUT_S
         )
-        path, ran = outputs["path"], outputs["version"]
-        current = probes.parse_version(ran) if ran is not None else None
-        latest = probes.parse_version(outputs["latest"] or "")
-        installed = path is not None or ran is not None
-        source = probes.install_source(path, installed, outputs["prefix"])
+        found = await probes.probe_installation(COMMAND, NPM_PACKAGE, self.env, {"latest": latest_probe})
+        latest = probes.parse_version(found.more["latest"] or "")
         minimum = REQUIRED_VERSIONS[requirement] if requirement is not None else MINIMUM_VERSION
+        current, installed = found.current, found.installed
         needs_update = installed and probes.older(current, latest)
         unsupported = installed and (requirement is not None if current is None else probes.older(current, minimum))
         action: tuple[Literal["install", "update"], str] | None = None
         if not installed:
             action = ("install", probes.display_command(NPM_INSTALL))
         elif needs_update or unsupported:
-            action = ("update", probes.display_command(action_argv("update", source)))
-        return probes.installation_status(
-            COMMAND,
-            path,
-            installed=installed,
-            source=source,
-            versions=(current, latest, minimum),
-            package=NPM_PACKAGE,
-            npm_listing=outputs["global"],
-            action=action,
-            needs_update=needs_update,
-            unsupported=unsupported,
+            action = ("update", probes.display_command(update_argv(found.source)))
+        return found.status(
+            latest=latest, minimum=minimum, action=action, needs_update=needs_update, unsupported=unsupported
         )
 
     async def installation_run(self, params: protocol.InstallationRunParams) -> m.InstallUnavailable | m.InstallPlan:
         """The plan for the action the fresh status offers; the daemon runs it and verifies with the status."""
         status = await self.installation_status(protocol.InstallationStatusParams(providerId=params.providerId))
-        action = status.installAction
-        if action is None or action.kind != params.action:
-            message = f"Codex {params.action} is no longer available on this host."
-            return m.InstallUnavailable(available=False, message=message)
-        argv = action_argv(action.kind, status.installSource)
-        command = m.InstallCommand(command=argv[0], args=list(argv[1:]), displayCommand=action.command)
-        verification: m.VerifyInstalled | m.VerifyVersionChanged | m.VerifyVersionAtLeast
-        if action.kind == "install":
-            verification = m.VerifyInstalled()
-        elif status.latestVersion is not None:
-            verification = m.VerifyVersionAtLeast(version=status.latestVersion)
-        else:
-            verification = m.VerifyVersionChanged(previousVersion=status.currentVersion or "unknown")
-        return m.InstallPlan(available=True, command=command, verification=verification)
+        argv = {"install": NPM_INSTALL, "update": update_argv(status.installSource)}
+        return probes.install_plan(status, params.action, "Codex", argv)

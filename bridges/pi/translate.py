@@ -16,6 +16,7 @@ from msgspec import UNSET
 
 from bbridge.core import grammar as g
 from bbridge.core import js
+from bbridge.kit.result_text import ResultText
 from bridges.pi import catalog
 from bridges.pi.visibility import UNKNOWN, visibility
 
@@ -80,35 +81,8 @@ def unhandled(thread_id: str, message: Any) -> g.Unhandled:
 # -- result text ([T27]) ---------------------------------------------------------------------
 
 
-def result_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool | int | float):
-        return js.stringify(value)
-    if isinstance(value, dict):
-        content = value.get("content")
-        return result_text(content) if isinstance(content, list) else js.stringify(value)
-    if isinstance(value, list):
-        refs = [b for b in value if isinstance(b, dict) and b.get("type") == "tool_reference" and "tool_name" in b]
-        if value and len(refs) == len(value):
-            return "Matched tools: " + ", ".join(str(b["tool_name"]) for b in refs)
-        parts: list[str] = []
-        for block in value:
-            if not isinstance(block, dict) or not _str(block.get("type")):
-                continue
-            if block["type"] == "text" and _str(block.get("text")):
-                parts.append(block["text"])
-                continue
-            for name in ("path", "tool_name", "url", "imageUrl"):
-                if _str(block.get(name)):
-                    parts.append(f"[{block['type']}: {block[name]}]")
-                    break
-            else:
-                parts.append(f"[{block['type']}]")
-        return "\n".join(parts)
-    return js.stringify(value)
+# [T27] is the kit's extractor; pi's reference takes any `tool_name` member and labels with blank strings too.
+result_text = ResultText(any_tool_name=True, blank_labels=True)
 
 
 def _snapshot(value: Any) -> str | None:

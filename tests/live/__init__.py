@@ -3,7 +3,8 @@
 Shared: `tests.live.scripted` (the scripted HTTP server on 127.0.0.1: lifecycle, script queue, request record,
 bounded waits, SSE writing; each API dialect below keeps only its wire format), `tests.live.runner` (the CLIs'
 `.cache` locations, the offline environment's core, a child in its own process group and its stop, a bridge's
-provider entry for the daemon, `bbridge conformance` over a bridge) and `tests.live.processes` (leftover checks).
+provider entry for the daemon, `bbridge conformance` over a bridge), `tests.live.processes` (leftover checks) and
+`tests.live.scenarios` (the recorded cells' request shapes and the steps the Claude Code and codex tests run alike).
 
 Claude Code: `tests.live.anthropic` (a scripted Anthropic Messages API on 127.0.0.1, SSE like the real API) and
 `tests.live.claude` (the pinned CLI, an offline environment, a small stream-json driver); what the real CLI was
