@@ -11,6 +11,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -215,6 +216,7 @@ def serve_listening(tmp_path: Path, *options: str) -> Iterator[tuple[str, Path]]
                 url = record["url"].replace("http", "ws", 1)
                 break
         assert url is not None, "bbridge serve --listen logged no listening url"
+        threading.Thread(target=serve_process.stderr.read, daemon=True).start()  # a full pipe would stall it
         yield url, token
     finally:
         serve_process.terminate()
@@ -229,6 +231,17 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def bbridge(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bbridge", *argv], capture_output=True, text=True, timeout=60)
+
+
+def test_the_python_client_over_ws_under_asyncio(served: tuple[str, Path]) -> None:
+    url, token_file = served
+
+    async def main() -> tuple[list[int], str]:
+        async with Client.connect(url, token=token_file.read_text().strip(), on_request=allow) as client:
+            return await turn_dropped_and_resumed(client)
+
+    seqs, text = anyio.run(main, backend="asyncio")
+    assert seqs == list(range(1, len(seqs) + 1)) and text == ECHOED
 
 
 def test_status_run_and_tail_take_url(served: tuple[str, Path]) -> None:
