@@ -63,7 +63,7 @@ MINTS_CLIENT_REQUEST_ID = ("turn/start", "turn/steer")  # the daemon methods who
 URL_SCHEMES = ("ws", "wss")
 RPC_PATH = "/rpc"  # where `bbridge serve --listen` upgrades to the client API
 READ_BYTES = 65536
-HANDSHAKE_S = 10.0  # the bound of a WebSocket upgrade's answer
+HANDSHAKE_S = 10.0  # the bound of a WebSocket connection's opening: TCP, TLS and the upgrade
 CLOSE_S = 1.0  # how long a WebSocket close frame may take before the connection is closed anyway
 Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
@@ -399,24 +399,30 @@ def _websocket_opener(
     headers = [("Authorization", f"Bearer {token}")] if token is not None else []
     context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None) if secure else None
 
-    async def opener() -> anyio.abc.ByteStream:
+    async def connect() -> anyio.abc.ByteStream:
         transport: anyio.abc.ByteStream = (
             await anyio.connect_tcp(host, port)
             if context is None
             else await anyio.connect_tcp(host, port, ssl_context=context, tls_standard_compatible=False)
         )
         try:
-            with anyio.fail_after(HANDSHAKE_S):
-                return await _upgrade(transport, ClientHandshake(authority, target, headers), url)
+            return await _upgrade(transport, ClientHandshake(authority, target, headers))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await transport.aclose()
             raise
 
+    async def opener() -> anyio.abc.ByteStream:
+        try:
+            with anyio.fail_after(HANDSHAKE_S):  # a silent host, a stalled TLS handshake or upgrade
+                return await connect()
+        except TimeoutError:
+            raise TimeoutError(f"no WebSocket connection within {HANDSHAKE_S:g}s") from None
+
     return opener
 
 
-async def _upgrade(transport: anyio.abc.ByteStream, handshake: ClientHandshake, url: str) -> anyio.abc.ByteStream:
+async def _upgrade(transport: anyio.abc.ByteStream, handshake: ClientHandshake) -> anyio.abc.ByteStream:
     """The WebSocket upgrade; a refusal is a `DaemonError` naming the status and what to do."""
     await transport.send(handshake.request)
     while True:
@@ -427,22 +433,23 @@ async def _upgrade(transport: anyio.abc.ByteStream, handshake: ClientHandshake, 
         try:
             lines = handshake.feed(data)
         except HandshakeError as refused:
-            raise _refusal(url, refused) from None
+            raise _refusal(refused) from None
         if lines is not None:
             return WebSocketStream(transport, lines)
 
 
-UPGRADE_HINTS = {
-    401: "give the daemon's token (its serve --token-file)",
-    403: "the server refuses this Host or Origin: connect by the address it listens on, or have it name yours "
-    "with --allow-host or --allow-origin",
+UPGRADE_HINTS = {  # what a refused upgrade's error says to do, by its status
+    401: "pass the token in the daemon's serve --token-file",
+    403: "connect by the address the daemon listens on, or have it allow yours (serve --allow-host, --allow-origin)",
 }
 
 
-def _refusal(url: str, refused: HandshakeError) -> DaemonError:
-    hint = UPGRADE_HINTS.get(refused.status or 0, "check the URL: bbridge serve --listen upgrades GET /rpc")
-    code = errors.UNAUTHORIZED if refused.status in (401, 403) else Disconnected().code
-    return DaemonError(code, f"{url}: {refused}; {hint}")
+def _refusal(refused: HandshakeError) -> DaemonError:
+    """401 and 403 are `UNAUTHORIZED`; anything else (503: too many connections, a close mid-handshake) a
+    `Disconnected`, which a reconnect retries."""
+    if refused.status in UPGRADE_HINTS:
+        return DaemonError(errors.UNAUTHORIZED, f"{refused}; {UPGRADE_HINTS[refused.status]}")
+    return Disconnected(f"{refused}; check the URL: bbridge serve --listen upgrades GET /rpc")
 
 
 class WebSocketStream(anyio.abc.ByteStream):

@@ -101,7 +101,10 @@ async def test_a_refused_upgrade_is_a_daemon_error_naming_the_status_and_what_to
             async with Client.connect(url, token="not-the-token"):
                 pass
         assert refused.value.code == errors.UNAUTHORIZED
-        assert "401" in str(refused.value) and "--token-file" in str(refused.value), refused.value
+        assert str(refused.value) == (
+            "the server refused the WebSocket upgrade: 401 the bearer token is not the daemon's (see --token-file); "
+            "pass the token in the daemon's serve --token-file (-32016)"
+        )
         with pytest.raises(DaemonError) as missing:  # no header: the upgrade is a browser's, initialize refuses
             async with Client.connect(url):
                 pass
@@ -267,6 +270,13 @@ def test_status_run_and_tail_take_url(served: tuple[str, Path]) -> None:
     refused = bbridge("status", "--url", url)
     assert refused.returncode == 1
     assert "refused a client without a token (see --token-file)" in refused.stderr, refused.stderr
+    (token.parent / "wrong").write_text("not-the-token\n")
+    wrong = bbridge("status", "--url", url, "--token-file", str(token.parent / "wrong"))
+    assert wrong.returncode == 1
+    assert (
+        f"bbridge status: the daemon on {url} refused the token given: the server refused the WebSocket upgrade: 401"
+        in wrong.stderr
+    )
     both = bbridge("status", "--url", url, "--socket", "/nowhere.sock")
     assert both.returncode == 2 and "--socket" in both.stderr and "--url" in both.stderr
     with_ca = bbridge("status", "--url", url, "--ca-file", str(token))
