@@ -267,6 +267,11 @@ def test_status_run_and_tail_take_url(served: tuple[str, Path]) -> None:
         tail.send_signal(signal.SIGINT)  # the tail follows until Ctrl-C
         assert tail.wait(timeout=30) == 0
     assert [record["event"] for record in tailed] == events
+    pending = bbridge("pending", "--url", url, "--token-file", str(token), "--json")
+    assert (pending.returncode, json.loads(pending.stdout)["pending"]) == (0, []), pending.stderr
+    stopped = bbridge("stop", "--url", url, "--token-file", str(token), thread)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout == f"stopped {thread} (echo): released it (no turn was open)\n"
     refused = bbridge("status", "--url", url)
     assert refused.returncode == 1
     assert "refused a client without a token (see --token-file)" in refused.stderr, refused.stderr
