@@ -38,7 +38,7 @@ import itertools
 import math
 import secrets
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -270,11 +270,17 @@ class Client:
 
     async def events(self, thread_id: str, after_seq: int = 0) -> AsyncIterator[Entry]:
         """The thread's events after `after_seq`, each once and in order, across reconnects."""
-        last = after_seq
+        async for entry in self.timelines({thread_id: after_seq}):
+            yield entry
+
+    async def timelines(self, after: Mapping[str, int]) -> AsyncIterator[Entry]:
+        """Several threads' events on this one connection, each thread's after its seq in `after`: each event once
+        and in order per thread, across reconnects (each thread replays from its last seq on the new
+        connection, then follows live)."""
+        last = dict(after)
         while True:
             try:
-                async for entry in self._follow(thread_id, last):
-                    last = entry.seq
+                async for entry in self._follow(last):
                     yield entry
             except (Disconnected, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
@@ -288,32 +294,35 @@ class Client:
         async for note in self._notes:
             yield Notification(str(note.get("method")), note.get("params") or {})
 
-    async def _follow(self, thread_id: str, after: int) -> AsyncIterator[Entry]:
-        replay = await self.thread_events(thread_id, after)
-        last = after
-        for item in replay.events:
-            if item.seq > last:
-                last = item.seq
-                yield Entry(thread_id, item.seq, item.event)
+    async def _follow(self, last: dict[str, int]) -> AsyncIterator[Entry]:
+        """Replay, then follow live, the threads in `last`, advancing it past each event given."""
+        for thread_id in list(last):
+            replay = await self.thread_events(thread_id, last[thread_id])
+            for item in replay.events:
+                if item.seq > last[thread_id]:
+                    last[thread_id] = item.seq
+                    yield Entry(thread_id, item.seq, item.event)
         assert self._notes is not None
         async for note in self._notes:
             params = note.get("params") or {}
-            if note.get("method") != "thread/events" or params.get("threadId") != thread_id:
+            followed = params.get("threadId")
+            if note.get("method") != "thread/events" or followed not in last:
                 continue
             for item in params.get("events", []):
-                if item["seq"] > last:
-                    last = item["seq"]
-                    yield Entry(thread_id, item["seq"], item["event"])
+                if item["seq"] > last[followed]:
+                    last[followed] = item["seq"]
+                    yield Entry(followed, item["seq"], item["event"])
         raise Disconnected()
 
     # -- the wire ---------------------------------------------------------------------------------------------
 
     async def _write(self, message: dict[str, Any]) -> None:
-        if self._stream is None:
-            raise Disconnected()
         async with self._write_lock:
+            stream = self._stream  # None from the moment the connection's reader ended until a reconnect
+            if stream is None:
+                raise Disconnected()
             try:
-                await self._stream.send(msgspec.json.encode(message) + b"\n")
+                await stream.send(msgspec.json.encode(message) + b"\n")
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise Disconnected() from None
 
@@ -332,6 +341,8 @@ class Client:
                         await self._dispatch(msgspec.json.decode(line), notes)
         finally:
             if stream is self._stream:  # a reconnect's requests are not this connection's
+                # before any await: a request written from now on would wait on a dead connection forever
+                self._stream = None
                 for done, box in list(self._pending.values()):
                     box.append({"error": {"code": Disconnected().code, "message": "disconnected"}})
                     done.set()

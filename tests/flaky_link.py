@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 import trio
 
@@ -17,8 +17,7 @@ class FlakyLink:
         self._links: set[trio.CancelScope] = set()
         self._streams: list[trio.SocketStream] = []
         self.port = 0
-        self.cuts = 0
-        self.links = 0  # connections carried in all
+        self.dropped: list[int] = []  # per cut, the connections it dropped
 
     def cut(self) -> int:
         """Reset every open connection; how many there were."""
@@ -28,7 +27,7 @@ class FlakyLink:
         for scope in list(self._links):
             scope.cancel()
         self._streams.clear()
-        self.cuts += 1
+        self.dropped.append(open_links)
         return open_links
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -43,7 +42,6 @@ class FlakyLink:
         except OSError:
             await near.aclose()
             return
-        self.links += 1
         with trio.CancelScope() as scope:
             self._links.add(scope)
             self._streams += [near, far]
@@ -68,10 +66,8 @@ async def _pump(source: trio.SocketStream, sink: trio.SocketStream, done: trio.C
 
 def _reset(stream: trio.SocketStream) -> None:
     """Close with RST (SO_LINGER 0): the peer's next read or write fails, as on a dropped link."""
-    try:
+    with suppress(OSError):
         stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    except OSError:
-        pass
 
 
 @asynccontextmanager

@@ -7,7 +7,6 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import trio
@@ -27,15 +26,17 @@ TOKEN = "s3cret-token-for-tests"
 class Listening:
     daemon: Daemon
     port: int
+    tls: bool = False
 
     @property
-    def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def url(self) -> str:
+        """The client API's WebSocket URL."""
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}/rpc"
 
 
 @asynccontextmanager
 async def listening(
-    tmp_path: Path, providers: dict[str, ProviderConfig], settings: ListenSettings | None = None, **options: Any
+    providers: dict[str, ProviderConfig], settings: ListenSettings | None = None, **options: Any
 ) -> AsyncIterator[Listening]:
     """The daemon serving one listener on a free loopback port (`settings` without an address: 127.0.0.1:0)."""
     options.setdefault("text_delta_flush_ms", 0)
@@ -46,7 +47,7 @@ async def listening(
     async with trio.open_nursery() as nursery:
         await nursery.start(serve, daemon, [listen_face(settings, bound)])
         try:
-            yield Listening(daemon, bound.ports[0])
+            yield Listening(daemon, bound.ports[0], settings.tls is not None)
         finally:
             daemon.request_shutdown()
             with trio.fail_after(20):

@@ -43,8 +43,8 @@ async def run_turn(peer: WsPeer, thread_id: str, text: str = "hello") -> list[di
                 return events
 
 
-async def test_health_ready_and_the_reserved_root(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS) as face:
+async def test_health_ready_and_the_reserved_root() -> None:
+    async with listening(PROVIDERS) as face:
         assert (await http_get(face.port, "/healthz"))[::2] == (200, b"ok\n")
         assert (await http_get(face.port, "/readyz"))[::2] == (200, b"ready\n")
         assert (await http_get(face.port, "/"))[0] == 404
@@ -54,8 +54,8 @@ async def test_health_ready_and_the_reserved_root(tmp_path: Path) -> None:
         assert status == 503 and b"No space left on device" in body
 
 
-async def test_metrics_need_the_token_and_parse_as_prometheus_text(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS) as face:
+async def test_metrics_need_the_token_and_parse_as_prometheus_text() -> None:
+    async with listening(PROVIDERS) as face:
         status, headers, _ = await http_get(face.port, "/metrics")
         assert status == 401 and headers["www-authenticate"].startswith("Bearer")
         assert (await http_get(face.port, "/metrics", {"Authorization": "Bearer wrong"}))[0] == 401
@@ -78,8 +78,8 @@ async def test_metrics_need_the_token_and_parse_as_prometheus_text(tmp_path: Pat
         await peer.aclose()
 
 
-async def test_a_turn_over_websocket_with_the_token_in_initialize(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS) as face:
+async def test_a_turn_over_websocket_with_the_token_in_initialize() -> None:
+    async with listening(PROVIDERS) as face:
         peer = await WsPeer.connect(face.port)
         refused = await peer.call(1, "daemon/status")
         assert refused["error"]["message"].startswith("send initialize with the daemon's token")
@@ -89,8 +89,8 @@ async def test_a_turn_over_websocket_with_the_token_in_initialize(tmp_path: Path
         await peer.aclose()
 
 
-async def test_a_connection_without_the_token_is_refused_and_closed(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS) as face:
+async def test_a_connection_without_the_token_is_refused_and_closed() -> None:
+    async with listening(PROVIDERS) as face:
         with pytest.raises(HandshakeError) as refused:
             await WsPeer.connect(face.port, {"Authorization": "Bearer wrong"})
         assert refused.value.status == 401
@@ -101,9 +101,9 @@ async def test_a_connection_without_the_token_is_refused_and_closed(tmp_path: Pa
         await peer.aclose()
 
 
-async def test_origin_and_host_are_checked(tmp_path: Path) -> None:
+async def test_origin_and_host_are_checked() -> None:
     settings = replace(SETTINGS, allow_origins=frozenset({"https://ide.example"}), allow_hosts=frozenset({"bb.lan"}))
-    async with listening(tmp_path, PROVIDERS, settings) as face:
+    async with listening(PROVIDERS, settings) as face:
         with pytest.raises(HandshakeError) as cross:
             await WsPeer.connect(face.port, {"Origin": "http://evil.example", **BEARER})
         assert cross.value.status == 403
@@ -141,8 +141,8 @@ def test_serve_refuses_a_non_loopback_listen_without_tls_and_token(tmp_path: Pat
     assert len(lines) == 1 and "--token-file and --tls-cert and --tls-key" in lines[0], done.stderr
 
 
-async def test_a_slow_head_is_cut_off_while_another_client_streams_on(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS, replace(SETTINGS, head_s=0.5)) as face:
+async def test_a_slow_head_is_cut_off_while_another_client_streams_on() -> None:
+    async with listening(PROVIDERS, replace(SETTINGS, head_s=0.5)) as face:
         slow = await trio.open_tcp_stream("127.0.0.1", face.port)
         await slow.send_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Drip: ")
         peer = await WsPeer.connect(face.port, BEARER)
@@ -154,8 +154,8 @@ async def test_a_slow_head_is_cut_off_while_another_client_streams_on(tmp_path: 
         await peer.aclose()
 
 
-async def test_oversized_binary_and_doubled_messages_get_the_socket_s_answers(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS, replace(SETTINGS, max_message_bytes=4096)) as face:
+async def test_oversized_binary_and_doubled_messages_get_the_socket_s_answers() -> None:
+    async with listening(PROVIDERS, replace(SETTINGS, max_message_bytes=4096)) as face:
         peer = await WsPeer.connect(face.port, BEARER)
         await peer.send({"jsonrpc": "2.0", "id": 7, "method": "daemon/status", "params": {"pad": "x" * 10_000}})
         oversized = await peer.receive()
@@ -170,8 +170,8 @@ async def test_oversized_binary_and_doubled_messages_get_the_socket_s_answers(tm
         await peer.aclose()
 
 
-async def test_a_peer_that_stops_answering_pings_is_closed(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS, replace(SETTINGS, ping_s=0.2, pong_timeout_s=0.2)) as face:
+async def test_a_peer_that_stops_answering_pings_is_closed() -> None:
+    async with listening(PROVIDERS, replace(SETTINGS, ping_s=0.2, pong_timeout_s=0.2)) as face:
         silent = await WsPeer.connect(face.port, BEARER)  # never reads, so never answers a ping
         alive = await WsPeer.connect(face.port, BEARER)
         assert "result" in await alive.call(1, "initialize", {})
@@ -184,8 +184,8 @@ async def test_a_peer_that_stops_answering_pings_is_closed(tmp_path: Path) -> No
         await alive.aclose()
 
 
-async def test_connections_over_the_limit_get_503(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS, replace(SETTINGS, max_connections=2)) as face:
+async def test_connections_over_the_limit_get_503() -> None:
+    async with listening(PROVIDERS, replace(SETTINGS, max_connections=2)) as face:
         held = [await WsPeer.connect(face.port, BEARER) for _ in range(2)]
         status, _, body = await http_get(face.port, "/healthz")
         assert status == 503 and b"too many connections" in body
@@ -193,8 +193,8 @@ async def test_connections_over_the_limit_get_503(tmp_path: Path) -> None:
             await peer.aclose()
 
 
-async def test_a_thousand_connections_opened_and_dropped_leave_no_descriptor(tmp_path: Path) -> None:
-    async with listening(tmp_path, PROVIDERS) as face:
+async def test_a_thousand_connections_opened_and_dropped_leave_no_descriptor() -> None:
+    async with listening(PROVIDERS) as face:
         await http_get(face.port, "/healthz")  # everything lazily made is made
         before = len(os.listdir("/proc/self/fd"))
 

@@ -25,11 +25,10 @@ from websockets.sync.client import connect as websockets_connect
 
 from bbridge.client import Client, DaemonError
 from bbridge.daemon.config import echo_provider
-from bbridge.daemon.router import Daemon
-from bbridge.daemon.server import serve
 from bbridge.listen.admission import Address
-from bbridge.listen.face import Bound, ListenSettings, listen_face
+from bbridge.listen.face import ListenSettings
 from bbridge.wire import errors
+from tests import listen_support
 from tests.support import FULL
 
 TOKEN = "t0ken-" + "a" * 26
@@ -47,16 +46,9 @@ def turn(text: str, creq: str = "creq_wsabcdefgh") -> dict[str, Any]:
 @asynccontextmanager
 async def listening(token: str | None = TOKEN, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
     """An in-process daemon (the echo provider) behind a listener on 127.0.0.1, port 0: its `ws(s)://` URL."""
-    daemon = Daemon({"echo": echo_provider()}, token=token, text_delta_flush_ms=0)
-    bound = Bound()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(serve, daemon, [listen_face(ListenSettings(Address("127.0.0.1", 0), tls=tls), bound)])
-        try:
-            yield f"{'wss' if tls else 'ws'}://127.0.0.1:{bound.ports[0]}"
-        finally:
-            daemon.request_shutdown()
-            with trio.fail_after(20):
-                await daemon.stopped.wait()
+    settings = ListenSettings(Address("127.0.0.1", 0), tls=tls)
+    async with listen_support.listening({"echo": echo_provider()}, settings, token=token) as face:
+        yield face.url.removesuffix("/rpc")
 
 
 async def allow(method: str, params: dict[str, Any]) -> Any:
