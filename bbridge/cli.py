@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import msgspec
 import trio
@@ -22,10 +22,14 @@ from bbridge.bench import report as bench_report
 from bbridge.core import native
 from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
+from bbridge.listen import options as listen_options
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
+
+if TYPE_CHECKING:
+    from bbridge.ops import Where
 
 
 def _version() -> str:
@@ -52,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--unstamped", action="store_true", help="leave threadId/providerThreadId unstamped")
     replay.add_argument("--provider", help="provider id (default: the cell's parent folder name)")
 
-    serve = commands.add_parser("serve", help="run the daemon on stdio, or on a Unix socket with --socket")
+    serve = commands.add_parser(
+        "serve", help="run the daemon on stdio, or on a Unix socket (--socket) and HTTP/WebSocket (--listen)"
+    )
     serve.add_argument("--socket", type=Path, metavar="PATH", help="listen on this Unix socket (mode 0600)")
     serve.add_argument(
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
@@ -83,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
     )
+    listen_options.add_arguments(serve)
 
     config = commands.add_parser("config", help="the providers configuration (bbridge.toml)")
     config_actions = config.add_subparsers(dest="action", required=True)
@@ -96,8 +103,15 @@ def _parser() -> argparse.ArgumentParser:
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
     )
 
-    run = commands.add_parser("run", help="run one turn against a bridge and print its live timeline")
-    run.add_argument("--provider-cmd", required=True, metavar='"CMD ..."', help="the bridge command line")
+    run = commands.add_parser(
+        "run",
+        help="run one turn against a bridge and print its live timeline",
+        description="Run one turn and print its live timeline: with --provider-cmd against a daemon of its own "
+        "(spawned on stdio, the bridge its one provider), with --url against a running daemon's --provider.",
+    )
+    run.add_argument("--provider-cmd", metavar='"CMD ..."', help="the bridge command line (a daemon of its own)")
+    run.add_argument("--provider", metavar="ID", help="with --url: the running daemon's provider to use")
+    _daemon_address(run, required=False)
     run.add_argument("--prompt", required=True, help="the prompt of the one turn")
     run.add_argument("--cwd", help="working directory for the bridge and the thread")
     run.add_argument("--json", action="store_true", help="NDJSON events instead of the readable timeline")
@@ -129,9 +143,9 @@ def _parser() -> argparse.ArgumentParser:
         help="exit 1 when the daemon noted a bridge mistake in the thread (a dropped event, a suspect close)",
     )
 
-    status = commands.add_parser("status", help="what a daemon running on a socket is doing (daemon/status)")
-    tail = commands.add_parser("tail", help="the live timeline of a daemon running on a socket")
-    pending = commands.add_parser("pending", help="the requests a daemon on a socket waits on (thread/pending)")
+    status = commands.add_parser("status", help="what a running daemon is doing (daemon/status)")
+    tail = commands.add_parser("tail", help="the live timeline of a running daemon")
+    pending = commands.add_parser("pending", help="the requests a running daemon waits on (thread/pending)")
     respond = commands.add_parser(
         "respond",
         help="answer a pending request (interaction/respond)",
@@ -141,8 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     stop = commands.add_parser("stop", help="stop a thread: interrupt its open turn, or release it (thread/stop)")
     for ops_command in (status, tail, pending, respond, stop):
-        ops_command.add_argument("--socket", type=Path, required=True, metavar="PATH", help="the daemon's socket")
-        ops_command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
+        _daemon_address(ops_command, required=True)
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
     status.add_argument(
         "--watch",
@@ -199,6 +212,20 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
     return parser
+
+
+def _daemon_address(command: argparse.ArgumentParser, *, required: bool) -> None:
+    """A running daemon's address: `--socket PATH` or `--url ws://…|wss://…` (`serve --listen`), and its token."""
+    where = command.add_mutually_exclusive_group(required=required)
+    if required:  # `run` drives a running daemon by URL only: it spawns its own otherwise
+        where.add_argument("--socket", type=Path, metavar="PATH", help="the daemon's Unix socket")
+    where.add_argument(
+        "--url", metavar="ws://HOST:PORT", help="the daemon's WebSocket address (serve --listen), ws:// or wss://"
+    )
+    command.add_argument("--token-file", type=Path, metavar="F", help="the daemon's token (serve --token-file)")
+    command.add_argument(
+        "--ca-file", type=Path, metavar="PEM", help="with a wss:// --url: the CA its certificate is checked against"
+    )
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -268,6 +295,8 @@ def _serve(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path, load_config, warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
+    from bbridge.listen.admission import ListenError
+    from bbridge.listen.face import listen_face
     from bbridge.wire.lanes import record_dir_from_env
 
     if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
@@ -282,6 +311,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     warn_refused(report)
     token = server.read_or_make_token(args.token_file) if args.token_file else None
+    try:
+        listens = listen_options.settings_from(args, token is not None)
+    except ListenError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -296,8 +330,10 @@ def _serve(args: argparse.Namespace) -> int:
     # 120 ms of stalled delivery at 1,000 streaming threads, two thirds of them the imports').
     gc.collect()
     gc.freeze()
-    if args.socket is not None:
-        trio.run(server.serve_socket, daemon, args.socket)
+    faces = [server.socket_face(args.socket)] if args.socket is not None else []
+    faces += [listen_face(settings) for settings in listens]
+    if faces:
+        trio.run(server.serve, daemon, faces)
     else:
         trio.run(server.serve_stdio, daemon)
     return 0
@@ -328,12 +364,27 @@ def _schema(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from bbridge import logs
     from bbridge.daemon.config import command_from_string
+    from bbridge.ops import read_token
+    from bbridge.run import Remote as RunRemote
     from bbridge.run import RunTool, read_tools, run_once
 
     logs.configure(args.log_level)
-    command = command_from_string(args.provider_cmd)
-    if not command:
-        print("bbridge run: --provider-cmd is empty", file=sys.stderr)
+    if (refused := _address_refusal(args)) is not None:
+        print(f"bbridge run: {refused}", file=sys.stderr)
+        return 2
+    remote = None
+    if args.url is not None:
+        if args.provider_cmd is not None or args.provider is None or args.env:
+            print("bbridge run: --url drives a running daemon's --provider ID (its config names the bridge's command "
+                  "and environment): give --provider, not --provider-cmd or --env", file=sys.stderr)  # fmt: skip
+            return 2
+        remote = RunRemote(args.url, args.provider, read_token(args.token_file), args.ca_file)
+        command = []
+    elif args.provider is not None or args.token_file is not None:
+        print("bbridge run: --provider and --token-file are for a running daemon (--url)", file=sys.stderr)
+        return 2
+    elif not (command := command_from_string(args.provider_cmd or "")):
+        print("bbridge run: give --provider-cmd (a daemon of its own) or --url (a running daemon)", file=sys.stderr)
         return 2
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         print("bbridge run: --timeout must be a finite number of seconds, more than 0", file=sys.stderr)
@@ -352,29 +403,44 @@ def _run(args: argparse.Namespace) -> int:
             print(f"bbridge run: --env {pair!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
         env[name] = value
-    one_run = functools.partial(run_once, env=env, strict=args.strict)
+    one_run = functools.partial(run_once, env=env, strict=args.strict, remote=remote)
     return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout)
 
 
 def _ops(args: argparse.Namespace) -> int:
     from bbridge import ops
 
+    if (refused := _address_refusal(args)) is not None:
+        print(f"bbridge {args.command}: {refused}", file=sys.stderr)
+        return 2
     token = ops.read_token(args.token_file)
+    where = ops.Where(args.url if args.url is not None else args.socket, args.ca_file)
     if args.command == "status":
-        return ops.status_main(args.socket, token, args.json, watch=args.watch)
+        return ops.status_main(where, token, args.json, watch=args.watch)
     if args.command == "pending":
-        return ops.pending_main(args.socket, token, args.thread, args.json)
+        return ops.pending_main(where, token, args.thread, args.json)
     if args.command == "stop":
-        return ops.stop_main(args.socket, token, args.thread)
+        return ops.stop_main(where, token, args.thread)
     if args.command == "respond":
-        return _respond(args, token)
+        return _respond(args, where, token)
     if args.after_seq is not None and args.after_seq < 0:
         print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
         return 2
-    return ops.tail_main(args.socket, token, args.thread, args.after_seq, args.json)
+    return ops.tail_main(where, token, args.thread, args.after_seq, args.json)
 
 
-def _respond(args: argparse.Namespace, token: str | None) -> int:
+def _address_refusal(args: argparse.Namespace) -> str | None:
+    """Why `--url` and `--ca-file` cannot be used as given, or None."""
+    from bbridge.client import is_url
+
+    if args.url is not None and not is_url(args.url):
+        return f"--url {args.url!r}: expected ws://HOST:PORT or wss://HOST:PORT (serve --listen's address)"
+    if args.ca_file is not None and not (args.url or "").startswith("wss://"):
+        return "--ca-file is for a wss:// --url (the CA a TLS listener's certificate is checked against)"
+    return None
+
+
+def _respond(args: argparse.Namespace, where: Where, token: str | None) -> int:
     from bbridge import ops
 
     if (args.decision is None) == (args.result is None):
@@ -387,7 +453,7 @@ def _respond(args: argparse.Namespace, token: str | None) -> int:
         except msgspec.DecodeError as exc:
             print(f"bbridge respond: --json is not JSON: {exc}", file=sys.stderr)
             return 2
-    return ops.respond_main(args.socket, token, args.request_id, args.decision, result)
+    return ops.respond_main(where, token, args.request_id, args.decision, result)
 
 
 def _conformance(args: argparse.Namespace) -> int:

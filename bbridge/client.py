@@ -5,10 +5,13 @@
         async for entry in client.events("thr_1"):          # resumes by itself after a dropped connection
             print(entry.seq, entry.event["type"])
 
-* `Client.connect(path, token=...)` opens the Unix socket and sends `initialize`; `Client.spawn(argv)` runs
-  `bbridge serve` (or anything speaking the API) on its stdio, its stderr this process's. An error comes out of
-  either block as itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when
-  `initialize` is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
+* `Client.connect(path, token=...)` opens the Unix socket and sends `initialize`; `Client.connect(url, ...)`
+  with a `ws://` or `wss://` URL (a `str`) reaches a `bbridge serve --listen` over WebSocket instead
+  (`ca_file`: the certificates a `wss://` server's is checked against, else the system's; the token goes both
+  as `Authorization: Bearer` on the upgrade and in `initialize`); `Client.spawn(argv)` runs `bbridge serve` (or
+  anything speaking the API) on its stdio, its stderr this process's. An error comes out of each block as
+  itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when `initialize` or the
+  WebSocket upgrade is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
 * Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status`,
   `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
   carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
@@ -34,10 +37,12 @@ import contextlib
 import itertools
 import math
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -46,6 +51,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from anyio.streams.stapled import StapledByteStream
 
 from bbridge.wire import client_api as api
+from bbridge.wire import errors
+from bbridge.wire.websocket import ClientHandshake, HandshakeError, MessageLines
 
 LEAVE = object()  # an `on_request` answer: not mine, leave it pending for another client
 RETRIES = 50
@@ -53,6 +60,11 @@ RETRY_S = 0.1
 REASON_MAX = 500  # characters of an error's `data` shown in its text
 CLIENT_REQUEST_ID_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"  # protocol.md §3.2: no 0, 1, l or o
 MINTS_CLIENT_REQUEST_ID = ("turn/start", "turn/steer")  # the daemon methods whose params need one
+URL_SCHEMES = ("ws", "wss")
+RPC_PATH = "/rpc"  # where `bbridge serve --listen` upgrades to the client API
+READ_BYTES = 65536
+HANDSHAKE_S = 10.0  # the bound of a WebSocket connection's opening: TCP, TLS and the upgrade
+CLOSE_S = 1.0  # how long a WebSocket close frame may take before the connection is closed anyway
 Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
@@ -137,13 +149,19 @@ class Client:
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(
-        cls, path: str | Path, *, token: str | None = None, on_request: Handler | None = None
+        cls,
+        where: str | Path,
+        *,
+        token: str | None = None,
+        on_request: Handler | None = None,
+        ca_file: str | Path | None = None,
     ) -> AsyncIterator[Client]:
-        """The daemon on a Unix socket; `events` reconnects to it when the connection drops."""
-
-        async def opener() -> anyio.abc.ByteStream:
-            return await anyio.connect_unix(str(path))
-
+        """The daemon on a Unix socket (a path), or at a `ws://` or `wss://` URL (a `str`: `bbridge serve
+        --listen`, `/rpc` when the URL names no path); `events` reconnects to it when the connection drops."""
+        url = urlsplit(where) if isinstance(where, str) and is_url(where) else None
+        if url is None and ca_file is not None:
+            raise ValueError(f"ca_file is for a wss:// URL, not the Unix socket {where}")
+        opener = _socket_opener(Path(where)) if url is None else _websocket_opener(str(where), token, ca_file)
         async with cls._session(opener, token, on_request, reconnects=True) as client:
             yield client
 
@@ -252,11 +270,17 @@ class Client:
 
     async def events(self, thread_id: str, after_seq: int = 0) -> AsyncIterator[Entry]:
         """The thread's events after `after_seq`, each once and in order, across reconnects."""
-        last = after_seq
+        async for entry in self.timelines({thread_id: after_seq}):
+            yield entry
+
+    async def timelines(self, after: Mapping[str, int]) -> AsyncIterator[Entry]:
+        """Several threads' events on this one connection, each thread's after its seq in `after`: each event once
+        and in order per thread, across reconnects (each thread replays from its last seq on the new
+        connection, then follows live)."""
+        last = dict(after)
         while True:
             try:
-                async for entry in self._follow(thread_id, last):
-                    last = entry.seq
+                async for entry in self._follow(last):
                     yield entry
             except (Disconnected, OSError, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
@@ -270,32 +294,35 @@ class Client:
         async for note in self._notes:
             yield Notification(str(note.get("method")), note.get("params") or {})
 
-    async def _follow(self, thread_id: str, after: int) -> AsyncIterator[Entry]:
-        replay = await self.thread_events(thread_id, after)
-        last = after
-        for item in replay.events:
-            if item.seq > last:
-                last = item.seq
-                yield Entry(thread_id, item.seq, item.event)
+    async def _follow(self, last: dict[str, int]) -> AsyncIterator[Entry]:
+        """Replay, then follow live, the threads in `last`, advancing it past each event given."""
+        for thread_id in list(last):
+            replay = await self.thread_events(thread_id, last[thread_id])
+            for item in replay.events:
+                if item.seq > last[thread_id]:
+                    last[thread_id] = item.seq
+                    yield Entry(thread_id, item.seq, item.event)
         assert self._notes is not None
         async for note in self._notes:
             params = note.get("params") or {}
-            if note.get("method") != "thread/events" or params.get("threadId") != thread_id:
+            followed = params.get("threadId")
+            if note.get("method") != "thread/events" or followed not in last:
                 continue
             for item in params.get("events", []):
-                if item["seq"] > last:
-                    last = item["seq"]
-                    yield Entry(thread_id, item["seq"], item["event"])
+                if item["seq"] > last[followed]:
+                    last[followed] = item["seq"]
+                    yield Entry(followed, item["seq"], item["event"])
         raise Disconnected()
 
     # -- the wire ---------------------------------------------------------------------------------------------
 
     async def _write(self, message: dict[str, Any]) -> None:
-        if self._stream is None:
-            raise Disconnected()
         async with self._write_lock:
+            stream = self._stream  # None from the moment the connection's reader ended until a reconnect
+            if stream is None:
+                raise Disconnected()
             try:
-                await self._stream.send(msgspec.json.encode(message) + b"\n")
+                await stream.send(msgspec.json.encode(message) + b"\n")
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 raise Disconnected() from None
 
@@ -314,6 +341,8 @@ class Client:
                         await self._dispatch(msgspec.json.decode(line), notes)
         finally:
             if stream is self._stream:  # a reconnect's requests are not this connection's
+                # before any await: a request written from now on would wait on a dead connection forever
+                self._stream = None
                 for done, box in list(self._pending.values()):
                     box.append({"error": {"code": Disconnected().code, "message": "disconnected"}})
                     done.set()
@@ -341,6 +370,145 @@ class Client:
             return  # unanswered: pending for whoever answers it with interaction/respond
         with contextlib.suppress(Disconnected):  # the daemon went away: it keeps the request pending
             await self._write({"jsonrpc": "2.0", "id": message["id"], "result": answer})
+
+
+def is_url(where: str) -> bool:
+    """Whether `Client.connect` reads `where` as a WebSocket URL (`ws://`, `wss://`) rather than a socket path."""
+    return urlsplit(where).scheme in URL_SCHEMES and "://" in where
+
+
+def unreachable(where: str | Path, exc: OSError) -> str:
+    """Why connecting to `where` failed, in one line; an untrusted TLS certificate says what to give."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the TLS certificate of {where} is not trusted ({exc.verify_message}): give its CA (--ca-file)"
+    if exc.strerror is None and isinstance(exc.__cause__, OSError):  # anyio's "All connection attempts failed"
+        exc = exc.__cause__
+    return f"no daemon is listening on {where} ({exc.strerror or exc})"
+
+
+def _socket_opener(path: Path) -> Callable[[], Awaitable[anyio.abc.ByteStream]]:
+    async def opener() -> anyio.abc.ByteStream:
+        return await anyio.connect_unix(path)
+
+    return opener
+
+
+def _websocket_opener(
+    url: str, token: str | None, ca_file: str | Path | None
+) -> Callable[[], Awaitable[anyio.abc.ByteStream]]:
+    """Each connection: TCP (TLS for `wss://`), the upgrade with the bearer token, then lines over frames."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        raise ValueError(f"{url}: the URL names no host (expected ws://HOST:PORT or wss://HOST:PORT)")
+    if parts.scheme == "ws" and ca_file is not None:
+        raise ValueError(f"{url}: ca_file is for a wss:// URL (a ws:// connection has no TLS)")
+    secure = parts.scheme == "wss"
+    host, port = parts.hostname, parts.port or (443 if secure else 80)
+    target = (parts.path if parts.path not in ("", "/") else RPC_PATH) + (f"?{parts.query}" if parts.query else "")
+    authority = f"[{host}]" if ":" in host else host
+    authority += f":{parts.port}" if parts.port is not None else ""
+    headers = [("Authorization", f"Bearer {token}")] if token is not None else []
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None) if secure else None
+
+    async def connect() -> anyio.abc.ByteStream:
+        transport: anyio.abc.ByteStream = (
+            await anyio.connect_tcp(host, port)
+            if context is None
+            else await anyio.connect_tcp(host, port, ssl_context=context, tls_standard_compatible=False)
+        )
+        try:
+            return await _upgrade(transport, ClientHandshake(authority, target, headers))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await transport.aclose()
+            raise
+
+    async def opener() -> anyio.abc.ByteStream:
+        try:
+            with anyio.fail_after(HANDSHAKE_S):  # a silent host, a stalled TLS handshake or upgrade
+                return await connect()
+        except TimeoutError:
+            raise TimeoutError(f"no WebSocket connection within {HANDSHAKE_S:g}s") from None
+
+    return opener
+
+
+async def _upgrade(transport: anyio.abc.ByteStream, handshake: ClientHandshake) -> anyio.abc.ByteStream:
+    """The WebSocket upgrade; a refusal is a `DaemonError` naming the status and what to do."""
+    await transport.send(handshake.request)
+    while True:
+        try:
+            data: bytes | None = await transport.receive(READ_BYTES)
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            data = None
+        try:
+            lines = handshake.feed(data)
+        except HandshakeError as refused:
+            raise _refusal(refused) from None
+        if lines is not None:
+            return WebSocketStream(transport, lines)
+
+
+UPGRADE_HINTS = {  # what a refused upgrade's error says to do, by its status
+    401: "pass the token in the daemon's serve --token-file",
+    403: "connect by the address the daemon listens on, or have it allow yours (serve --allow-host, --allow-origin)",
+}
+
+
+def _refusal(refused: HandshakeError) -> DaemonError:
+    """401 and 403 are `UNAUTHORIZED`; anything else (503: too many connections, a close mid-handshake) a
+    `Disconnected`, which a reconnect retries."""
+    if refused.status in UPGRADE_HINTS:
+        return DaemonError(errors.UNAUTHORIZED, f"{refused}; {UPGRADE_HINTS[refused.status]}")
+    return Disconnected(f"{refused}; check the URL: bbridge serve --listen upgrades GET /rpc")
+
+
+class WebSocketStream(anyio.abc.ByteStream):
+    """A client's WebSocket connection as the byte stream of newline-delimited JSON-RPC the client reads and
+    writes: each text message one line, each line one text frame (`wire.websocket.MessageLines`); pings are
+    answered as they arrive."""
+
+    def __init__(self, transport: anyio.abc.ByteStream, lines: MessageLines) -> None:
+        self._transport = transport
+        self._lines = lines
+        self._send_lock = anyio.Lock()
+        self._flushed = False
+
+    async def receive(self, max_bytes: int = READ_BYTES) -> bytes:
+        while True:
+            if not self._flushed:  # what came in the same read as the server's 101, held by wsproto
+                self._flushed, data = True, b""
+            else:
+                try:
+                    data = await self._transport.receive(READ_BYTES)
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    data = None
+            got = self._lines.receive(data)
+            if got.reply:
+                await self._write(got.reply)
+            if got.lines:
+                return got.lines
+            if got.closed or data is None:
+                raise anyio.EndOfStream
+
+    async def send(self, item: bytes) -> None:
+        await self._write(self._lines.frames(item))
+
+    async def send_eof(self) -> None:
+        await self._write(self._lines.close(1000))
+
+    async def aclose(self) -> None:
+        with (
+            anyio.move_on_after(CLOSE_S, shield=True),
+            contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError),
+        ):
+            await self._write(self._lines.close(1000))
+        await self._transport.aclose()
+
+    async def _write(self, raw: bytes) -> None:
+        if raw:
+            async with self._send_lock:
+                await self._transport.send(raw)
 
 
 def _single(grouped: BaseExceptionGroup[BaseException]) -> Exception | None:

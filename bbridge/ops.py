@@ -1,5 +1,6 @@
 """`bbridge status`, `tail`, `pending`, `respond` and `stop`: an operator's view of a daemon already running on
-a socket, and what unblocks an agent without writing code.
+a socket (`--socket`) or reached by URL (`--url ws://…|wss://…`, `serve --listen`), and what unblocks an agent
+without writing code.
 
 Each is a client of the daemon's API through `bbridge.client` (daemon.md §1, §3): `Client.connect` sends
 `initialize` (with the token when the daemon wants one, naming itself `bbridge-cli`), then they ask
@@ -15,6 +16,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO, get_args
 
@@ -23,7 +25,7 @@ import trio
 from msgspec import UNSET
 
 from bbridge import logs
-from bbridge.client import Client, DaemonError, Disconnected
+from bbridge.client import Client, DaemonError, Disconnected, unreachable
 from bbridge.daemon.base import DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import client_api as api
@@ -54,8 +56,20 @@ def read_token(path: Path | None) -> str | None:
     return path.read_text(encoding="utf-8").strip() if path is not None else None
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where the daemon is: its Unix socket (a path), or a `ws://`/`wss://` URL (a `str`) with the CA file a
+    `wss://` server's certificate is checked against (`--ca-file`; none: the system's)."""
+
+    address: Path | str
+    ca_file: Path | None = None
+
+    def __str__(self) -> str:
+        return str(self.address)
+
+
 async def _session(
-    socket: Path, token: str | None, body: Callable[[Client], Awaitable[None]], ctrl_c_ends: bool = False
+    where: Where, token: str | None, body: Callable[[Client], Awaitable[None]], ctrl_c_ends: bool = False
 ) -> None:
     """Connect and initialize, run `body`, close; every failure comes out as one `OpsError`.
 
@@ -68,22 +82,26 @@ async def _session(
         if ctrl_c_ends:
             nursery.start_soon(_cancel_on_ctrl_c, nursery.cancel_scope)
         try:
-            async with OpsClient.connect(socket, token=token) as client:
+            async with OpsClient.connect(where.address, token=token, ca_file=where.ca_file) as client:
                 connected = True
                 await body(client)
         except OSError as exc:
             if connected:
-                raise  # not the socket's (the client says a dropped connection with Disconnected)
-            failure = f"no daemon is listening on {socket} ({exc.strerror or exc})"
+                raise  # not the connection's (the client says a dropped connection with Disconnected)
+            failure = unreachable(str(where), exc)
+        except ValueError as exc:
+            if connected:
+                raise
+            failure = str(exc)  # a URL the client cannot use, and why
         except Disconnected:
-            failure = f"the daemon on {socket} closed the connection"
+            failure = f"the daemon on {where} closed the connection"
         except OpsError as exc:  # the command's own refusal, said in one line
             failure = str(exc)
         except DaemonError as exc:
             failure = exc.message
             if exc.code == errors.UNAUTHORIZED and not connected:
                 given = "the token given" if token is not None else "a client without a token (see --token-file)"
-                failure = f"the daemon on {socket} refused {given}: {exc.message}"
+                failure = f"the daemon on {where} refused {given}: {exc.message}"
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise OpsError(failure)  # raised in the nursery it would come out wrapped in an exception group
@@ -112,7 +130,7 @@ CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: each --watch refresh repla
 
 
 def status_main(
-    socket: Path, token: str | None, as_json: bool, out: TextIO = sys.stdout, watch: float | None = None
+    where: Where, token: str | None, as_json: bool, out: TextIO = sys.stdout, watch: float | None = None
 ) -> int:
     """One `daemon/status`, or with `watch` one every `watch` seconds until Ctrl-C (or the daemon goes away)."""
 
@@ -132,7 +150,7 @@ def status_main(
             await show(client)
 
     async def main() -> None:
-        await _session(socket, token, ask, ctrl_c_ends=watch is not None)
+        await _session(where, token, ask, ctrl_c_ends=watch is not None)
 
     return _run("status", main)
 
@@ -398,7 +416,7 @@ class Tail:
 
 
 def tail_main(
-    socket: Path,
+    where: Where,
     token: str | None,
     thread_id: str | None,
     after_seq: int | None,
@@ -411,7 +429,7 @@ def tail_main(
         async def follow(client: Client) -> None:
             await tail.follow(client, after_seq)
 
-        await _session(socket, token, follow, ctrl_c_ends=True)
+        await _session(where, token, follow, ctrl_c_ends=True)
 
     try:
         return _run("tail", main)
@@ -424,7 +442,7 @@ def tail_main(
 
 
 def pending_main(
-    socket: Path, token: str | None, thread_id: str | None, as_json: bool, out: TextIO = sys.stdout
+    where: Where, token: str | None, thread_id: str | None, as_json: bool, out: TextIO = sys.stdout
 ) -> int:
     """`thread/pending`: one line per open request (or the raw answer), what answers it in the hint."""
 
@@ -440,7 +458,7 @@ def pending_main(
             line = interaction_line("interaction/opened", request).strip()[2:]
             out.write(f"{request.get('threadId') or '-'}  {_duration(request.get('ageS'))}  {line}\n")
 
-    return _run("pending", lambda: _session(socket, token, show))
+    return _run("pending", lambda: _session(where, token, show))
 
 
 def approval(request: dict[str, Any], decision: str) -> dict[str, Any]:
@@ -460,7 +478,7 @@ def approval(request: dict[str, Any], decision: str) -> dict[str, Any]:
 
 
 def respond_main(
-    socket: Path, token: str | None, request_id: str, decision: str | None, result: Any, out: TextIO = sys.stdout
+    where: Where, token: str | None, request_id: str, decision: str | None, result: Any, out: TextIO = sys.stdout
 ) -> int:
     """`interaction/respond`: a shorthand decision (approvals only) or a JSON result, then one line saying so."""
 
@@ -482,16 +500,16 @@ def respond_main(
         where = f" in thread {request['threadId']}" if request is not None and request.get("threadId") else ""
         out.write(f"answered {request_id}{where}: {answer_words({'result': answer})}\n")
 
-    return _run("respond", lambda: _session(socket, token, answer))
+    return _run("respond", lambda: _session(where, token, answer))
 
 
-def stop_main(socket: Path, token: str | None, thread_id: str, out: TextIO = sys.stdout) -> int:
+def stop_main(where: Where, token: str | None, thread_id: str, out: TextIO = sys.stdout) -> int:
     """`thread/stop`: an interrupt of the thread's open turn, or a release of an idle thread."""
 
     async def stop(client: Client) -> None:
         thread = next((t for t in (await client.status()).threads if t.get("threadId") == thread_id), None)
         if thread is None:
-            raise OpsError(f"the daemon on {socket} has no thread {thread_id!r} (bbridge status lists its threads)")
+            raise OpsError(f"the daemon on {where} has no thread {thread_id!r} (bbridge status lists its threads)")
         if not thread.get("providerId"):
             raise OpsError(f"thread {thread_id!r} has no provider on this daemon (only its journal): nothing runs")
         turn = (thread.get("openTurn") or {}).get("turnId")
@@ -507,4 +525,4 @@ def stop_main(socket: Path, token: str | None, thread_id: str, out: TextIO = sys
             done = f"turn {turn} had already ended (the bridge settled it before the interrupt reached it)"
         out.write(f"stopped {thread_id} ({thread['providerId']}): {done}\n")
 
-    return _run("stop", lambda: _session(socket, token, stop))
+    return _run("stop", lambda: _session(where, token, stop))

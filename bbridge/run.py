@@ -6,7 +6,10 @@ config, text coalescing off and undeclared extension kinds allowed) as a child o
 spawns the bridge. It starts a thread, sends one prompt and prints the assembled events as they arrive —
 readable, or NDJSON with `--json` — until the turn settles or the bridge goes away. The exit status says
 whether it worked. `--tools FILE` declares client tools (protocol.md `DynamicTool`, plus an optional canned
-`answer` each) so a bridge's tool round trip can be watched end to end.
+`answer` each) so a bridge's tool round trip can be watched end to end. With `--url` (a `Remote`) it drives a
+daemon already running (`serve --listen`) instead, on one of that daemon's providers (`--provider`): the same
+thread, turn and timeline, minus what only a daemon of its own can say (the bridge's environment, `--env`, and
+its drop counters, which a shared daemon counts for every thread).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import sys
 import tempfile
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,7 +29,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from bbridge.client import Client, DaemonError, Notification, client_request_id
+from bbridge.client import Client, DaemonError, Notification, client_request_id, unreachable
 from bbridge.wire import client_api as api
 
 PROVIDER = "bridge"
@@ -225,6 +229,7 @@ class Timeline:
     thread_id: str
     out: TextIO
     as_json: bool
+    provider: str = PROVIDER
     settled: anyio.Event = field(default_factory=anyio.Event)
     turn_status: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -238,7 +243,7 @@ class Timeline:
     def take(self, note: Notification) -> None:
         if note.method == "bridge/status":
             status = msgspec.convert(note.params, api.BridgeStatus)
-            if status.providerId != PROVIDER:
+            if status.providerId != self.provider:
                 return
             if status.state == "failed" and status.reason:
                 self.errors.append(status.reason)  # a crash mid-turn arrives as provider/error instead
@@ -313,13 +318,15 @@ def serve_command(config: Path, log_level: str) -> list[str]:
     return [sys.executable, "-m", "bbridge", "serve", "--config", str(config), *options]
 
 
-async def _one_turn(client: Client, thread_id: str, cwd: str | None, prompt: str, declared: list[Any]) -> None:
+async def _one_turn(
+    client: Client, provider: str, thread_id: str, cwd: str | None, prompt: str, declared: list[Any]
+) -> None:
     """thread/start, then turn/start with the prompt; a refusal is a `DaemonError` with the daemon's message."""
     options: dict[str, Any] = {**OPTIONS, "envVars": {}}
-    start = {"providerId": PROVIDER, "threadId": thread_id, "cwd": cwd or os.getcwd(), "options": options}
+    start = {"providerId": provider, "threadId": thread_id, "cwd": cwd or os.getcwd(), "options": options}
     await client.request("thread/start", {**start, **({"dynamicTools": declared} if declared else {})})
     text_input = [{"type": "text", "text": prompt, "mentions": []}]
-    turn = {"providerId": PROVIDER, "threadId": thread_id, "input": text_input, "options": options}
+    turn = {"providerId": provider, "threadId": thread_id, "input": text_input, "options": options}
     await client.request("turn/start", {**turn, "clientRequestId": client_request_id()})
 
 
@@ -359,7 +366,7 @@ def drop_reasons(counters: dict[str, int]) -> list[str]:
 
 
 async def _settle(
-    client: Client, timeline: Timeline, thread_id: str, timed_out: float | None, strict: bool
+    client: Client, timeline: Timeline, thread_id: str, timed_out: float | None, strict: bool, own: bool
 ) -> list[str]:
     """After the turn (or `timed_out` seconds without it settling): ask the daemon what it dropped, what the
     turn waits on when it gave up and, with `strict`, what it noted against the bridge in the thread
@@ -371,9 +378,35 @@ async def _settle(
     if timed_out is not None:
         words = waiting_words(thread) if status is not None else "the daemon did not answer daemon/status"
         timeline.errors.insert(0, f"gave up after {timed_out:g}s (--timeout): {words}")
-    if status is not None:
+    if status is not None and own:  # a shared daemon's counters are every thread's
         timeline.dropped.extend(drop_reasons(status.counters))
     return [str(m["message"]) for m in (thread or {}).get("bridgeMistakes", [])] if strict else []
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A running daemon `bbridge run --url` drives: its URL, token, CA file and the provider to use."""
+
+    url: str
+    provider: str
+    token: str | None = None
+    ca_file: Path | None = None
+
+
+@contextlib.asynccontextmanager
+async def _daemon(
+    remote: Remote | None, command: list[str], cwd: str | None, env: dict[str, str] | None, log_level: str,
+    answer: Callable[[str, dict[str, Any]], Awaitable[Any]],
+) -> AsyncIterator[Client]:  # fmt: skip
+    """A client of the remote daemon, or of a daemon of its own (the bridge its one provider) on stdio."""
+    if remote is not None:
+        async with Client.connect(remote.url, token=remote.token, ca_file=remote.ca_file, on_request=answer) as c:
+            yield c
+        return
+    with tempfile.TemporaryDirectory(prefix="bbridge-run-") as directory:
+        serve = serve_command(write_config(Path(directory), command, cwd, env), log_level)
+        async with Client.spawn(serve, on_request=answer) as client:
+            yield client
 
 
 async def run_once(
@@ -388,10 +421,12 @@ async def run_once(
     *,
     env: dict[str, str] | None = None,
     strict: bool = False,
+    remote: Remote | None = None,
 ) -> int:
     thread_id = "thr_run" + uuid.uuid4().hex[:8]
     mistakes: list[str] = []
-    timeline = Timeline(thread_id, out, as_json, tools={tool.name: tool for tool in tools or []})
+    provider = remote.provider if remote is not None else PROVIDER
+    timeline = Timeline(thread_id, out, as_json, provider, tools={tool.name: tool for tool in tools or []})
     declared = [
         {k: v for k, v in msgspec.to_builtins(tool).items() if k != "answer"} for tool in timeline.tools.values()
     ]
@@ -404,22 +439,27 @@ async def run_once(
             timeline.take(note)
         timeline.closed()
 
-    with tempfile.TemporaryDirectory(prefix="bbridge-run-") as directory:
-        serve = serve_command(write_config(Path(directory), command, cwd, env), log_level)
-        try:
-            async with Client.spawn(serve, on_request=answer) as client, anyio.create_task_group() as group:
-                group.start_soon(follow, client)
-                try:
-                    with anyio.move_on_after(timeout) as waited:
-                        await _one_turn(client, thread_id, cwd, prompt, declared)
-                        await timeline.settled.wait()
-                    timed_out = timeout if waited.cancelled_caught else None
-                    mistakes = await _settle(client, timeline, thread_id, timed_out, strict)
-                except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
-                    timeline.errors.append(exc.message)
-                group.cancel_scope.cancel()
-        except DaemonError as exc:  # the daemon did not start (it says why on stderr)
-            timeline.errors.append(exc.message)
+    try:
+        async with (
+            _daemon(remote, command, cwd, env, log_level, answer) as client,
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(follow, client)
+            try:
+                with anyio.move_on_after(timeout) as waited:
+                    await _one_turn(client, provider, thread_id, cwd, prompt, declared)
+                    await timeline.settled.wait()
+                timed_out = timeout if waited.cancelled_caught else None
+                mistakes = await _settle(client, timeline, thread_id, timed_out, strict, own=remote is None)
+            except DaemonError as exc:  # caught here: raised in the task group it would come out grouped
+                timeline.errors.append(exc.message)
+            group.cancel_scope.cancel()
+    except DaemonError as exc:  # the daemon did not start (it says why on stderr), or refused this client
+        timeline.errors.append(exc.message)
+    except OSError as exc:
+        if remote is None:
+            raise
+        timeline.errors.append(unreachable(remote.url, exc))
     if not as_json:
         timeline.view.line(None)
     for mistake in mistakes:

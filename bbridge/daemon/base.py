@@ -37,6 +37,7 @@ class ClientSink(Protocol):
     `tools/record_echo_cells.py`'s)."""
 
     name: str
+    transport: str  # stdio | socket | ws | in-process: what `daemon/status` counts clients by
 
     def enqueue(self, lines: list[bytes]) -> None:
         """Queue encoded notifications, in order; never blocks (a slow client is dropped instead)."""
@@ -65,6 +66,38 @@ class Counters:
     interactions_by_policy: int = 0  # resolved by the daemon: timeout with no client, thread stop, bridge exit
 
 
+TURN_BUCKETS_S: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class TurnDurations:
+    """Turn durations per provider, started to completed, as cumulative histogram buckets (`/metrics`)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}  # per provider: one count per bucket, then the +Inf bucket
+        self._sums: dict[str, float] = {}
+
+    def observe(self, provider_id: str, seconds: float) -> None:
+        counts = self._counts.get(provider_id)
+        if counts is None:
+            counts = self._counts[provider_id] = [0] * (len(TURN_BUCKETS_S) + 1)
+            self._sums[provider_id] = 0.0
+        index = next((i for i, bound in enumerate(TURN_BUCKETS_S) if seconds <= bound), len(TURN_BUCKETS_S))
+        counts[index] += 1
+        self._sums[provider_id] += seconds
+
+    def view(self) -> dict[str, dict[str, Any]]:
+        """`daemon/status`'s `turnDurations`: per provider, `buckets` as [upper bound (null: +Inf), cumulative
+        count] pairs, `count` and `sumS`."""
+        out: dict[str, dict[str, Any]] = {}
+        for provider_id, counts in self._counts.items():
+            total, buckets = 0, []
+            for bound, count in zip((*TURN_BUCKETS_S, None), counts, strict=True):
+                total += count
+                buckets.append([bound, total])
+            out[provider_id] = {"buckets": buckets, "count": total, "sumS": round(self._sums[provider_id], 3)}
+        return out
+
+
 class DaemonState:
     """The attributes `Daemon.__init__` sets, declared for the mixins."""
 
@@ -74,6 +107,7 @@ class DaemonState:
     record_dir: Path | None
     text_delta_flush_ms: float
     counters: Counters
+    turn_durations: TurnDurations
     tracker: Tracker
     mistakes: Mistakes
     bridges: dict[str, BridgeProcess]

@@ -150,7 +150,8 @@ class DeliveryMixin(DaemonState):
             provider_errors: list[tuple[str, Event]] = []
             for thread_id, event in noticed:
                 tracker.observe(thread_id, event)
-                watchdogs.observe(thread_id, event, now)
+                if (closed := watchdogs.observe(thread_id, event, now)) is not None:
+                    self.turn_durations.observe(bridge.provider_id, now - closed.started)
                 if event["type"] == "provider/error":
                     provider_errors.append((thread_id, event))
             for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken

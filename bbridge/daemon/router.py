@@ -20,7 +20,7 @@ import structlog
 import trio
 
 from bbridge.core.events import Event
-from bbridge.daemon.base import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, ClientSink, Counters
+from bbridge.daemon.base import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, ClientSink, Counters, TurnDurations
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
@@ -69,6 +69,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.token = token
         self.text_delta_flush_ms = text_delta_flush_ms
         self.counters = Counters()
+        self.turn_durations = TurnDurations()  # per provider, for `daemon/status` and the listener's /metrics
         self.tracker = Tracker()
         self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
         self.bridges: dict[str, BridgeProcess] = {}

@@ -8,12 +8,14 @@ is full the client is disconnected with a logged reason and catches up from the 
 from __future__ import annotations
 
 import errno
+import hmac
+import itertools
 import os
 import secrets
 import signal
 import socket as stdlib_socket
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import trio
 from bbridge.daemon.config import ConfigError
 from bbridge.daemon.router import Daemon
 from bbridge.wire import errors, rpc
+from bbridge.wire.framing import MAX_LINE_BYTES
 
 log = structlog.get_logger("bbridge.daemon.server")
 
@@ -36,12 +39,26 @@ CLOSE_FLUSH_S = 5.0  # a client that half-closed gets what is queued for it (its
 
 
 class Client:
+    """One connected client, on any transport: `transport` names it (`stdio`, `socket`, `ws`) for the metrics, and
+    `authorized` says it proved the token before its first message (a WebSocket upgrade's bearer token)."""
+
     def __init__(
-        self, daemon: Daemon, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream, name: str, queue_bytes: int
+        self,
+        daemon: Daemon,
+        send: trio.abc.SendStream,
+        receive: trio.abc.ReceiveStream,
+        name: str,
+        queue_bytes: int,
+        *,
+        transport: str = "socket",
+        authorized: bool = False,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self.daemon = daemon
         self.name = name
-        self.initialized = daemon.token is None
+        self.transport = transport
+        self.authorized = daemon.token is None or authorized  # initialize needs no token then
+        self.initialized = self.authorized
         self._send_stream = send
         self.conn = rpc.Connection(
             send,
@@ -52,6 +69,7 @@ class Client:
             answer_junk=True,
             respond=self._respond,
             fileno=_fileno(send),
+            max_line=max_line,
         )
         self._queue_bytes = queue_bytes
         self._outbox_bytes = 0  # the unsent lines' size
@@ -141,7 +159,7 @@ class Client:
         if not isinstance(params, dict):
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"Invalid params for {request.method}: expected an object")
         if request.method == "initialize":
-            if self.daemon.token is not None and params.get("token") != self.daemon.token:
+            if not self.authorized and not token_matches(params.get("token"), self.daemon.token or ""):
                 self._log.warning("client refused: bad or missing token")
                 trio.lowlevel.spawn_system_task(self._close_soon)
                 raise rpc.RpcError(errors.UNAUTHORIZED, "initialize needs the daemon's token (see --token-file)")
@@ -153,6 +171,11 @@ class Client:
     async def _close_soon(self) -> None:
         await trio.sleep(0.05)
         await self.conn.aclose()
+
+
+def token_matches(given: object, token: str) -> bool:
+    """Whether a client's token is the daemon's, compared in constant time (the token is never logged)."""
+    return isinstance(given, str) and hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
 
 
 def _fileno(stream: trio.abc.SendStream) -> Callable[[], int] | None:
@@ -175,7 +198,7 @@ async def _watch_signals(daemon: Daemon) -> None:
 async def serve_stdio(daemon: Daemon, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
-    client = Client(daemon, stdout, stdin, "stdio", queue_bytes)
+    client = Client(daemon, stdout, stdin, "stdio", queue_bytes, transport="stdio")
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         nursery.start_soon(_watch_signals, daemon)
@@ -239,32 +262,56 @@ async def open_socket_listener(path: Path) -> trio.SocketListener:
     return trio.SocketListener(sock)
 
 
+# A face serves clients (socket, listener) until cancelled; it reports started once it accepts connections.
+Face = Callable[[Daemon, int, trio.TaskStatus[None]], Awaitable[None]]
+
+
+async def serve(
+    daemon: Daemon,
+    faces: Sequence[Face],
+    queue_bytes: int = DEFAULT_QUEUE_BYTES,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The daemon with every face it was given, until it is asked to stop (`shutdown`, SIGTERM, SIGINT)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        nursery.start_soon(_watch_signals, daemon)
+        for face in faces:
+            await nursery.start(face, daemon, queue_bytes)
+        task_status.started()
+        await daemon.stopped.wait()
+        await trio.sleep(FINAL_FLUSH_S)
+        nursery.cancel_scope.cancel()
+
+
+def socket_face(path: Path) -> Face:
+    """The Unix-socket face: one `Client` per connection."""
+
+    async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
+        listener = await open_socket_listener(path)
+        counter = itertools.count(1)
+
+        async def handle(stream: trio.SocketStream) -> None:
+            await Client(daemon, stream, stream, f"socket-{next(counter)}", queue_bytes).run()
+
+        try:
+            log.info("listening", socket=str(path))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.serve_listeners, handle, [listener])
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+            path.unlink(missing_ok=True)
+
+    return face
+
+
 async def serve_socket(
     daemon: Daemon,
     path: Path,
     queue_bytes: int = DEFAULT_QUEUE_BYTES,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    listener = await open_socket_listener(path)
-    counter = 0
-
-    async def handle(stream: trio.SocketStream) -> None:
-        nonlocal counter
-        counter += 1
-        client = Client(daemon, stream, stream, f"socket-{counter}", queue_bytes)
-        await client.run()
-
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(daemon.run)
-            nursery.start_soon(_watch_signals, daemon)
-            nursery.start_soon(trio.serve_listeners, handle, [listener])
-            log.info("listening", socket=str(path))
-            task_status.started()
-            await daemon.stopped.wait()
-            await trio.sleep(FINAL_FLUSH_S)
-            nursery.cancel_scope.cancel()
-    finally:
-        with trio.CancelScope(shield=True):
-            await listener.aclose()
-        path.unlink(missing_ok=True)
+    """The daemon on a Unix socket alone."""
+    await serve(daemon, [socket_face(path)], queue_bytes, task_status=task_status)

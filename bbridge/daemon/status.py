@@ -7,6 +7,7 @@ client constructed the thread, or its provider has no bridge running) shows no t
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,6 +39,7 @@ class StatusMixin(DaemonState):
                 **DAEMON_INFO,
                 "uptimeS": round(time.time() - self._started_at, 3),
                 "clients": len(self.clients),
+                "clientsByTransport": dict(Counter(client.transport for client in self.clients)),
                 "core": native.describe(),  # compiled (mypyc) or pure, and why
             },
             "providers": providers,
@@ -46,6 +48,7 @@ class StatusMixin(DaemonState):
             "counters": msgspec.to_builtins(self.counters),
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
+            "turnDurations": self.turn_durations.view(),
         }
 
     def provider_state(self, provider_id: str) -> dict[str, str]:

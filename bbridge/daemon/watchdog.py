@@ -80,20 +80,20 @@ class Watchdogs:
         self.watched[thread_id] = None
         return watch
 
-    def _disarm(self, thread_id: str, turn_id: str | None = None) -> None:
-        """The thread's dispatched turn is settled (and `turn_id` closed); a watch left with nothing armed goes
-        from its record, and the bridge stops sweeping the thread."""
+    def _disarm(self, thread_id: str, turn_id: str | None = None) -> OpenTurn | None:
+        """The thread's dispatched turn is settled (and `turn_id` closed, returned); a watch left with nothing armed
+        goes from its record, and the bridge stops sweeping the thread."""
         record = self._records.get(thread_id)
         watch = None if record is None else record.watch
         if record is None or watch is None:
-            return
+            return None
         watch.start = None
-        if turn_id is not None:
-            watch.turns.pop(turn_id, None)
+        closed = None if turn_id is None else watch.turns.pop(turn_id, None)
         if not watch.turns:
             record.watch = None
             self.watched.pop(thread_id, None)
             self._threads.drop_if_empty(record)
+        return closed
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
         self._arm(thread_id).start = PendingStart(now)
@@ -113,19 +113,20 @@ class Watchdogs:
             if record is not None and (watch := record.watch) is not None:
                 watch.heard = now  # with no turn open yet it is older than the next turn's start: not applied
 
-    def observe(self, thread_id: str, event: Event, now: float) -> None:
+    def observe(self, thread_id: str, event: Event, now: float) -> OpenTurn | None:
+        """Feed one lifecycle event; returns the turn a `turn/completed` closed (its duration is `now - started`)."""
         kind = event["type"]
         if kind == "turn/started" or kind == "turn/completed":
             scope = event["scope"]
             turn_id = scope["turnId"] if scope["kind"] == "turn" else None
             if kind == "turn/completed" or turn_id is None:
-                self._disarm(thread_id, turn_id)
-            else:
-                watch = self._arm(thread_id)
-                watch.start = None
-                watch.turns[turn_id] = OpenTurn(turn_id, now, now)
+                return self._disarm(thread_id, turn_id)
+            watch = self._arm(thread_id)
+            watch.start = None
+            watch.turns[turn_id] = OpenTurn(turn_id, now, now)
         elif kind == "provider/error" and event.get("willRetry") is not True:
             self._disarm(thread_id)
+        return None
 
     def sweep(self, now: float) -> list[Event]:
         """Events due now: at most one per stalled dispatch, one per silent turn until traffic (the dispatches

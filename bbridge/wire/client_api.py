@@ -120,6 +120,8 @@ class DaemonStatus(Wire, kw_only=True):
     counters: dict[str, int]
     config: dict[str, Any]
     journal: dict[str, Any]
+    # per provider: cumulative `buckets` ([upper bound in s, or null for +Inf; count]), `count` and `sumS`
+    turnDurations: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class ThreadStopAnswer(protocol.ThreadStopResult, kw_only=True):

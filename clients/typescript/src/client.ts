@@ -1,8 +1,9 @@
 /**
  * A TypeScript client of the bbridge daemon's API (`../openrpc.json`; the types in `./api.ts` are generated from
- * it by `npm run generate`). Node only: a Unix socket, or `bbridge serve` spawned on stdio.
+ * it by `npm run generate`). Node only: a Unix socket, a `ws://` or `wss://` URL (`bbridge serve --listen`, over
+ * node ≥ 22's global `WebSocket`), or `bbridge serve` spawned on stdio.
  *
- *     const client = await Client.connect("/run/bbridge.sock", { token });
+ *     const client = await Client.connect("/run/bbridge.sock", { token });   // or "ws://127.0.0.1:8765"
  *     await client.request("thread/start", { providerId: "echo", threadId: "thr_1", cwd, options });
  *     for await (const entry of client.events("thr_1")) console.log(entry.seq, entry.event.type);
  *
@@ -13,7 +14,7 @@
  *   echoed by the `turn/input/accepted` that accepts the input); `request` mints one (`clientRequestId()`) when
  *   the params leave it out. Mint it yourself to know which `turn/input/accepted` is your input's.
  * - `events(threadId, afterSeq)` yields the thread's events once each, in `seq` order: the journal's replay,
- *   then the live `thread/events`. When the socket drops it reconnects (bounded retries) and resumes after the
+ *   then the live `thread/events`. When the connection drops it reconnects (bounded retries) and resumes after the
  *   last `seq` it yielded (`thread/events {afterSeq}`): no gap, no duplicate.
  * - Relayed bridge requests (`interaction/request`, `item/tool/call`) go to `onRequest`; its value is the
  *   answer, and `LEAVE` (or no handler) leaves the request pending for any client's `interaction/respond`.
@@ -81,6 +82,8 @@ export interface Options {
 }
 
 const DISCONNECTED = -32099;
+const URL_SCHEME = /^wss?:\/\//;
+const RPC_PATH = "/rpc"; // where `bbridge serve --listen` upgrades to the client API
 const RETRIES = 50;
 const RETRY_MS = 100;
 const REASON_MAX = 500; // characters of an error's `data` shown in its message
@@ -233,6 +236,36 @@ class Connection {
 
 type Opener = (connection: (transport: Transport) => Connection) => Promise<Connection>;
 
+/** Each connection a WebSocket (node ≥ 22's global one): each text message one line, each line one text frame. The
+ * token goes as `Authorization: Bearer` on the upgrade (and in `initialize`, as on a socket). A `wss://` server's
+ * certificate is checked against node's CAs: give a private CA with `NODE_EXTRA_CA_CERTS`. */
+function webSocketOpener(url: string, token: string | undefined): Opener {
+  const target = new URL(url);
+  if (target.pathname === "/" || target.pathname === "") target.pathname = RPC_PATH;
+  const headers: Record<string, string> = token === undefined ? {} : { authorization: `Bearer ${token}` };
+  return (wrap) =>
+    new Promise((resolve, reject) => {
+      if (typeof globalThis.WebSocket !== "function") {
+        throw new Error(`${url}: connecting by URL needs node ≥ 22 (its global WebSocket); this is node ${process.version}`);
+      }
+      const socket = new WebSocket(target, { headers });
+      let opened = false;
+      const connection = wrap({ write: (line) => socket.send(line.trimEnd()), close: () => socket.close() });
+      socket.addEventListener("open", () => {
+        opened = true;
+        resolve(connection);
+      });
+      socket.addEventListener("message", (event: MessageEvent) => {
+        if (typeof event.data === "string") connection.feed(`${event.data.replace(/[\r\n]/g, " ")}\n`);
+      });
+      socket.addEventListener("error", () => {
+        // the browser API says no more: a refused upgrade (401: the token; 403: this Host or Origin) looks the same
+        if (!opened) reject(new Error(`${target.href}: the WebSocket upgrade failed (nothing listens, or it refused the token, Host or Origin)`));
+      });
+      socket.addEventListener("close", () => connection.ended());
+    });
+}
+
 /** One client of the daemon. */
 export class Client {
   private connection: Connection;
@@ -248,8 +281,11 @@ export class Client {
     this.connection = first;
   }
 
-  /** The daemon on a Unix socket; `events` reconnects to it when the connection drops. */
-  static async connect(path: string, options: Options = {}): Promise<Client> {
+  /** The daemon on a Unix socket, or at a `ws://` or `wss://` URL (`bbridge serve --listen`; `/rpc` when the URL
+   * names no path); `events` reconnects to it when the connection drops. */
+  static async connect(where: string, options: Options = {}): Promise<Client> {
+    if (URL_SCHEME.test(where)) return Client.open(webSocketOpener(where, options.token), options, true);
+    const path = where;
     const opener: Opener = (wrap) =>
       new Promise((resolve, reject) => {
         const socket = createConnection(path);

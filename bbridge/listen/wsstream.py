@@ -1,0 +1,89 @@
+"""A WebSocket connection as the byte stream a daemon `Client` reads lines from and writes lines to.
+
+The client's `rpc.Connection` reads and writes newline-delimited JSON-RPC exactly as on a Unix socket; this stream
+turns each text message into one line and each written line into one text frame (`wire.websocket.MessageLines`),
+so the socket's answers, bounds and slow-reader handling (the client's outbox bound) hold unchanged. The replies a
+read calls for (pongs, a close's answer, a refused binary message) and the keepalive's pings share one send lock
+with the client's writes. `keepalive` pings the peer and closes the connection when nothing is heard for a ping's
+interval plus its timeout: a peer gone without a close (a dropped link) is found.
+"""
+
+from __future__ import annotations
+
+import structlog
+import trio
+
+from bbridge.wire.websocket import MessageLines
+
+log = structlog.get_logger("bbridge.listen")
+
+READ_BYTES = 65536
+CLOSE_S = 1.0  # how long a close frame may take before the transport is closed anyway
+
+
+class WebSocketStream(trio.abc.HalfCloseableStream):
+    def __init__(self, transport: trio.abc.Stream, lines: MessageLines, rest: bytes, name: str) -> None:
+        self._transport = transport
+        self._lines = lines
+        self._rest = rest  # what was read past the upgrade request
+        self._send_lock = trio.Lock()
+        self._log = log.bind(client=name)
+        self.heard = trio.current_time()  # the last time anything arrived from the peer
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while True:
+            if self._rest:
+                data: bytes | None = self._rest
+                self._rest = b""
+            else:
+                try:
+                    data = bytes(await self._transport.receive_some(READ_BYTES)) or None
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = None
+            if data is not None:
+                self.heard = trio.current_time()
+            got = self._lines.receive(data)
+            for reason in got.refused:
+                self._log.warning("unreadable client message", reason=reason)
+            if got.reply:
+                await self._write(got.reply)
+            if got.lines:
+                return got.lines
+            if got.closed or data is None:
+                return b""
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._write(self._lines.frames(bytes(data)))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._transport.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._write(self._lines.close(1000))
+
+    async def aclose(self) -> None:
+        try:
+            with trio.move_on_after(CLOSE_S):
+                await self._write(self._lines.close(1000))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(self._transport)
+
+    async def keepalive(self, interval_s: float, timeout_s: float) -> None:
+        """Ping every `interval_s`; close when nothing was heard for `interval_s + timeout_s`."""
+        while True:
+            await trio.sleep(interval_s)
+            if trio.current_time() - self.heard > interval_s + timeout_s:
+                self._log.warning("closing a WebSocket client that stopped answering pings")
+                await trio.aclose_forcefully(self._transport)
+                return
+            try:
+                await self._write(self._lines.ping(b"bbridge"))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+
+    async def _write(self, raw: bytes) -> None:
+        if raw:
+            async with self._send_lock:
+                await self._transport.send_all(raw)
