@@ -6,9 +6,15 @@ so the socket's answers, bounds and slow-reader handling (the client's outbox bo
 read calls for (pongs, a close's answer, a refused binary message) and the keepalive's pings share one send lock
 with the client's writes. `keepalive` pings the peer and closes the connection when nothing is heard for a ping's
 interval plus its timeout: a peer gone without a close (a dropped link) is found.
+
+A write that finds the send lock free goes straight to the socket's descriptor (one non-blocking `write`, as the
+daemon writes to a Unix-socket client), and only what the socket did not take goes through trio's `send_all`,
+which passes through the scheduler before and after its system call.
 """
 
 from __future__ import annotations
+
+import os
 
 import structlog
 import trio
@@ -27,6 +33,8 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         self._lines = lines
         self._rest = rest  # what was read past the upgrade request
         self._send_lock = trio.Lock()
+        # the descriptor, asked at each write (-1 once closed, never a number reused since); None over TLS
+        self._fileno = transport.socket.fileno if isinstance(transport, trio.SocketStream) else None
         self._log = log.bind(client=name)
         self.heard = trio.current_time()  # the last time anything arrived from the peer
 
@@ -84,6 +92,23 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 return
 
     async def _write(self, raw: bytes) -> None:
-        if raw:
-            async with self._send_lock:
+        if not raw:
+            return
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()  # uncontended: no scheduler pass before the write
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            fd = -1 if self._fileno is None else self._fileno()
+            if fd >= 0:
+                try:
+                    raw = raw[os.write(fd, raw) :]
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+            if raw:
                 await self._transport.send_all(raw)
+        finally:
+            lock.release()
