@@ -114,7 +114,7 @@ def check_scale_wire(wire: dict[str, Any], transports: tuple[str, ...]) -> None:
         # the floor's clients count every `thread/delta` line it forwarded, as they are
         assert figures["floor"]["events_per_s_per_client"] == figures["floor"]["delivered_deltas_per_s"]
         assert type(figures["daemon_over_floor_cpu_share"]) is float
-        assert len(figures["daemon_over_floor_cpu_share_pairs"]) == len(figures["daemon"]["daemon_cpu_s_runs"])
+        assert len(figures["daemon_over_floor_cpu_s_pairs"]) == len(figures["daemon"]["daemon_cpu_s_runs"])
 
 
 def test_bench_only_scale_runs_the_scale_phase_alone_over_one_transport() -> None:

@@ -47,8 +47,9 @@ TARGETS = {
     "scale_daemon_cpu_share": 0.5,
     "scale_first_delta_p99_ms": 10.0,
     "scale_peak_rss_mb": 300.0,
-    "scale_ws_over_socket_cpu": 1.3,  # issue 33: the daemon's CPU over WebSocket against the socket
-    "scale_daemon_over_floor_cpu": 3.0,  # issue 33: the daemon's CPU against the floor relay's, per transport
+    # issue 33, judged on `daemon_cpu_s` (the same work in every run; the share's window stretches with slow clients):
+    "scale_ws_over_socket_cpu": 1.3,  # the daemon's CPU over WebSocket against the socket
+    "scale_daemon_over_floor_cpu": 3.0,  # the daemon's CPU against the floor relay's, per transport
 }
 SCALE_TRANSPORTS = {"socket": ("socket",), "ws": ("ws",), "both": ("socket", "ws")}
 
@@ -152,7 +153,8 @@ def _ratio(over: float, under: float) -> float | None:
 
 def _wire_figures(daemon_runs: list[dict[str, Any]], floor_runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One transport's daemon (the run with the median p99, every run's CPU beside it) against its floor relay:
-    the CPU ratios are of the medians, and of each interleaved pair."""
+    the CPU ratios are of the medians (of the share and of the CPU seconds), and of each interleaved pair's CPU
+    seconds."""
     daemon = _median_run(daemon_runs, "first_delta_p99_ms")
     floor = _median_run(floor_runs, "daemon_cpu_share")
     for section, runs in ((daemon, daemon_runs), (floor, floor_runs)):
@@ -165,8 +167,8 @@ def _wire_figures(daemon_runs: list[dict[str, Any]], floor_runs: list[dict[str, 
         "floor": floor,
         "daemon_over_floor_cpu_share": _ratio(daemon["daemon_cpu_share_median"], floor["daemon_cpu_share_median"]),
         "daemon_over_floor_cpu_s": _ratio(daemon["daemon_cpu_s_median"], floor["daemon_cpu_s_median"]),
-        "daemon_over_floor_cpu_share_pairs": [
-            _ratio(d["daemon_cpu_share"], f["daemon_cpu_share"]) for d, f in zip(daemon_runs, floor_runs, strict=True)
+        "daemon_over_floor_cpu_s_pairs": [
+            _ratio(d["daemon_cpu_s"], f["daemon_cpu_s"]) for d, f in zip(daemon_runs, floor_runs, strict=True)
         ],
     }
 
@@ -214,11 +216,11 @@ def scale_targets(scale: dict[str, Any], wire: dict[str, Any]) -> dict[str, bool
             for key in ("events_lost", "events_duplicated")
         ),
         "scale_daemon_at_most_3x_floor": all(
-            (f["daemon_over_floor_cpu_share"] or 0) <= TARGETS["scale_daemon_over_floor_cpu"] for f in every
+            (f["daemon_over_floor_cpu_s"] or 0) <= TARGETS["scale_daemon_over_floor_cpu"] for f in every
         ),
     }
     if "ws_over_socket_cpu_share" in wire:
-        targets["scale_ws_at_most_1_3x_socket"] = (wire["ws_over_socket_cpu_share"] or 0) <= TARGETS[
+        targets["scale_ws_at_most_1_3x_socket"] = (wire["ws_over_socket_cpu_s"] or 0) <= TARGETS[
             "scale_ws_over_socket_cpu"
         ]
     return targets
@@ -226,19 +228,19 @@ def scale_targets(scale: dict[str, Any], wire: dict[str, Any]) -> dict[str, bool
 
 def scale_table(wire: dict[str, Any]) -> str:
     """The scale phase per transport, as a few lines for the terminal (the JSON holds every figure)."""
-    rows = ["transport  daemon CPU (share, s)  floor CPU (share, s)  daemon/floor  p99 first-delta  lost  dup"]
+    rows = ["transport  daemon CPU (share, s)  floor CPU (share, s)  daemon/floor (s)  p99 first-delta  lost  dup"]
     for transport in wire["transports"]:
         f = wire[transport]
         d, fl = f["daemon"], f["floor"]
         rows.append(
             f"{transport:<9}  {d['daemon_cpu_share_median']:>6.3f} {d['daemon_cpu_s_median']:>7.2f}        "
             f"{fl['daemon_cpu_share_median']:>6.3f} {fl['daemon_cpu_s_median']:>7.2f}       "
-            f"{f['daemon_over_floor_cpu_share']}×{'':<8}{d['first_delta_p99_ms']:>8.2f} ms     "
+            f"{f['daemon_over_floor_cpu_s']}×{'':<8}{d['first_delta_p99_ms']:>8.2f} ms     "
             f"{sum(d['events_lost_runs'])}     {sum(d['events_duplicated_runs'])}"
         )
     if "ws_over_socket_cpu_share" in wire:
         rows.append(
-            f"ws/socket daemon CPU share: {wire['ws_over_socket_cpu_share']} (CPU seconds: {wire['ws_over_socket_cpu_s']})"
+            f"ws/socket daemon CPU seconds: {wire['ws_over_socket_cpu_s']} (share: {wire['ws_over_socket_cpu_share']})"
         )
     return "\n".join(rows)
 

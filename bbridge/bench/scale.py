@@ -10,7 +10,9 @@ and reads the first-delta latency of every text stream (bridge write → client 
 Measured over the streaming window (every turn/start answered → every turn completed): the daemon's CPU time
 over wall time (its share of one core, from /proc), its peak RSS, the deltas it took in per second
 (`daemon/status` counters), the events each client received per second, p50/p99 first-delta latency, and events
-lost or duplicated. `capacity` runs the phase at growing thread counts and reports the most threads whose p99
+lost or duplicated. `daemon_cpu_s` is the daemon's CPU from the first turn/start to the end: all the work of
+the phase, the same in every run however long slow clients (or a starved driver) stretch the window that divides
+the share. `capacity` runs the phase at growing thread counts and reports the most threads whose p99
 first-delta stayed under a bound with nothing lost.
 
 `transport` picks how the clients reach it: `socket` (the Unix socket) or `ws` (`--listen 127.0.0.1:PORT`, the
@@ -142,6 +144,8 @@ def run_scale(
             started.append(driver)
             assert driver.stdout is not None
             _line(driver.stdout, "ready")
+            _line(driver.stdout, "turning")
+            cpu_turning = _cpu_s(serve.pid)
             _line(driver.stdout, "turns")
             cpu0, wall0 = _cpu_s(serve.pid), time.monotonic()
             reports = [json.loads(proc.communicate(timeout=timeout)[0].strip().splitlines()[-1]) for proc in started]
@@ -182,7 +186,9 @@ def run_scale(
         "delivered_deltas_per_s": round(counters["deltas_in"] / window_s),
         "events_per_s_per_client": round(sum(r["events"] for r in reports) / clients / window_s),
         "daemon_cpu_share": round((cpu1 - cpu0) / (wall1 - wall0), 3),
-        "daemon_cpu_s": round(cpu1 - cpu0, 2),  # the same offered work in every run: compared when windows differ
+        # the CPU of all the work, from the first turn/start to the last event: the same in every run, however long
+        # the clients (or a starved driver) stretch the window; the ratios between relays and transports use it
+        "daemon_cpu_s": round(cpu1 - cpu_turning, 2),
         "daemon_peak_rss_mb": rss,
         # the CPU of every process the run started (daemon, bridges, clients) over the whole run, setup included:
         # how much of the machine's cores the phase itself took

@@ -10,8 +10,8 @@ asks the journal (`thread/events {afterSeq}`) whether anything came after the la
 relay, `bbridge.bench.floor`, which forwards the bridges' `thread/delta` lines as they are and has no journal) counts
 those lines and the turns' boundaries: a line short of every thread's turn is lost, one over it duplicated. `drive`
 also starts the threads (`scale-<n>` on providers `scale0..scale<BRIDGES-1>`, round robin) and their turns
-(`scale SECONDS RATE`), printing `turns` when every turn/start is answered, and reads `daemon/status` counters at
-the end. First-delta latency: the bridge stamps the first delta of each text stream with `@<ns>.<pid>.<n>@` (its
+(`scale SECONDS RATE`), printing `turning` before the first turn/start and `turns` once every one is answered,
+and reads `daemon/status` counters at the end. First-delta latency: the bridge stamps the first delta of each text stream with `@<ns>.<pid>.<n>@` (its
 send time); the first receipt of each stamp is a sample. One JSON object on stdout at the end.
 """
 
@@ -201,6 +201,7 @@ def main() -> None:
         checker.send_many(
             [("thread/start", {"providerId": f"scale{n % bridges}", "threadId": t}) for n, t in enumerate(names)]
         )
+        print("turning", flush=True)
         started = time.monotonic_ns()
         text = [{"type": "text", "text": f"scale {seconds} {rate}"}]
         turn = {"clientRequestId": "creq_scale00000", "input": text}
