@@ -6,10 +6,11 @@ It starts BRIDGES `bbridge.bench.scale_bridge` processes (providers `scale0..`) 
 scale clients on a Unix socket or on `ws://127.0.0.1:PORT/rpc` (the listener's own sans-IO WebSocket,
 `wire.websocket.MessageLines`, after an h11 head read by `listen.http`). What it does per bridge read is all a
 relay must: wait until the pipe is readable, one `read`, cut at the last line end, and write the complete lines to
-every client (each line its own text frame over WebSocket, framed per connection): one non-blocking `write` on the
-client's descriptor when nothing is queued for it, else a queue its writer task drains, as the daemon's clients
-write. The lines are the bridges' `thread/delta` notifications as they are: no decoding, no validation, no
-assembly, no journal, no coalescing. The bridges' answers (to the `turn/start` requests it forwards) are dropped.
+every client (each line its own text frame over WebSocket, by `MessageLines.frames` as the listener frames
+them): one non-blocking `write` on the client's descriptor when nothing is queued for it, else a queue its writer
+task drains, as the daemon's clients write. The lines are the bridges' `thread/delta` notifications as they are:
+no decoding, no validation, no assembly, no journal, no coalescing. The bridges' answers (to the `turn/start`
+requests it forwards) are dropped.
 
 Client requests (setup only, never on the streaming path) are decoded and answered here: `initialize`, a
 `thread/start` (which bridge the thread is on), `turn/start` (forwarded to that bridge), `daemon/status` (the lines
@@ -29,6 +30,7 @@ from typing import Any
 
 import trio
 
+from bbridge.bench.daemon_client import complete_lines
 from bbridge.daemon.server import open_socket_listener
 from bbridge.listen.http import Exchange
 from bbridge.wire.websocket import MessageLines
@@ -114,12 +116,9 @@ class Floor:
                 continue
             if not data:
                 return
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry += data
+            lines, carry = complete_lines(carry, data)
+            if lines is None:
                 continue
-            lines = carry + data[: cut + 1] if carry else data[: cut + 1]
-            carry = data[cut + 1 :]
             if b'"id"' in lines:  # a bridge's answer to a forwarded turn/start: not the clients'
                 lines = b"".join(line for line in lines.splitlines(keepends=True) if b'"id"' not in line)
             self.lines_in += lines.count(b"\n")

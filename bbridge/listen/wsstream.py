@@ -7,9 +7,11 @@ read calls for (pongs, a close's answer, a refused binary message) and the keepa
 with the client's writes. `keepalive` pings the peer and closes the connection when nothing is heard for a ping's
 interval plus its timeout: a peer gone without a close (a dropped link) is found.
 
-A write that finds the send lock free goes straight to the socket's descriptor (one non-blocking `write`, as the
-daemon writes to a Unix-socket client), and only what the socket did not take goes through trio's `send_all`,
-which passes through the scheduler before and after its system call.
+Lines go out as the daemon writes to a Unix-socket client: `write_nowait` (for `rpc.Connection.write_now`, in the
+daemon's broadcast itself) frames them and writes them with one non-blocking `write` on the socket's descriptor
+when nothing else is being written, keeping what the socket did not take for the next write; a write through
+`send_all` (the client's writer task, pongs, pings) also tries the descriptor first, and only what the socket did
+not take goes through trio's `send_all`, which passes through the scheduler before and after its system call.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         self._send_lock = trio.Lock()
         # the descriptor, asked at each write (-1 once closed, never a number reused since); None over TLS
         self._fileno = transport.socket.fileno if isinstance(transport, trio.SocketStream) else None
+        self._backlog = b""  # frames a `write_nowait` could not write: the next write sends them first
         self._log = log.bind(client=name)
         self.heard = trio.current_time()  # the last time anything arrived from the peer
 
@@ -62,6 +65,25 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self._write(self._lines.frames(bytes(data)))
+
+    @property
+    def backlog(self) -> bool:
+        return bool(self._backlog)
+
+    def write_nowait(self, data: bytes) -> bool:
+        """`data`'s lines as frames, written now when the send lock is free and the socket has a descriptor (what
+        it does not take waits in the backlog): False, writing nothing, otherwise."""
+        fd = -1 if self._fileno is None or self._backlog or self._send_lock.locked() else self._fileno()
+        if fd < 0:
+            return False
+        raw = self._lines.frames(data)
+        try:
+            self._backlog = raw[os.write(fd, raw) :]
+        except BlockingIOError:
+            self._backlog = raw
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+        return True
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._transport.wait_send_all_might_not_block()
@@ -92,7 +114,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 return
 
     async def _write(self, raw: bytes) -> None:
-        if not raw:
+        if not raw and not self._backlog:
             return
         lock = self._send_lock
         try:
@@ -100,6 +122,8 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         except trio.WouldBlock:
             await lock.acquire()
         try:
+            if self._backlog:
+                raw, self._backlog = self._backlog + raw, b""
             fd = -1 if self._fileno is None else self._fileno()
             if fd >= 0:
                 try:
