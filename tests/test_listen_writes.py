@@ -6,23 +6,18 @@ from __future__ import annotations
 import socket
 
 import trio
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, Request, TextMessage
+from wsproto import WSConnection
+from wsproto.events import TextMessage
 
 from bbridge.listen.wsstream import WebSocketStream
 from bbridge.wire import rpc
-from bbridge.wire.websocket import MessageLines
+from tests.test_websocket_lines import pair
 
 
 def _open() -> tuple[rpc.Connection, WebSocketStream, trio.SocketStream, WSConnection]:
     """A daemon-side connection over a WebSocket on one end of a socket pair; the raw other end and its client."""
     ours, theirs = socket.socketpair()
-    client = WSConnection(ConnectionType.CLIENT)
-    request = client.send(Request(host="127.0.0.1:1", target="/rpc"))
-    head = [line.split(b": ", 1) for line in request.split(b"\r\n")[1:] if b": " in line]
-    lines, accepted = MessageLines.server([(k.lower(), v) for k, v in head], b"/rpc")
-    client.receive_data(accepted)
-    assert isinstance(next(client.events()), AcceptConnection)
+    lines, client = pair()
     ws = WebSocketStream(trio.SocketStream(trio.socket.from_stdlib_socket(ours)), lines, b"", "ws-test")
     peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
     return rpc.Connection(ws, ws, name="ws-test"), ws, peer, client
