@@ -86,13 +86,50 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> N
                 "first_delta_p50_ms", "first_delta_p99_ms", "events_per_s_per_client"):  # fmt: skip
         number(scale, key)
     assert scale["capacity"]["p99_bound_ms"] == 100.0 and [r["threads"] for r in scale["capacity"]["runs"]][:1] == [6]
+    assert scale["transport"] == "socket" and scale["relay"] == "daemon"
+    check_scale_wire(result["scale_wire"], ("socket", "ws"))
+    assert type(result["scale_wire"]["ws_over_socket_cpu_share"]) is float
     assert set(result["targets"]) == {
         "core_share_of_decode_only", "core_assemble_share_of_decode_only", "daemon_share_of_decode_only",
         "first_delta_p99_under_1ms", "idle_threads_10k_at_most_51mb", "scale_daemon_under_half_a_core",
         "scale_first_delta_p99_under_10ms", "scale_rss_under_300mb", "scale_nothing_lost",
+        "scale_daemon_at_most_3x_floor", "scale_ws_at_most_1_3x_socket",
     }  # fmt: skip
     assert all(type(met) is bool for met in result["targets"].values())
     assert result["machine"]["cpus"] >= 1
+
+
+def check_scale_wire(wire: dict[str, Any], transports: tuple[str, ...]) -> None:
+    """Each transport's daemon and floor relay ran, lost nothing, and every client took every first-delta stamp."""
+    assert tuple(wire["transports"]) == transports
+    for transport in transports:
+        figures = wire[transport]
+        for relay in ("daemon", "floor"):
+            run = figures[relay]
+            assert (run["relay"], run["transport"], run["threads"], run["clients"]) == (relay, transport, 12, 2)
+            assert run["events_lost_runs"] == run["events_duplicated_runs"] == [0] * len(run["daemon_cpu_s_runs"])
+            assert run["first_delta_samples"] == 2 * 12 * 3 and run["deltas_in"] == run["offered_deltas"]
+            for key in ("daemon_cpu_share_median", "daemon_cpu_s_median", "first_delta_p99_ms"):
+                number(run, key)
+        # the floor's clients count every `thread/delta` line it forwarded, as they are
+        assert figures["floor"]["events_per_s_per_client"] == figures["floor"]["delivered_deltas_per_s"]
+        assert type(figures["daemon_over_floor_cpu_share"]) is float
+        assert len(figures["daemon_over_floor_cpu_s_pairs"]) == len(figures["daemon"]["daemon_cpu_s_runs"])
+
+
+def test_bench_only_scale_runs_the_scale_phase_alone_over_one_transport() -> None:
+    sizes = ["--latency-runs", "1", "--scale-threads", "12", "--scale-bridges", "2", "--scale-clients", "2"]
+    sizes += ["--scale-seconds", "0.5", "--capacity-steps", ""]
+    command = [sys.executable, "-m", "bbridge", "bench", "--json", "--only", "scale", "--scale-transport", "ws"]
+    proc = subprocess.run([*command, *sizes], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert "core" not in result and "daemon" not in result and "memory" not in result
+    assert result["scale"]["transport"] == "ws" and "capacity" not in result["scale"]
+    check_scale_wire(result["scale_wire"], ("ws",))
+    assert "ws_over_socket_cpu_share" not in result["scale_wire"]
+    assert "scale_ws_at_most_1_3x_socket" not in result["targets"] and result["targets"]["scale_nothing_lost"]
+    assert b"daemon/floor" in proc.stderr  # the table of the phase per transport
 
 
 def test_coalescing_merges_one_token_per_millisecond_into_about_one_event_per_window() -> None:

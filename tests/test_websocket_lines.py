@@ -43,6 +43,26 @@ def test_each_line_written_is_one_text_frame() -> None:
     assert [e.data for e in client.events() if isinstance(e, TextMessage)] == ['{"a":1}', '{"b":2}']
 
 
+def test_a_broadcast_is_framed_once_for_every_server_connection_and_never_for_a_closed_one() -> None:
+    """Server frames are unmasked: the same lines written to each client in turn reuse the first framing, each
+    client reads them; a client's frames are masked afresh each time, and a closed connection writes nothing."""
+    (first, first_client), (second, second_client) = pair(), pair()
+    lines = b'{"a":1}\n{"b":2}\n'
+    framed = first.frames(lines)
+    assert second.frames(bytes(bytearray(lines))) is framed  # equal lines, not the same object: framed once
+    for client in (first_client, second_client):
+        client.receive_data(framed)
+        assert [e.data for e in client.events() if isinstance(e, TextMessage)] == ['{"a":1}', '{"b":2}']
+    first.receive(first_client.send(CloseConnection(code=1000)))
+    assert first.frames(lines) == b""
+    masked = ClientHandshake("127.0.0.1:1", "/rpc", [])
+    server_ws = WSConnection(ConnectionType.SERVER)
+    server_ws.receive_data(masked.request)
+    list(server_ws.events())
+    client_lines = masked.feed(server_ws.send(AcceptConnection()))
+    assert client_lines is not None and client_lines.frames(lines) != client_lines.frames(lines)
+
+
 def test_a_binary_message_is_answered_by_its_id_or_not_at_all() -> None:
     server, client = pair()
     got = server.receive(client.send(BytesMessage(data=b'{"jsonrpc":"2.0","id":5,"method":"m"}')))

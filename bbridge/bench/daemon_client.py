@@ -1,4 +1,4 @@
-"""The daemon benchmark's socket client (stdlib only, blocking, kept cheap so it is never the bottleneck).
+"""The daemon benchmark's socket client (blocking, kept cheap so it is never the bottleneck).
 
 Usage: python -m bbridge.bench.daemon_client SOCKET PROMPT [PROMPT...]
 
@@ -17,8 +17,10 @@ import socket
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from bbridge.bench.stream import DONE, MARK
+from bbridge.wire.websocket import ClientHandshake, MessageLines
 
 THREAD = "bench-client"
 _MARK = MARK.encode()
@@ -35,19 +37,24 @@ def complete_lines(carry: bytes, data: bytes) -> tuple[bytes | None, bytes]:
 
 
 class SocketClient:
-    """A blocking JSON-RPC client on the daemon's socket: numbered requests out, each read cut at its last line end
-    (the daemon and scale clients read what they need from the lines themselves)."""
+    """A blocking JSON-RPC client on the daemon's socket, or on a `ws://HOST:PORT/rpc` listener (its frames turned
+    into the same lines by `MessageLines`): numbered requests out, each read cut at its last line end (the daemon
+    and scale clients read what they need from the lines themselves). `token` goes in the upgrade's bearer header."""
 
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+    def __init__(self, target: str, token: str | None = None) -> None:
         self.carry = b""
         self.next_id = 0
+        self.ws: MessageLines | None = None
+        if target.startswith("ws://"):
+            self.sock, self.ws = _open_websocket(target, token)
+        else:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(target)
 
     def send(self, method: str, params: dict[str, Any]) -> int:
         self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        message = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode()
+        self.sock.sendall(message + b"\n" if self.ws is None else self.ws.frame(message))
         return self.next_id
 
     def read(self) -> tuple[bytes | None, int]:
@@ -56,8 +63,28 @@ class SocketClient:
         now = time.monotonic_ns()
         if not data:
             raise RuntimeError("the daemon closed the connection")
+        if self.ws is not None:
+            got = self.ws.receive(data)
+            if got.reply:
+                self.sock.sendall(got.reply)  # pongs to the keepalive's pings
+            if got.closed:
+                raise RuntimeError(f"the daemon closed the WebSocket: {got.close_reason}")
+            data = got.lines
         lines, self.carry = complete_lines(self.carry, data)
         return lines, now
+
+
+def _open_websocket(url: str, token: str | None) -> tuple[socket.socket, MessageLines]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    sock = socket.create_connection((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # pipelined small requests must not wait for Nagle
+    headers = [("Authorization", f"Bearer {token}")] if token else []
+    handshake = ClientHandshake(f"{host}:{port}", parts.path or "/rpc", headers)
+    sock.sendall(handshake.request)
+    while (lines := handshake.feed(sock.recv(1 << 16) or None)) is None:
+        pass
+    return sock, lines
 
 
 class Client(SocketClient):

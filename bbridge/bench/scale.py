@@ -10,8 +10,15 @@ and reads the first-delta latency of every text stream (bridge write → client 
 Measured over the streaming window (every turn/start answered → every turn completed): the daemon's CPU time
 over wall time (its share of one core, from /proc), its peak RSS, the deltas it took in per second
 (`daemon/status` counters), the events each client received per second, p50/p99 first-delta latency, and events
-lost or duplicated. `capacity` runs the phase at growing thread counts and reports the most threads whose p99
+lost or duplicated. `daemon_cpu_s` is the daemon's CPU from the first turn/start to the end: all the work of
+the phase, the same in every run however long slow clients (or a starved driver) stretch the window that divides
+the share. `capacity` runs the phase at growing thread counts and reports the most threads whose p99
 first-delta stayed under a bound with nothing lost.
+
+`transport` picks how the clients reach it: `socket` (the Unix socket) or `ws` (`--listen 127.0.0.1:PORT`, the
+clients on `ws://…/rpc`, the token in the upgrade's bearer header). `relay="floor"` puts `bbridge.bench.floor` in
+the daemon's place (the same bridges, clients and transport; the bridges' lines forwarded as they are, the clients
+counting them): the floor the daemon's CPU is a multiple of.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import os
 import resource
 import signal
+import socket as stdlib_socket
 import subprocess
 import sys
 import tempfile
@@ -67,8 +75,42 @@ def _config(root: Path, bridges: int) -> Path:
     return path
 
 
+def _free_port() -> int:
+    with stdlib_socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _accepts(socket: Path, port: int | None) -> bool:
+    """Whether the relay accepts connections yet (a Unix socket's path exists; a TCP connect succeeds)."""
+    if port is None:
+        return socket.exists()
+    try:
+        stdlib_socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def _relay_argv(relay: str, root: Path, bridges: int, socket: Path, port: int | None) -> list[str]:
+    if relay == "floor":
+        where = ["--socket", str(socket)] if port is None else ["--port", str(port)]
+        return [sys.executable, "-m", "bbridge.bench.floor", str(bridges), *where]
+    token_file = root / "token"
+    where = ["--socket", str(socket)] if port is None else ["--listen", f"127.0.0.1:{port}"]
+    config = ["--config", str(_config(root, bridges)), "--token-file", str(token_file)]
+    return [sys.executable, "-m", "bbridge", "serve", *where, *config, "--log-level", "error"]
+
+
 def run_scale(
-    threads: int, bridges: int, clients: int, seconds: float, rate: float, extra: tuple[str, ...] = ()
+    threads: int,
+    bridges: int,
+    clients: int,
+    seconds: float,
+    rate: float,
+    extra: tuple[str, ...] = (),
+    transport: str = "socket",
+    relay: str = "daemon",
 ) -> dict[str, Any]:
     """One run of the phase; every process it starts is stopped before it returns."""
     timeout = seconds * 3 + 60 + threads / 100
@@ -76,26 +118,34 @@ def run_scale(
     with tempfile.TemporaryDirectory(prefix="bbridge-scale-") as tmp:
         root = Path(tmp)
         socket = root / "d.sock"
-        serve_argv = [sys.executable, "-m", "bbridge", "serve", "--socket", str(socket)]
-        serve = subprocess.Popen([*serve_argv, "--config", str(_config(root, bridges)), "--log-level", "error", *extra])
+        port = _free_port() if transport == "ws" else None
+        token_file = root / "token"
+        token_file.write_text("bench-token\n")
+        token_file.chmod(0o600)
+        serve = subprocess.Popen([*_relay_argv(relay, root, bridges, socket, port), *extra])
+        target = str(socket) if port is None else f"ws://127.0.0.1:{port}/rpc"
+        mode = "count" if relay == "floor" else "check"
         started: list[subprocess.Popen[str]] = []
         try:
             deadline = time.monotonic() + 30
-            while not socket.exists():
+            while not _accepts(socket, port):
                 if serve.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("bbridge serve did not start")
+                    raise RuntimeError(f"the {relay} did not start")
                 time.sleep(0.02)
             base = [sys.executable, "-m", "bbridge.bench.scale_client"]
+            sizes = [str(threads), str(timeout), str(bridges), str(seconds), str(rate)]
             for _ in range(clients - 1):
-                watch = [*base, "watch", str(socket), str(threads), str(timeout)]
+                watch = [*base, "watch", target, str(token_file), mode, *sizes]
                 started.append(subprocess.Popen(watch, stdout=subprocess.PIPE, text=True))
                 assert started[-1].stdout is not None
                 _line(started[-1].stdout, "ready")
-            drive = [*base, "drive", str(socket), str(threads), str(timeout), str(bridges), str(seconds), str(rate)]
+            drive = [*base, "drive", target, str(token_file), mode, *sizes]
             driver = subprocess.Popen(drive, stdout=subprocess.PIPE, text=True)
             started.append(driver)
             assert driver.stdout is not None
             _line(driver.stdout, "ready")
+            _line(driver.stdout, "turning")
+            cpu_turning = _cpu_s(serve.pid)
             _line(driver.stdout, "turns")
             cpu0, wall0 = _cpu_s(serve.pid), time.monotonic()
             reports = [json.loads(proc.communicate(timeout=timeout)[0].strip().splitlines()[-1]) for proc in started]
@@ -123,6 +173,8 @@ def run_scale(
     counters = drive_report["counters"]
     lost = sum(threads - r["threads_completed"] + r["gaps"] + r["lost_at_tail"] for r in reports)
     return {
+        "relay": relay,
+        "transport": transport,
         "threads": threads,
         "bridges": bridges,
         "clients": clients,
@@ -134,6 +186,9 @@ def run_scale(
         "delivered_deltas_per_s": round(counters["deltas_in"] / window_s),
         "events_per_s_per_client": round(sum(r["events"] for r in reports) / clients / window_s),
         "daemon_cpu_share": round((cpu1 - cpu0) / (wall1 - wall0), 3),
+        # the CPU of all the work, from the first turn/start to the last event: the same in every run, however long
+        # the clients (or a starved driver) stretch the window; the ratios between relays and transports use it
+        "daemon_cpu_s": round(cpu1 - cpu_turning, 2),
         "daemon_peak_rss_mb": rss,
         # the CPU of every process the run started (daemon, bridges, clients) over the whole run, setup included:
         # how much of the machine's cores the phase itself took

@@ -1,15 +1,18 @@
 """The scale benchmark's clients (blocking, one process each): they check every event and read the latencies.
 
-Usage: python -m bbridge.bench.scale_client watch SOCKET THREADS TIMEOUT_S
-       python -m bbridge.bench.scale_client drive SOCKET THREADS TIMEOUT_S BRIDGES SECONDS RATE
+Usage: python -m bbridge.bench.scale_client watch|drive TARGET TOKEN_FILE check|count THREADS TIMEOUT_S BRIDGES
+       SECONDS RATE
 
-Both print `ready` once initialized, then check each thread's events: every `seq` once and in order from 1
-(a gap, a repeat or a step back is counted), until every thread's turn has completed, then ask the journal
-(`thread/events {afterSeq}`) whether anything came after the last seq seen. `drive` also starts the threads
-(`scale-<n>` on providers `scale0..scale<BRIDGES-1>`, round robin) and their turns (`scale SECONDS RATE`),
-printing `turns` when every turn/start is answered, and reads `daemon/status` counters at the end. First-delta
-latency: the bridge stamps the first delta of each text stream with `@<ns>.<pid>.<n>@` (its send time); the
-first receipt of each stamp is a sample. One JSON object on stdout at the end.
+TARGET is the daemon's Unix socket or a `ws://HOST:PORT/rpc` URL (the token also goes in the upgrade's bearer
+header). Both roles print `ready` once initialized. `check` (the daemon) checks each thread's events: every `seq`
+once and in order from 1 (a gap, a repeat or a step back is counted), until every thread's turn has completed, then
+asks the journal (`thread/events {afterSeq}`) whether anything came after the last seq seen. `count` (the floor
+relay, `bbridge.bench.floor`, which forwards the bridges' `thread/delta` lines as they are and has no journal) counts
+those lines and the turns' boundaries: a line short of every thread's turn is lost, one over it duplicated. `drive`
+also starts the threads (`scale-<n>` on providers `scale0..scale<BRIDGES-1>`, round robin) and their turns
+(`scale SECONDS RATE`), printing `turning` before the first turn/start and `turns` once every one is answered,
+and reads `daemon/status` counters at the end. First-delta latency: the bridge stamps the first delta of each text stream with `@<ns>.<pid>.<n>@` (its
+send time); the first receipt of each stamp is a sample. One JSON object on stdout at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import msgspec
 
 from bbridge.bench.daemon_client import SocketClient
+from bbridge.bench.scale_bridge import turn_plan
 
 
 class _Event(msgspec.Struct):
@@ -51,8 +55,8 @@ WINDOW = 256  # requests in flight at once
 
 
 class Checker(SocketClient):
-    def __init__(self, path: str, threads: int) -> None:
-        super().__init__(path)
+    def __init__(self, target: str, token: str | None, threads: int) -> None:
+        super().__init__(target, token)
         self.threads = threads
         self.answers: dict[int, _Message] = {}
         self.unanswered: set[int] = set()
@@ -81,8 +85,14 @@ class Checker(SocketClient):
 
     def receive(self) -> None:
         lines, now = self.read()
-        if lines is None:
-            return
+        if lines is not None:
+            self.stamped(lines, now)
+            for line in lines.split(b"\n"):
+                if line:
+                    self.take(_decode(line))
+
+    def stamped(self, lines: bytes, now: int) -> None:
+        """Each stamp's first receipt is a first-delta latency sample."""
         start = lines.find(b"@")
         while start >= 0:
             end = lines.index(b"@", start + 1)
@@ -92,9 +102,6 @@ class Checker(SocketClient):
                 self.latencies_ns.append(now - int(token.split(b".", 1)[0]))
                 self.received_ns.append(now)
             start = lines.find(b"@", end + 1)
-        for line in lines.split(b"\n"):
-            if line:
-                self.take(_decode(line))
 
     def take(self, message: _Message) -> None:
         if message.method is None:
@@ -139,19 +146,62 @@ class Checker(SocketClient):
         }
 
 
+class Counter(Checker):
+    """The floor's client: `thread/delta` lines and turn boundaries counted, never decoded (only answers are)."""
+
+    def __init__(self, target: str, token: str | None, threads: int, per_thread: int) -> None:
+        super().__init__(target, token, threads)
+        self.expected = threads * per_thread
+        self.boundaries = 0
+
+    def receive(self) -> None:
+        lines, now = self.read()
+        if lines is None:
+            return
+        self.stamped(lines, now)
+        self.events += lines.count(b'"thread/delta"')
+        self.boundaries += lines.count(b'"turn.boundary"')
+        if b'"id"' in lines:  # an answer among them (a delta line holds no `"id"` key)
+            for line in lines.split(b"\n"):
+                if b'"id"' in line and b'"thread/delta"' not in line:
+                    self.take(_decode(line))
+
+    def wait_completed(self, deadline: float) -> None:
+        while self.boundaries < self.threads and time.monotonic() < deadline:
+            self.receive()
+
+    def tail_lost(self) -> int:
+        return max(0, self.expected - self.events)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            **super().report(),
+            "threads_seen": self.boundaries,
+            "threads_completed": min(self.boundaries, self.threads),
+            "duplicates": max(0, self.events - self.expected),
+        }
+
+
 def main() -> None:
-    role, path, threads, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    checker = Checker(path, threads)
-    checker.send_many([("initialize", {"client": {"name": f"bbridge-scale-{role}", "version": "0"}})])
+    role, target, token_file, mode = sys.argv[1:5]
+    threads, timeout, bridges, seconds, rate = int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7]), *sys.argv[8:10]
+    with open(token_file, encoding="utf-8") as f:
+        token = f.read().strip()
+    if mode == "count":
+        checker: Checker = Counter(target, token, threads, len(turn_plan("x", float(seconds), float(rate))))
+    else:
+        checker = Checker(target, token, threads)
+    hello = {"client": {"name": f"bbridge-scale-{role}", "version": "0"}, "token": token}
+    checker.send_many([("initialize", hello)])
     print("ready", flush=True)
     result: dict[str, Any] = {}
     deadline = time.monotonic() + timeout
     if role == "drive":
-        bridges, seconds, rate = int(sys.argv[5]), sys.argv[6], sys.argv[7]
         names = [f"scale-{n}" for n in range(threads)]
         checker.send_many(
             [("thread/start", {"providerId": f"scale{n % bridges}", "threadId": t}) for n, t in enumerate(names)]
         )
+        print("turning", flush=True)
         started = time.monotonic_ns()
         text = [{"type": "text", "text": f"scale {seconds} {rate}"}]
         turn = {"clientRequestId": "creq_scale00000", "input": text}

@@ -6,9 +6,17 @@ so the socket's answers, bounds and slow-reader handling (the client's outbox bo
 read calls for (pongs, a close's answer, a refused binary message) and the keepalive's pings share one send lock
 with the client's writes. `keepalive` pings the peer and closes the connection when nothing is heard for a ping's
 interval plus its timeout: a peer gone without a close (a dropped link) is found.
+
+Lines go out as the daemon writes to a Unix-socket client: `write_nowait` (for `rpc.Connection.write_now`, in the
+daemon's broadcast itself) frames them and writes them with one non-blocking `write` on the socket's descriptor
+when nothing else is being written, keeping what the socket did not take for the next write; a write through
+`send_all` (the client's writer task, pongs, pings) also tries the descriptor first, and only what the socket did
+not take goes through trio's `send_all`, which passes through the scheduler before and after its system call.
 """
 
 from __future__ import annotations
+
+import os
 
 import structlog
 import trio
@@ -27,6 +35,9 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         self._lines = lines
         self._rest = rest  # what was read past the upgrade request
         self._send_lock = trio.Lock()
+        # the descriptor, asked at each write (-1 once closed, never a number reused since); None over TLS
+        self._fileno = transport.socket.fileno if isinstance(transport, trio.SocketStream) else None
+        self._backlog = b""  # frames a `write_nowait` could not write: the next write sends them first
         self._log = log.bind(client=name)
         self.heard = trio.current_time()  # the last time anything arrived from the peer
 
@@ -54,6 +65,25 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self._write(self._lines.frames(bytes(data)))
+
+    @property
+    def backlog(self) -> bool:
+        return bool(self._backlog)
+
+    def write_nowait(self, data: bytes) -> bool:
+        """`data`'s lines as frames, written now when the send lock is free and the socket has a descriptor (what
+        it does not take waits in the backlog): False, writing nothing, otherwise."""
+        fd = -1 if self._fileno is None or self._backlog or self._send_lock.locked() else self._fileno()
+        if fd < 0:
+            return False
+        raw = self._lines.frames(data)
+        try:
+            self._backlog = raw[os.write(fd, raw) :]
+        except BlockingIOError:
+            self._backlog = raw
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+        return True
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._transport.wait_send_all_might_not_block()
@@ -84,6 +114,25 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 return
 
     async def _write(self, raw: bytes) -> None:
-        if raw:
-            async with self._send_lock:
+        if not raw and not self._backlog:
+            return
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()  # uncontended: no scheduler pass before the write
+        except trio.WouldBlock:
+            await lock.acquire()
+        try:
+            if self._backlog:
+                raw, self._backlog = self._backlog + raw, b""
+            fd = -1 if self._fileno is None else self._fileno()
+            if fd >= 0:
+                try:
+                    raw = raw[os.write(fd, raw) :]
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+            if raw:
                 await self._transport.send_all(raw)
+        finally:
+            lock.release()

@@ -26,7 +26,7 @@ import enum
 import math
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 import structlog
@@ -97,6 +97,19 @@ NotificationHandler = Callable[[list[Notification]], Awaitable[None]]
 JunkHandler = Callable[[bytes, str], None]
 
 
+@runtime_checkable
+class WriteNowait(Protocol):
+    """A send stream that writes at once without a descriptor of its own bytes, for `Connection.write_now`: a
+    WebSocket, whose lines become frames first. `write_nowait` writes what it can now and keeps the rest, sent
+    first by its next `send_all`: True when it took the data, False (writing nothing) when it cannot write now;
+    `backlog` is True while a rest waits; a broken peer raises `trio.BrokenResourceError`."""
+
+    @property
+    def backlog(self) -> bool: ...
+
+    def write_nowait(self, data: bytes) -> bool: ...
+
+
 class Connection:
     """A JSON-RPC peer over a byte stream pair: one writer, one reader loop, concurrent request handlers."""
 
@@ -122,7 +135,8 @@ class Connection:
         `encode_request` writes our requests: the runtime's member order by default, `encode_bridge_request` for
         a bridge. `respond` takes each answer to a request (one encoded line, no terminator) for the owner to write
         in order with its own queued lines; without it an answer is written at once. `fileno` gives the send
-        stream's non-blocking descriptor (-1 once closed), for `write_now`."""
+        stream's non-blocking descriptor (-1 once closed), for `write_now`; a `WriteNowait` send stream serves
+        `write_now` itself."""
         self.name = name
         self._send = send
         self._receive = receive
@@ -146,6 +160,7 @@ class Connection:
         self._respond = respond
         self._fileno = fileno
         self._unsent = b""  # what the stream did not take of a `write_now`: the next write sends it first
+        self._nowait = send if fileno is None and isinstance(send, WriteNowait) else None
 
     @property
     def closed(self) -> bool:
@@ -209,13 +224,13 @@ class Connection:
     async def send_lines(self, lines: list[bytes]) -> None:
         """Write pre-encoded messages (no terminators) in one `send_all`, so they stay contiguous, after what a
         `write_now` left."""
-        if lines or self._unsent:
+        if lines or self.unsent:
             await self._write(*lines)
 
     @property
     def unsent(self) -> bool:
         """True while part of a `write_now` waits for the next `send_lines`."""
-        return bool(self._unsent)
+        return bool(self._unsent) or (self._nowait is not None and self._nowait.backlog)
 
     def write_now(self, lines: list[bytes]) -> bool:
         """Writes pre-encoded messages at once, with no task switch or scheduler pass, when nothing else is being
@@ -225,7 +240,18 @@ class Connection:
 
         A client's writer task woke, took the lock, and yielded to the scheduler twice around each send; at a
         thousand streaming threads that was a tenth of the daemon's CPU."""
-        if self._fileno is None or self._write_closed or self._aclosed or self._unsent or self._torn:
+        if self._write_closed or self._aclosed or self._unsent or self._torn:
+            return False
+        if self._nowait is not None:
+            if self._write_lock.locked():
+                return False
+            try:
+                return self._nowait.write_nowait(b"\n".join([*lines, b""]))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._write_closed = True
+                self._log.debug("peer stopped reading", error=repr(exc))
+                return True
+        if self._fileno is None:
             return False
         fd = -1 if self._write_lock.locked() else self._fileno()
         if fd < 0:

@@ -74,8 +74,14 @@ class Received:
 class MessageLines:
     """One open WebSocket connection, frames ↔ lines."""
 
-    def __init__(self, ws: WSConnection) -> None:
+    # The server side's last `frames` (its lines, its frames), shared by every server connection: a server's frames
+    # are unmasked and uncompressed, so the same lines make the same bytes on every connection, and a broadcast's
+    # lines, written to each client in turn, are framed once (wsproto's send path costs microseconds a line).
+    _last_framed: tuple[bytes, bytes] = (b"", b"")
+
+    def __init__(self, ws: WSConnection, *, server: bool = False) -> None:
         self._ws = ws
+        self._server = server
         self._binary_head = bytearray()  # a binary message's first bytes, for its id
 
     @classmethod
@@ -88,7 +94,7 @@ class MessageLines:
         for event in ws.events():
             if not isinstance(event, Request):  # pragma: no cover - wsproto yields the request it was given
                 raise HandshakeError(f"unexpected handshake event {type(event).__name__}")
-        return cls(ws), ws.send(AcceptConnection(subprotocol=subprotocol))
+        return cls(ws, server=True), ws.send(AcceptConnection(subprotocol=subprotocol))
 
     @property
     def open(self) -> bool:
@@ -142,12 +148,19 @@ class MessageLines:
         """Newline-separated lines (as `rpc.Connection` writes them) as one text frame each."""
         if not self.open:
             return b""
+        if self._server:
+            lines, framed = MessageLines._last_framed
+            if data == lines:
+                return framed
         send = self._ws.send
         out = bytearray()
         for line in data.split(b"\n"):
             if line:
                 out += send(TextMessage(data=line.decode("utf-8", errors="replace")))
-        return bytes(out)
+        framed = bytes(out)
+        if self._server:
+            MessageLines._last_framed = (data, framed)
+        return framed
 
     def ping(self, payload: bytes = b"") -> bytes:
         return self._send(Ping(payload=payload))
