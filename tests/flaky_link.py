@@ -19,13 +19,24 @@ class FlakyLink:
         self.port = 0
         self.dropped: list[int] = []  # per cut, the connections it dropped
 
+    @property
+    def open_links(self) -> int:
+        return len(self._links)
+
+    async def wait_for_links(self, count: int) -> None:
+        """Until `count` connections are open through the link (the clients have reconnected)."""
+        with trio.fail_after(10):
+            while len(self._links) < count:
+                await trio.sleep(0.005)
+
     def cut(self) -> int:
         """Reset every open connection; how many there were."""
         open_links = len(self._links)
         for stream in self._streams:
             _reset(stream)
-        for scope in list(self._links):
+        for scope in self._links:
             scope.cancel()
+        self._links.clear()  # cut now, though their tasks end a moment later
         self._streams.clear()
         self.dropped.append(open_links)
         return open_links
