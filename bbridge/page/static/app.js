@@ -321,6 +321,9 @@ function updateDrive() {
   const usable = Boolean(thread?.providerId) && connection.ready;
   const turn = openTurnOf(thread);
   ui.text.disabled = !thread;
+  ui.text.placeholder = thread
+    ? `${turn ? "Steer the running turn" : "Write to the agent"} (Ctrl+Enter sends)`
+    : "Open or start a thread first";
   ui.send.disabled = !usable;
   ui.send.textContent = turn ? "Steer" : "Send";
   ui.stop.disabled = !(usable && turn);

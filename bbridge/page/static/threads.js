@@ -22,10 +22,12 @@ export class ThreadList {
 
   select(threadId) {
     this.selected = threadId;
-    for (const [id, row] of this.rows) {
-      if (id === threadId) row.el.setAttribute("aria-current", "true");
-      else row.el.removeAttribute("aria-current");
-    }
+    for (const [id, row] of this.rows) this.mark(row, id);
+  }
+
+  mark(row, threadId) {
+    if (threadId === this.selected) row.el.setAttribute("aria-current", "true");
+    else row.el.removeAttribute("aria-current");
   }
 
   /** Show `threads` (a Map of the page's thread records) as they are now. */
@@ -62,6 +64,7 @@ export class ThreadList {
 
   fill(row, thread, now) {
     const state = threadState(thread);
+    this.mark(row, thread.threadId);
     row.el.dataset.state = state;
     row.el.dataset.waiting = String(state === "waiting");
     row.provider.textContent = thread.providerId ?? "(no provider)";
