@@ -381,5 +381,10 @@ ui.stop.addEventListener("click", async () => {
 });
 
 document.addEventListener("visibilitychange", () => document.hidden || connection.retryNow());
+window.addEventListener("hashchange", () => {
+  if (!/token=/.test(location.hash)) return;
+  const fresh = takeToken();
+  if (fresh) connection.useToken(fresh);
+});
 setInterval(() => threads.size && list.render(threads, Date.now()), 1000);
 connection.start();
