@@ -143,6 +143,10 @@ async function poll() {
   }
   renderThreads();
   renderDaemon(ui.daemon, status);
+  for (const option of ui.start.elements.provider.options) {
+    const provider = (status.providers ?? []).find((p) => p.providerId === option.value);
+    if (provider) option.textContent = `${provider.providerId} (${str(provider.state)})`;
+  }
 }
 
 /** What is open now (every thread's): after a reconnect, requests resolved meanwhile are gone. */
@@ -240,6 +244,7 @@ async function openThread(threadId) {
   ui.text.disabled = false;
   const opening = timeline.open(threadId);
   for (const request of pending.values()) if (request.threadId === threadId) cards.show(request);
+  if (window.matchMedia("(max-width: 800px)").matches) ui.title.scrollIntoView({ block: "start" }); // one column
   await opening;
   if (connection.ready) await catchUpCards(threadId).catch(() => {});
   ui.timeline.focus({ preventScroll: true });
