@@ -132,8 +132,16 @@ async function poll() {
     return; // the connection says so
   }
   const now = Date.now();
+  const listed = new Set((status.threads ?? []).map((row) => row.threadId));
+  for (const [threadId, thread] of threads) {
+    if (thread.listed && !listed.has(threadId) && threadId !== current) {
+      threads.delete(threadId); // the daemon forgot it (restarted without --journal)
+      list.remove(threadId);
+    }
+  }
   for (const row of status.threads ?? []) {
     const thread = record(row.threadId, row.providerId);
+    thread.listed = true;
     thread.providerId = row.providerId ?? thread.providerId;
     const live = current === row.threadId && timeline.threadId === current;
     if (!live) thread.turnId = row.openTurn?.turnId ?? null;
@@ -222,6 +230,7 @@ const timeline = new Timeline(ui.timeline, {
 const cards = new PendingCards(ui.pending, {
   respond: (requestId, result) => connection.request("interaction/respond", { requestId, result }),
   itemFor: (itemId) => timeline.items.get(itemId)?.item ?? null,
+  onClosed: () => (ui.text.disabled ? ui.timeline : ui.text).focus(),
 });
 
 function renderThreads() {

@@ -41,11 +41,13 @@ export function resolvedWords(resolution) {
 }
 
 export class PendingCards {
-  /** `respond(requestId, result)` answers; `itemFor(itemId)` is the timeline's latest snapshot of an item. */
-  constructor(root, { respond, itemFor }) {
+  /** `respond(requestId, result)` answers; `itemFor(itemId)` is the timeline's latest snapshot of an item;
+   *  `onClosed()` moves the focus on when the card that held it closes. */
+  constructor(root, { respond, itemFor, onClosed }) {
     this.root = root;
     this.respond = respond;
     this.itemFor = itemFor;
+    this.onClosed = onClosed;
     this.cards = new Map();
   }
 
@@ -76,12 +78,15 @@ export class PendingCards {
     card.dataset.resolved = "true";
     for (const control of card.querySelectorAll("button, input, textarea, select")) control.disabled = true;
     const close = () => {
+      const focused = card.contains(document.activeElement);
       card.remove();
       this.cards.delete(resolution.requestId);
+      if (focused) this.onClosed(); // focus goes on, not to the page's body
     };
     const dismiss = h("button", { type: "button", class: "dismiss", onclick: close }, "Dismiss");
+    const focused = card.contains(document.activeElement); // this person was answering it: keep them there
     card.append(h("p", { class: "resolved-by", role: "status" }, resolvedWords(resolution)), dismiss);
-    dismiss.focus({ preventScroll: true });
+    if (focused) dismiss.focus({ preventScroll: true });
     setTimeout(close, CLOSE_AFTER_MS);
   }
 

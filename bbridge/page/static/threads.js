@@ -44,6 +44,12 @@ export class ThreadList {
     this.empty.hidden = this.rows.size > 0;
   }
 
+  remove(threadId) {
+    this.rows.get(threadId)?.el.remove();
+    this.rows.delete(threadId);
+    this.empty.hidden = this.rows.size > 0;
+  }
+
   makeRow(threadId) {
     const provider = h("span", { class: "provider" });
     const name = h("span", { class: "name" });
