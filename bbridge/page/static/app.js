@@ -221,6 +221,7 @@ const timeline = new Timeline(ui.timeline, {
     if (thread) thread.turnId = turnId;
     updateDrive();
   },
+  onShown: () => cards.refresh(),
   onName: (name) => {
     const thread = current && threads.get(current);
     if (thread) thread.name = name;

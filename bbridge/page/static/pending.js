@@ -90,6 +90,20 @@ export class PendingCards {
     setTimeout(close, CLOSE_AFTER_MS);
   }
 
+  /** The files and diffs of a file change's card, once the timeline has its item (it may show after the card). */
+  fillChanges(box) {
+    if (box.childElementCount) return;
+    const item = this.itemFor(box.dataset.itemId);
+    for (const change of item?.changes ?? []) {
+      box.append(h("div", { class: "ask-file" }, h("code", {}, str(change.path))), change.diff ? diffBlock(change.diff) : "");
+    }
+  }
+
+  /** The timeline showed more: fill what the cards were waiting for. */
+  refresh() {
+    for (const box of this.root.querySelectorAll(".ask-changes")) this.fillChanges(box);
+  }
+
   async answer(requestId, result, error) {
     error.hidden = true;
     try {
@@ -116,10 +130,9 @@ export class PendingCards {
       if (subject.cwd) parts.push(h("p", { class: "ask-cwd" }, `in ${str(subject.cwd)}`));
     } else if (subject.kind === "file_change") {
       parts.push(h("p", { class: "ask-files" }, `Change files in ${str(subject.writeScope ?? "the workspace")}`));
-      const item = this.itemFor(subject.itemId);
-      for (const change of item?.changes ?? []) {
-        parts.push(h("div", { class: "ask-file" }, h("code", {}, str(change.path))), change.diff ? diffBlock(change.diff) : null);
-      }
+      const changes = h("div", { class: "ask-changes", "data-item-id": str(subject.itemId) });
+      parts.push(changes);
+      this.fillChanges(changes);
     } else if (subject.kind === "permission_grant") {
       parts.push(h("p", {}, `Grant ${str(subject.toolName ?? "a tool")}:`), h("pre", {}, pretty(subject.permissions)));
     } else if (subject.kind === "plan") {
