@@ -9,7 +9,7 @@ const TOKEN_KEY = "bbridge.token";
 export const UNAUTHORIZED = -32016;
 const FIRST_DELAY_MS = 500;
 const MAX_DELAY_MS = 10000;
-const REQUEST_TIMEOUT_MS = 60000;
+const REQUEST_TIMEOUT_MS = 120000; // a thread/start may spawn and handshake a bridge first
 
 /** The token for this tab: from the fragment (then removed from the address bar), else as kept. */
 export function takeToken(location = window.location, history = window.history, storage = window.sessionStorage) {
