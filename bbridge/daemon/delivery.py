@@ -29,7 +29,9 @@ from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.daemon.router")
 
-_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
+NAMED = "thread/name/updated"  # a thread's name, for `daemon/status` (rare: one set lookup per event, as the rest)
+# the events the delivery collects for `_take_notices`; the rest pass the tracker and watchdogs untouched
+_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES | {NAMED}
 
 
 class ThreadParams(msgspec.Struct):
@@ -141,7 +143,8 @@ class DeliveryMixin(DaemonState):
         )
 
     def _take_notices(self, bridge: BridgeProcess, now: float) -> None:
-        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs, the guard's
+        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs (and a thread's name
+        for its record), the guard's
         drops (counted and logged) and the extension check's replacements (counted)."""
         delivery = bridge.delivery
         if delivery.noticed:
@@ -152,8 +155,11 @@ class DeliveryMixin(DaemonState):
                 tracker.observe(thread_id, event)
                 if (closed := watchdogs.observe(thread_id, event, now)) is not None:
                     self.turn_durations.observe(bridge.provider_id, now - closed.started)
-                if event["type"] == "provider/error":
+                kind = event["type"]
+                if kind == "provider/error":
                     provider_errors.append((thread_id, event))
+                elif kind == NAMED and isinstance(name := event.get("threadName"), str):
+                    self.registry.named(thread_id, name)
             for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken
                 self._advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
         if delivery.dropped:
