@@ -16,6 +16,8 @@ import trio
 
 from bbridge import page
 from bbridge.daemon.config import echo_provider
+from bbridge.daemon.router import FORWARDED, OWN_METHODS
+from bbridge.wire.openrpc import CLIENT_REQUESTS, NOTIFICATIONS
 from tests.listen_support import TOKEN, http_get, listening, read_all
 
 PROVIDERS = {"echo": echo_provider()}
@@ -110,6 +112,19 @@ def test_every_asset_the_page_names_is_shipped() -> None:
     unused = sorted(set(page.names()) - named - {"index.html"})
     assert unused == [], "shipped but never loaded"
     assert page.asset("../__init__.py") is None and page.asset("") is None
+
+
+def test_every_method_and_notification_the_page_uses_is_the_daemons() -> None:
+    """The page asks only what the daemon answers (its own methods, the bridge methods it forwards) and listens
+    for what it sends (its notifications, its relayed requests): the prompts' text from `thread/inputs` and
+    `thread/input`, for one."""
+    source = "\n".join(module.read_text(encoding="utf-8") for module in STATIC.glob("*.js"))
+    asked = set(re.findall(r'request\(\s*"([a-z/]+)"', source))
+    heard = set(re.findall(r'(?<![.\w])method === "([a-z/]+)"', source))  # a notification's or request's name
+    assert {"thread/inputs", "thread/events", "daemon/status"} <= asked
+    assert {"thread/input", "thread/events"} <= heard
+    assert sorted(asked - set(OWN_METHODS) - set(FORWARDED)) == []
+    assert sorted(heard - set(NOTIFICATIONS) - set(CLIENT_REQUESTS)) == []
 
 
 def _serve(tmp_path: Path, *flags: str) -> str:

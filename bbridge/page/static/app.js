@@ -37,7 +37,7 @@ const ui = {
 
 const threads = new Map(); // threadId → the page's record of it
 const pending = new Map(); // requestId → an open request (every thread's)
-const prompts = new Map(loadJson(PROMPTS_KEY, [])); // clientRequestId → the text this tab sent
+const mine = new Map(loadJson(PROMPTS_KEY, [])); // clientRequestId → the text this tab sent (shown at once)
 const startOptions = new Map(loadJson(OPTIONS_KEY, [])); // threadId → the options this tab started it with
 let current = null; // the open thread's id
 let pollTimer = null;
@@ -145,6 +145,7 @@ async function poll() {
     const thread = record(row.threadId, row.providerId);
     thread.listed = true;
     thread.providerId = row.providerId ?? thread.providerId;
+    if (row.name) thread.name = str(row.name); // its latest thread/name/updated (null: none since the daemon started)
     const live = current === row.threadId && timeline.threadId === current;
     if (!live) thread.turnId = row.openTurn?.turnId ?? null;
     thread.turnAt = row.openTurn ? now - row.openTurn.ageS * 1000 : null;
@@ -200,6 +201,8 @@ function notified(method, params) {
     if (params.threadId) threads.get(params.threadId)?.waiting.delete(params.requestId);
     cards.resolve(params);
     renderThreads();
+  } else if (method === "thread/input") {
+    if (params.threadId === current && timeline.threadId === current) timeline.input(params);
   } else if (method === "bridge/status") {
     poll();
   }
@@ -217,7 +220,9 @@ function asked(method) {
 const list = new ThreadList(ui.threads, (threadId) => openThread(threadId));
 const timeline = new Timeline(ui.timeline, {
   fetch: (threadId, afterSeq) => connection.request("thread/events", { threadId, afterSeq }),
-  prompts,
+  fetchInputs: (threadId, afterSentAt) =>
+    connection.request("thread/inputs", afterSentAt === null ? { threadId } : { threadId, afterSentAt }),
+  mine,
   onTurn: (turnId) => {
     const thread = current && threads.get(current);
     if (thread) thread.turnId = turnId;
@@ -368,8 +373,8 @@ ui.prompt.addEventListener("submit", async (submitted) => {
     options: options(thread.threadId),
     ...(turn ? { expectedTurnId: turn } : {}),
   };
-  prompts.set(creq, text);
-  saveMap(PROMPTS_KEY, prompts);
+  mine.set(creq, text);
+  saveMap(PROMPTS_KEY, mine);
   formError(ui.prompt, null);
   ui.send.disabled = true;
   try {

@@ -28,15 +28,35 @@ const DELTA_ITEM = {
 };
 const TURN_WORDS = { completed: "Turn completed", interrupted: "Turn interrupted", failed: "Turn failed" };
 
+/** A kept input's text as a person reads it: its text parts, and what its other parts name. */
+function inputText(input) {
+  const parts = [];
+  for (const part of Array.isArray(input) ? input : []) {
+    if (part?.type === "text") parts.push(str(part.text));
+    else if (part?.type === "image") parts.push(`[image ${str(part.url)}]`);
+    else if (part?.type === "localImage") parts.push(`[image ${str(part.path)}]`);
+    else parts.push(`[${str(part?.type)} ${str(part?.path ?? part?.name ?? "")}]`.replace(" ]", "]"));
+  }
+  return parts.join("\n");
+}
+
+/** Who sent a kept input: its connection, and what the client called itself. */
+function sender(client) {
+  const named = client?.name ? ` (${str(client.name)}${client.version ? ` ${str(client.version)}` : ""})` : "";
+  return `${str(client?.connection) || "another client"}${named}`;
+}
+
 export class Timeline {
-  /** `fetch(threadId, afterSeq)` → the daemon's `thread/events` result; `prompts` maps clientRequestId → text
-   *  (what this tab sent: the journal keeps no prompt's text); `onTurn(turnId | null)` says when a turn opens and
-   *  settles; `onName(name)` a thread's new name; `onShown()` runs after each chunk is rendered. */
-  constructor(root, { fetch, prompts, onTurn, onName, onShown }) {
+  /** `fetch(threadId, afterSeq)` → the daemon's `thread/events` result; `fetchInputs(threadId, afterSentAt)` → its
+   *  `thread/inputs` result (the prompts' text: the events keep none); `mine` maps clientRequestId → the text this
+   *  tab sent; `onTurn(turnId | null)` says when a turn opens and settles; `onName(name)` a thread's new name;
+   *  `onShown()` runs after each chunk is rendered. */
+  constructor(root, { fetch, fetchInputs, mine, onTurn, onName, onShown }) {
     this.root = root;
     this.onShown = onShown;
     this.fetchEvents = fetch;
-    this.prompts = prompts;
+    this.fetchInputs = fetchInputs;
+    this.mine = mine;
     this.onTurn = onTurn;
     this.onName = onName;
     this.threadId = null;
@@ -61,6 +81,9 @@ export class Timeline {
     this.turnUsage = null;
     this.turnDiff = null;
     this.openTurn = null;
+    this.inputs = new Map(); // clientRequestId → the input the daemon kept (thread/inputs, thread/input)
+    this.promptEls = new Map(); // clientRequestId → its shown `.prompt`, filled in when its input arrives later
+    this.lastSentAt = null; // the newest kept input's sentAt: the next thread/inputs asks only for later ones
     this.follow = true;
     this.root.replaceChildren();
     this.root.setAttribute("aria-busy", "false");
@@ -75,6 +98,33 @@ export class Timeline {
   /** After a reconnect: what the journal has past the last seq queued. */
   async resume() {
     if (this.threadId !== null) await this.fill();
+  }
+
+  /** A turn input the daemon kept for this thread (`thread/inputs`, or a `thread/input` notification): the text
+   *  of the prompt its `turn/input/accepted` shows, whether that is shown yet or not. */
+  input(record) {
+    const creq = str(record?.clientRequestId);
+    if (!creq) return;
+    this.inputs.set(creq, record);
+    if (typeof record.sentAt === "number" && (this.lastSentAt === null || record.sentAt > this.lastSentAt)) {
+      this.lastSentAt = record.sentAt;
+    }
+    const el = this.promptEls.get(creq);
+    if (el !== undefined) this.fillPrompt(el, creq);
+  }
+
+  fillPrompt(el, creq) {
+    const record = this.inputs.get(creq);
+    const own = this.mine.get(creq);
+    let title = own !== undefined ? "You" : record ? `Prompt from ${sender(record.client)}` : "Prompt";
+    if (record?.method === "turn/steer") title += " (steering the turn)";
+    const text = record ? inputText(record.input) : own;
+    const body =
+      text === undefined
+        ? h("div", { class: "prompt-unknown" }, "A prompt this daemon kept no text of (sent before it restarted, without --journal).")
+        : h("div", { class: "prompt-text" }, text);
+    const cut = record?.truncated ? h("div", { class: "prompt-cut" }, "(cut: the daemon keeps the first 32 KiB of a prompt)") : null;
+    el.replaceChildren(h("div", { class: "item-title" }, title), body, ...(cut ? [cut] : []));
   }
 
   /** Live entries of this thread (a `thread/events` notification's `events`). */
@@ -103,6 +153,12 @@ export class Timeline {
     this.root.setAttribute("aria-busy", "true");
     let result = null;
     try {
+      const inputs = await this.fetchInputs(this.threadId, this.lastSentAt).catch((error) => {
+        console.warn("bbridge page: reading the thread's prompts failed (they show without text)", error);
+        return { inputs: [] };
+      });
+      if (generation !== this.generation) return;
+      for (const record of inputs.inputs ?? []) this.input(record);
       result = await this.fetchEvents(this.threadId, this.queued);
     } catch (error) {
       console.warn("bbridge page: reading the journal failed (resumed on the next connection)", error);
@@ -233,13 +289,10 @@ export class Timeline {
         return;
       }
       case "turn/input/accepted": {
-        const text = this.prompts.get(event.clientRequestId);
-        const el = h("div", { class: "prompt" }, h("div", { class: "item-title" }, text === undefined ? "Prompt" : "You"));
-        el.append(
-          text === undefined
-            ? h("div", { class: "prompt-unknown" }, "A prompt sent by another client (the journal keeps no prompt text).")
-            : h("div", { class: "prompt-text" }, text),
-        );
+        const creq = str(event.clientRequestId);
+        const el = h("div", { class: "prompt", "data-client-request-id": creq });
+        this.fillPrompt(el, creq);
+        if (creq) this.promptEls.set(creq, el);
         this.add(el, seq);
         return;
       }
