@@ -128,6 +128,9 @@ def test_the_bound_cuts_at_a_character_and_counts_every_element() -> None:
     assert inputs.bounded(elements, 4) == ([{"type": "text", "text": "abc"}, {"type": "text", "text": "d"},
                                             {"type": "localImage", "path": ""}], True)  # fmt: skip
     assert inputs.bounded(elements, 100) == (elements, False)
+    mentioned = [{"type": "text", "text": "ab", "mentions": [{"path": "x" * 50}]}]
+    assert inputs.bounded(mentioned, 20) == ([{"type": "text", "text": "ab"}], True)
+    assert inputs.bounded(mentioned, 100) == (mentioned, False)
 
 
 def test_each_thread_keeps_its_newest_inputs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 
 from bbridge.daemon.journal import append_record, beside, read_records
@@ -34,7 +35,8 @@ KIND = "inputs"
 
 
 def bounded(elements: list[Any], limit: int = MAX_INPUT_BYTES) -> tuple[list[Any], bool]:
-    """The input with its strings (but each element's `type`) cut to `limit` UTF-8 bytes in all; whether any was."""
+    """The input within `limit` bytes in all (but each element's `type`): strings cut at a character, a nested
+    value (a text's `mentions`) left out when it does not fit; and whether anything was."""
     budget, cut, kept = limit, False, []
     for element in elements:
         if not isinstance(element, dict):
@@ -47,6 +49,12 @@ def bounded(elements: list[Any], limit: int = MAX_INPUT_BYTES) -> tuple[list[Any
                 if len(data) > budget:
                     value, cut = data[:budget].decode("utf-8", "ignore"), True
                 budget -= min(len(data), budget)
+            elif isinstance(value, (list, dict)):
+                size = len(msgspec.json.encode(value))
+                if size > budget:
+                    cut = True
+                    continue
+                budget -= size
             copy[key] = value
         kept.append(copy)
     return kept, cut

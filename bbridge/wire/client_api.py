@@ -144,7 +144,8 @@ class ThreadInputsParams(Wire, kw_only=True, forbid_unknown_fields=True):
 
 class TurnInputRecord(Wire, kw_only=True):
     """A `turn/start` or `turn/steer` its bridge accepted, matched to the `turn/input/accepted` event by
-    `clientRequestId`. `input` is as sent, its strings cut to 32 KiB in all (`truncated: true` then)."""
+    `clientRequestId`. `input` is as sent, within 32 KiB in all: longer strings cut, a nested value that does not fit
+    (a text's `mentions`) left out (`truncated: true` then)."""
 
     clientRequestId: str
     method: Literal["turn/start", "turn/steer"]
