@@ -151,8 +151,25 @@ async def test_status_names_each_thread_from_its_latest_name_event(tmp_path: Pat
         before = {row["threadId"]: row for row in daemon.status()["threads"]}
         assert before == {}
         await client.request("thread/start", START)
+        await client.wait_for(lambda: bool(client.entries[THREAD]))  # its row: once its first event is journaled
         assert {row["threadId"]: row["name"] for row in daemon.status()["threads"]} == {THREAD: None}
         await client.request("turn/start", turn())
         await client.wait_for(lambda: completed(client) and bool(client.entries["thr_other"]))
         names = {row["threadId"]: row["name"] for row in daemon.status()["threads"]}
         assert names == {THREAD: f"named {len(THREAD)}", "thr_other": "named 9"}
+
+
+async def test_a_journaled_threads_name_is_read_back_after_a_restart(tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    async with (
+        running(tmp_path, {"fake": fake_provider("pair")}, journal=Journal(directory=folder)) as (_, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client) and bool(client.entries["thr_other"]))
+    async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (daemon, _):
+        names = {row["threadId"]: row["name"] for row in daemon.status()["threads"]}
+        assert names == {THREAD: f"named {len(THREAD)}", "thr_other": "named 9"}
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, _):
+        assert daemon.status()["threads"] == []  # without the journal, nothing is read back

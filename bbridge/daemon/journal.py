@@ -70,6 +70,11 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
         out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
+def latest_beside(directory: Path, kind: str) -> list[dict[str, Any]]:
+    """The last object of every `<thread>.<kind>.ndjson` file in `directory` (a restart reading back what it kept)."""
+    return [record for path in sorted(directory.glob(f"*.{kind}.ndjson")) for record in read_records(path, 1)]
+
+
 def read_records(path: Path, last: int) -> list[dict[str, Any]]:
     """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped."""
     try:

@@ -83,6 +83,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.clients_changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
         self.interactions = Interactions(self._broadcast, self.registry, self.journal.directory)
         self.inputs = Inputs(self._broadcast, self.journal.directory)  # what clients asked of each thread
+        self.read_names()  # a journaled thread's name, after a restart
         self.extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
             for pid, cfg in providers.items()

@@ -90,7 +90,7 @@ class ThreadRecord:
     tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
     watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
     pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
-    name: str | None = None  # its latest `thread/name/updated` event's name (this daemon's run: not read back)
+    name: str | None = None  # its latest `thread/name/updated` event's name (with --journal, read back at a restart)
 
 
 @dataclass(frozen=True)
