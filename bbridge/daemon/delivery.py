@@ -23,13 +23,17 @@ from bbridge.daemon import mistakes
 from bbridge.daemon.base import DaemonState
 from bbridge.daemon.bridge import BridgeProcess, env_advice
 from bbridge.daemon.extensions import CHECKED_TYPES
+from bbridge.daemon.journal import append_record, beside, latest_beside
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.daemon.router")
 
-_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES  # the rest pass both untouched
+NAMED = "thread/name/updated"  # a thread's name, for `daemon/status` (rare: one set lookup per event, as the rest)
+NAMES = "names"  # `<thread>.names.ndjson`: a journaled thread's names, read back at a restart
+# the events the delivery collects for `_take_notices`; the rest pass the tracker and watchdogs untouched
+_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES | {NAMED}
 
 
 class ThreadParams(msgspec.Struct):
@@ -141,7 +145,8 @@ class DeliveryMixin(DaemonState):
         )
 
     def _take_notices(self, bridge: BridgeProcess, now: float) -> None:
-        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs, the guard's
+        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs (and a thread's name
+        for its record), the guard's
         drops (counted and logged) and the extension check's replacements (counted)."""
         delivery = bridge.delivery
         if delivery.noticed:
@@ -152,8 +157,11 @@ class DeliveryMixin(DaemonState):
                 tracker.observe(thread_id, event)
                 if (closed := watchdogs.observe(thread_id, event, now)) is not None:
                     self.turn_durations.observe(bridge.provider_id, now - closed.started)
-                if event["type"] == "provider/error":
+                kind = event["type"]
+                if kind == "provider/error":
                     provider_errors.append((thread_id, event))
+                elif kind == NAMED and isinstance(name := event.get("threadName"), str):
+                    self._named(thread_id, name)
             for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken
                 self._advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
         if delivery.dropped:
@@ -182,6 +190,25 @@ class DeliveryMixin(DaemonState):
                 )
         if delivery.to_queue:
             self._queue_flushes(bridge, now)
+
+    def _named(self, thread_id: str, name: str) -> None:
+        """A thread's new name, for `daemon/status`; with `--journal` also in `<thread>.names.ndjson`, which a
+        restarted daemon reads back (`read_names`): the events' journal is read whole only when asked for."""
+        self.registry.named(thread_id, name)
+        directory = self.journal.directory
+        if directory is not None:
+            try:
+                append_record(beside(directory, thread_id, NAMES), {"threadId": thread_id, "name": name})
+            except OSError as exc:
+                log.warning("could not journal a thread's name", threadId=thread_id, error=str(exc))
+
+    def read_names(self) -> None:
+        """A restart: each journaled thread's latest name, back in its record."""
+        if self.journal.directory is not None:
+            for record in latest_beside(self.journal.directory, NAMES):
+                thread_id, name = record.get("threadId"), record.get("name")
+                if isinstance(thread_id, str) and isinstance(name, str):
+                    self.registry.named(thread_id, name)
 
     def _take_suspects(self, bridge: BridgeProcess) -> None:
         """Closes the grammar lets pass but a bridge rarely means (`Assembler.suspects`): counted, logged with the

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -55,6 +56,40 @@ def file_name(thread_id: str) -> str:
     if _PLAIN_ID.fullmatch(thread_id):
         return thread_id + ".ndjson"
     return "~" + hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest() + ".ndjson"
+
+
+def beside(directory: Path, thread_id: str, kind: str) -> Path:
+    """A file kept beside a thread's journal, `<thread>.<kind>.ndjson` (its resolutions, its inputs): named as the
+    journal is, and never read as a thread's journal (its lines are no entries)."""
+    return directory / file_name(thread_id).replace(".ndjson", f".{kind}.ndjson")
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """One JSON line appended to a file beside a journal (`beside`); raises `OSError`."""
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def latest_beside(directory: Path, kind: str) -> list[dict[str, Any]]:
+    """The last object of every `<thread>.<kind>.ndjson` file in `directory` (a restart reading back what it kept)."""
+    return [record for path in sorted(directory.glob(f"*.{kind}.ndjson")) for record in read_records(path, 1)]
+
+
+def read_records(path: Path, last: int) -> list[dict[str, Any]]:
+    """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines[-last:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 class _Entry(msgspec.Struct, gc=False):

@@ -11,6 +11,7 @@ identity is known before its first turn's); a failure runs `after_error`, which 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,6 +47,7 @@ class Call:
     bridge: BridgeProcess | None = None  # chosen after `prepare`
     declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
+    sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
 
 
 class MethodRule:
@@ -105,8 +107,18 @@ class Construction(MethodRule):
         daemon.registry.constructed(call.thread_id, call.declared, None if result is None else result.providerThreadId)
 
 
-class TurnStart(MethodRule):
-    """`turn/start`: the turn-start watchdog is armed as it is sent, disarmed if it fails."""
+class TurnInput(MethodRule):
+    """`turn/start` and `turn/steer`: an input the bridge accepted is kept as thread state (`inputs.py`: the
+    canonical events keep no prompt text); a refused one is not."""
+
+    def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
+        assert call.thread_id is not None and call.bridge is not None
+        client = {"connection": call.client.name, **daemon.client_info.get(call.client, {})}
+        daemon.inputs.add(call.thread_id, call.bridge.provider_id, call.params, call.method, call.sent_at, client)
+
+
+class TurnStart(TurnInput):
+    """`turn/start`: the turn-start watchdog is armed as it is sent, disarmed if it fails; kept as `TurnInput`."""
 
     async def before(self, daemon: Daemon, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
@@ -118,7 +130,7 @@ class TurnStart(MethodRule):
         return None
 
 
-class TurnSteer(MethodRule):
+class TurnSteer(TurnInput):
     turn_field = "expectedTurnId"
 
 

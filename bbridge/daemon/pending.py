@@ -26,7 +26,6 @@ thread waits on, the oldest, how many). A request that names no thread is in no 
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.daemon.journal import file_name
+from bbridge.daemon.journal import append_record, beside, read_records
 from bbridge.wire import errors, rpc
 
 if TYPE_CHECKING:
@@ -224,8 +223,7 @@ class Interactions:
             self.resolved.pop(next(iter(self.resolved)))
         if self._directory is not None and pending.thread_id is not None:
             try:
-                with self._file(pending.thread_id).open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+                append_record(beside(self._directory, pending.thread_id, "interactions"), record)
             except OSError as exc:
                 log.warning("could not journal an interaction", threadId=pending.thread_id, error=str(exc))
 
@@ -235,24 +233,8 @@ class Interactions:
             history = self.history[thread_id] = deque(self._load(thread_id), maxlen=HISTORY_BOUND)
         return history
 
-    def _file(self, thread_id: str) -> Path:
-        assert self._directory is not None
-        return self._directory / file_name(thread_id).replace(".ndjson", ".interactions.ndjson")
-
     def _load(self, thread_id: str) -> list[dict[str, Any]]:
-        """A thread's journaled resolutions (a daemon restart keeps them); unreadable lines are skipped."""
+        """A thread's journaled resolutions (a daemon restart keeps them)."""
         if self._directory is None or not thread_id:
             return []
-        try:
-            lines = self._file(thread_id).read_text(encoding="utf-8").splitlines()
-        except OSError:
-            return []
-        records = []
-        for line in lines[-HISTORY_BOUND:]:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return read_records(beside(self._directory, thread_id, "interactions"), HISTORY_BOUND)

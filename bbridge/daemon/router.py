@@ -26,6 +26,7 @@ from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
 from bbridge.daemon.delivery import DeliveryMixin
 from bbridge.daemon.extensions import ExtensionChecker
+from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call
 from bbridge.daemon.mistakes import Mistakes
@@ -34,7 +35,7 @@ from bbridge.daemon.relays import RelayMixin
 from bbridge.daemon.status import StatusMixin
 from bbridge.daemon.threads import Cause, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
-from bbridge.wire import errors, protocol, rpc
+from bbridge.wire import client_api, errors, protocol, rpc
 
 __all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
 
@@ -81,6 +82,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.client_info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.clients_changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
         self.interactions = Interactions(self._broadcast, self.registry, self.journal.directory)
+        self.inputs = Inputs(self._broadcast, self.journal.directory)  # what clients asked of each thread
+        self.read_names()  # a journaled thread's name, after a restart
         self.extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
             for pid, cfg in providers.items()
@@ -278,6 +281,15 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
             result["missingThrough"] = replay.missing_before
         return result
 
+    def _thread_inputs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`thread/inputs {threadId, afterSentAt?}`: the turn inputs kept for the thread (`inputs.py`)."""
+        try:
+            asked = msgspec.convert(params, client_api.ThreadInputsParams)
+        except msgspec.ValidationError as exc:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"thread/inputs: {exc}") from None
+        after = None if asked.afterSentAt is msgspec.UNSET else asked.afterSentAt
+        return self.inputs.listing(asked.threadId, after)
+
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
         rule = METHODS[method]
@@ -324,6 +336,7 @@ OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] =
     "initialize": Daemon._hello,
     "daemon/status": lambda daemon, client, params: _now(daemon.status()),
     "thread/events": lambda daemon, client, params: _now(daemon._thread_events(params)),
+    "thread/inputs": lambda daemon, client, params: _now(daemon._thread_inputs(params)),
     "thread/pending": lambda daemon, client, params: _now(daemon.pending_requests(params)),
     "interaction/respond": lambda daemon, client, params: _now(daemon.respond(client, params)),
     "shutdown": Daemon._shutdown,

@@ -77,6 +77,7 @@ class StatusMixin(DaemonState):
                 "threadId": thread_id,
                 "providerId": provider_id,
                 "providerThreadId": self.registry.provider_threads.get(thread_id),
+                "name": self.registry.name_of(thread_id),  # the latest thread/name/updated; null: none this run
                 "openTurns": list(work.open_turns) if work else [],
                 "openItems": list(work.open_items) if work else [],
                 "openTurn": None if turn_age is None else {"turnId": live.turn_id, "ageS": round(turn_age, 3)},

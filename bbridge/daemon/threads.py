@@ -90,6 +90,7 @@ class ThreadRecord:
     tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
     watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
     pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
+    name: str | None = None  # its latest `thread/name/updated` event's name (with --journal, read back at a restart)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,10 @@ class ThreadRegistry:
             record = self.records[thread_id] = ThreadRecord(thread_id, None)
         return record
 
+    def named(self, thread_id: str, name: str) -> None:
+        """A `thread/name/updated` event delivered: the name `daemon/status` shows (kept while the record is)."""
+        self.record(thread_id).name = name
+
     def owner_left(self, client: ClientSink) -> None:
         """A client went away: its threads have no owner until a construction names one."""
         for record in self.records.values():
@@ -164,6 +169,10 @@ class ThreadRegistry:
     def owner_of(self, thread_id: str) -> ClientSink | None:
         record = self.records.get(thread_id)
         return None if record is None else record.owner
+
+    def name_of(self, thread_id: str) -> str | None:
+        record = self.records.get(thread_id)
+        return None if record is None else record.name
 
     def tools_of(self, thread_id: str | None) -> dict[str, Tool]:
         record = self.records.get(thread_id) if thread_id is not None else None
@@ -241,6 +250,6 @@ class ThreadRegistry:
         return settlement
 
     def drop_if_empty(self, record: ThreadRecord) -> None:
-        """A record no client constructed lasts while it holds something: a watch armed, a pending request."""
-        if record.provider_id is None and record.watch is None and not record.pending:
+        """A record no client constructed lasts while it holds something: a watch armed, a pending request, a name."""
+        if record.provider_id is None and record.watch is None and not record.pending and record.name is None:
             self.records.pop(record.thread_id, None)

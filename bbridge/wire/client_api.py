@@ -8,6 +8,11 @@ requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. 
 * notifications to every client: `interaction/opened` (a `PendingRequest` without `ageS`) and
   `interaction/resolved` (a `Resolution`).
 
+Turn inputs (the canonical events keep no prompt text):
+
+* `thread/inputs {threadId, afterSentAt?}` → `{inputs: [TurnInputRecord]}`, oldest first;
+* notification to every client: `thread/input` (a `TurnInputRecord` with `threadId` and `providerId`).
+
 These Structs are what the daemon decodes `interaction/respond` with and what `bbridge schema` exports.
 """
 
@@ -122,6 +127,41 @@ class DaemonStatus(Wire, kw_only=True):
     journal: dict[str, Any]
     # per provider: cumulative `buckets` ([upper bound in s, or null for +Inf; count]), `count` and `sumS`
     turnDurations: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class InputClient(Wire, kw_only=True):
+    """Who sent a turn input: its connection's name, and what it called itself in `initialize` (when it said)."""
+
+    connection: str
+    name: str | UnsetType = UNSET
+    version: str | UnsetType = UNSET
+
+
+class ThreadInputsParams(Wire, kw_only=True, forbid_unknown_fields=True):
+    threadId: NonEmpty
+    afterSentAt: float | UnsetType = UNSET  # only the inputs sent after this (seconds since the epoch)
+
+
+class TurnInputRecord(Wire, kw_only=True):
+    """A `turn/start` or `turn/steer` its bridge accepted, matched to the `turn/input/accepted` event by
+    `clientRequestId`. `input` is as sent, within 32 KiB in all: longer strings cut, a nested value that does not fit
+    (a text's `mentions`) left out (`truncated: true` then)."""
+
+    clientRequestId: str
+    method: Literal["turn/start", "turn/steer"]
+    input: list[dict[str, Any]]
+    sentAt: float  # when the daemon received it, seconds since the epoch
+    client: InputClient
+    truncated: bool | UnsetType = UNSET
+
+
+class ThreadInputsResult(Wire, kw_only=True):
+    inputs: list[TurnInputRecord]
+
+
+class ThreadInputNotification(TurnInputRecord, kw_only=True):
+    threadId: str
+    providerId: str
 
 
 class ThreadStopAnswer(protocol.ThreadStopResult, kw_only=True):

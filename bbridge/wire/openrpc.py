@@ -30,6 +30,7 @@ DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
     "daemon/status": (client_api.Empty, client_api.DaemonStatus, "The daemon, its providers, a live view of every thread, counters, configuration, journal."),
     "thread/events": (client_api.ThreadEventsParams, client_api.ThreadEventsResult, "A thread's journaled events after `afterSeq` (a reconnect's replay)."),
     "thread/pending": (client_api.ThreadPendingParams, client_api.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
+    "thread/inputs": (client_api.ThreadInputsParams, client_api.ThreadInputsResult, "The turn inputs (`turn/start`, `turn/steer`) a thread's bridge accepted, oldest first, each with its `clientRequestId` (the `turn/input/accepted` event names it), its `input` as sent and who sent it: the canonical events keep no prompt text."),
     "interaction/respond": (client_api.InteractionRespondParams, client_api.InteractionRespondResult, "Answer a pending request; the first answer wins."),
     "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
 }  # fmt: skip
@@ -42,6 +43,7 @@ NOTIFICATIONS: dict[str, tuple[Any, str]] = {
     "provider/recovery": (client_api.Forwarded, "A bridge recovered a provider session."),
     "interaction/opened": (client_api.InteractionOpenedParams, "A bridge request is pending (see thread/pending)."),
     "interaction/resolved": (client_api.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
+    "thread/input": (client_api.ThreadInputNotification, "A turn input its bridge accepted was kept (see thread/inputs)."),
 }  # fmt: skip
 
 # Forwarded methods whose answer the daemon may make itself: the result types it answers with.

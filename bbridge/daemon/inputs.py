@@ -1,0 +1,117 @@
+"""Turn inputs as thread state (issue 34): what each client asked of a thread, beside its canonical events.
+
+A canonical `turn/input/accepted` event carries only the input's `clientRequestId` (the reference's events keep
+no prompt text, and ours match them byte for byte). So when a bridge accepts a forwarded `turn/start` or
+`turn/steer` (`methods.TurnInput`), the daemon keeps the input here: `{clientRequestId, method, input, sentAt,
+client}` — the `input` array as sent, when the daemon received it, and who sent it (the connection's name and
+what it called itself in `initialize`). A refused turn keeps nothing. Every client is told
+(`thread/input`); `thread/inputs {threadId, afterSentAt?}` lists a thread's, oldest first, so a client matches
+each to the `turn/input/accepted` event with the same `clientRequestId`.
+
+Bounded: the newest `INPUTS_BOUND` inputs per thread, and `MAX_INPUT_BYTES` of text per input (longer strings
+are cut, and the record says `truncated: true`). With `--journal`, appended to `<thread>.inputs.ndjson` beside
+the thread's events and read back (its newest `INPUTS_BOUND`) the first time a thread's inputs are asked for or
+added to after a restart.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+
+from bbridge.daemon.journal import append_record, beside, read_records
+from bbridge.wire import rpc
+
+log = structlog.get_logger("bbridge.daemon.inputs")
+
+INPUTS_BOUND = 1000
+MAX_INPUT_BYTES = 32 * 1024
+KIND = "inputs"
+
+
+def bounded(elements: list[Any], limit: int = MAX_INPUT_BYTES) -> tuple[list[Any], bool]:
+    """The input within `limit` bytes in all (but each element's `type`): strings cut at a character, a nested
+    value (a text's `mentions`) left out when it does not fit; and whether anything was."""
+    budget, cut, kept = limit, False, []
+    for element in elements:
+        if not isinstance(element, dict):
+            kept.append(element)
+            continue
+        copy: dict[str, Any] = {}
+        for key, value in element.items():
+            if isinstance(value, str) and key != "type":
+                data = value.encode("utf-8", "surrogatepass")
+                if len(data) > budget:
+                    value, cut = data[:budget].decode("utf-8", "ignore"), True
+                budget -= min(len(data), budget)
+            elif isinstance(value, (list, dict)):
+                size = len(msgspec.json.encode(value))
+                if size > budget:
+                    cut = True
+                    continue
+                budget -= size
+            copy[key] = value
+        kept.append(copy)
+    return kept, cut
+
+
+class Inputs:
+    """Each thread's recent turn inputs, told to every client as they are kept."""
+
+    def __init__(self, broadcast: Callable[[list[bytes]], Any], directory: Path | None = None) -> None:
+        self._broadcast = broadcast
+        self._directory = directory
+        self.held: dict[str, deque[dict[str, Any]]] = {}
+
+    def add(
+        self,
+        thread_id: str,
+        provider_id: str,
+        params: dict[str, Any],
+        method: str,
+        sent_at: float,
+        client: dict[str, str],
+    ) -> None:
+        """A forwarded `turn/start` or `turn/steer` its bridge accepted (`params` as the client sent them)."""
+        elements = params.get("input")
+        kept, cut = bounded(elements if isinstance(elements, list) else [])
+        record: dict[str, Any] = {
+            "clientRequestId": params.get("clientRequestId"),
+            "method": method,
+            "input": kept,
+            "sentAt": sent_at,
+            "client": client,
+        }
+        if cut:
+            record["truncated"] = True
+        self._of(thread_id).append(record)
+        if self._directory is not None:
+            try:
+                append_record(beside(self._directory, thread_id, KIND), record)
+            except OSError as exc:
+                log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
+        notice = {"threadId": thread_id, "providerId": provider_id, **record}
+        self._broadcast([rpc.encode_notification("thread/input", notice)])
+
+    def listing(self, thread_id: str, after_sent_at: float | None) -> dict[str, Any]:
+        """`thread/inputs`: the thread's kept inputs (those sent after `after_sent_at`), oldest first."""
+        held = self._of(thread_id, keep=False)
+        if after_sent_at is None:
+            return {"inputs": list(held)}
+        return {"inputs": [record for record in held if record.get("sentAt", 0) > after_sent_at]}
+
+    def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:
+        """The thread's inputs, read from its journal first after a restart; `keep`: held from now on even if none
+        (a question about a thread that has none holds nothing)."""
+        held = self.held.get(thread_id)
+        if held is None:
+            path = None if self._directory is None else beside(self._directory, thread_id, KIND)
+            held = deque([] if path is None else read_records(path, INPUTS_BOUND), maxlen=INPUTS_BOUND)
+            if keep or held:
+                self.held[thread_id] = held
+        return held

@@ -1,0 +1,175 @@
+"""The daemon end to end, turn inputs and thread names as thread state (issue 34): an accepted `turn/start` or
+`turn/steer` is kept (`thread/inputs`) and told (`thread/input`), a refused one is not; the bounds; the journal
+keeps them across a restart; `daemon/status` names each thread from its latest `thread/name/updated` event."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bbridge.daemon import inputs
+from bbridge.daemon.journal import Journal
+from bbridge.wire import rpc
+from tests.daemon_turns import START, THREAD, completed, turn
+from tests.support import connect, fake_provider, running
+
+HELLO = {"protocolVersion": 1, "client": {"name": "inputs-test", "version": "9.9"}}
+
+
+def prompt(n: int, text: str) -> dict[str, Any]:
+    return {**turn(n), "input": [{"type": "text", "text": text}]}
+
+
+def told(client: Any) -> list[dict[str, Any]]:
+    return [params for method, params in client.notes if method == "thread/input"]
+
+
+async def test_an_accepted_turn_is_kept_and_told_to_every_client(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, {"fake": fake_provider()}) as (_, path),
+        connect(path) as sender,
+        connect(path) as watcher,
+    ):
+        await sender.request("initialize", HELLO)
+        await sender.request("thread/start", START)
+        await sender.request("turn/start", prompt(1, "Fix the build"))
+        await sender.wait_for(lambda: completed(sender))
+        await watcher.wait_for(lambda: bool(told(watcher)))
+        kept = (await watcher.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+        assert len(kept) == 1
+        record = kept[0]
+        accepted = sender.of(THREAD, "turn/input/accepted")[0]
+        assert record["clientRequestId"] == accepted["clientRequestId"] == turn(1)["clientRequestId"]
+        assert record["method"] == "turn/start"
+        assert record["input"] == [{"type": "text", "text": "Fix the build"}]
+        assert record["client"]["name"] == "inputs-test" and record["client"]["version"] == "9.9"
+        assert record["client"]["connection"] and "truncated" not in record
+        assert told(watcher) == [{"threadId": THREAD, "providerId": "fake", **record}]
+        later = await watcher.request("thread/inputs", {"threadId": THREAD, "afterSentAt": record["sentAt"]})
+        assert later == {"inputs": []}
+        assert (await watcher.request("thread/inputs", {"threadId": "thr_unknown"})) == {"inputs": []}
+        with pytest.raises(rpc.RpcError) as refused:
+            await watcher.request("thread/inputs", {})
+        assert refused.value.code == rpc.INVALID_PARAMS
+
+
+async def test_an_accepted_steer_is_kept_and_a_refused_one_is_not(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("silent-turn")}) as (_, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", prompt(1, "start"))
+        await client.wait_for(lambda: bool(client.of(THREAD, "turn/started")))
+        turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
+        await client.request("turn/steer", {**prompt(2, "and steer"), "expectedTurnId": turn_id})
+        await client.wait_for(lambda: len(told(client)) == 2)
+        kept = (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+        assert [(r["method"], r["input"][0]["text"]) for r in kept] == [
+            ("turn/start", "start"),
+            ("turn/steer", "and steer"),
+        ]
+    async with running(tmp_path, {"fake": fake_provider()}) as (_, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", prompt(1, "done soon"))
+        await client.wait_for(lambda: completed(client))
+        with pytest.raises(rpc.RpcError, match="no active turn"):
+            await client.request("turn/steer", {**prompt(2, "too late"), "expectedTurnId": "turn_gone"})
+        kept = (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+        assert [r["input"][0]["text"] for r in kept] == ["done soon"]
+        assert [r["clientRequestId"] for r in told(client)] == [turn(1)["clientRequestId"]]
+
+
+async def test_a_turn_the_bridge_never_accepts_keeps_nothing(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("exit-on-turn")}) as (_, path), connect(path) as client:
+        await client.request("thread/start", START)
+        with pytest.raises(rpc.RpcError):
+            await client.request("turn/start", prompt(1, "never accepted"))
+        assert (await client.request("thread/inputs", {"threadId": THREAD})) == {"inputs": []}
+        assert told(client) == []
+
+
+async def test_inputs_are_journaled_and_read_back_after_a_restart(tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (_, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", prompt(1, "remember me"))
+        await client.wait_for(lambda: completed(client))
+        before = (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+    assert (folder / f"{THREAD}.inputs.ndjson").exists()
+    async with (
+        running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (daemon, path),
+        connect(path) as client,
+    ):
+        assert [row["threadId"] for row in daemon.status()["threads"]] == [THREAD]  # the file is no thread's
+        assert (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"] == before
+        await client.request("thread/resume", START)
+        await client.request("turn/start", prompt(2, "and me"))
+        await client.wait_for(lambda: len(told(client)) == 1)
+        kept = (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+        assert [r["input"][0]["text"] for r in kept] == ["remember me", "and me"]
+
+
+async def test_an_oversized_prompt_is_kept_cut_and_flagged(tmp_path: Path) -> None:
+    text = "é" * inputs.MAX_INPUT_BYTES  # two bytes each: twice the bound
+    async with running(tmp_path, {"fake": fake_provider()}) as (_, path), connect(path) as client:
+        await client.request("thread/start", START)
+        await client.request("turn/start", prompt(1, text))
+        await client.wait_for(lambda: completed(client))
+        (record,) = (await client.request("thread/inputs", {"threadId": THREAD}))["inputs"]
+        assert record["truncated"] is True
+        assert record["input"][0] == {"type": "text", "text": "é" * (inputs.MAX_INPUT_BYTES // 2)}
+
+
+def test_the_bound_cuts_at_a_character_and_counts_every_element() -> None:
+    elements = [{"type": "text", "text": "abc"}, {"type": "text", "text": "dé"}, {"type": "localImage", "path": "x"}]
+    assert inputs.bounded(elements, 4) == ([{"type": "text", "text": "abc"}, {"type": "text", "text": "d"},
+                                            {"type": "localImage", "path": ""}], True)  # fmt: skip
+    assert inputs.bounded(elements, 100) == (elements, False)
+    mentioned = [{"type": "text", "text": "ab", "mentions": [{"path": "x" * 50}]}]
+    assert inputs.bounded(mentioned, 20) == ([{"type": "text", "text": "ab"}], True)
+    assert inputs.bounded(mentioned, 100) == (mentioned, False)
+
+
+def test_each_thread_keeps_its_newest_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inputs, "INPUTS_BOUND", 3)
+    sent: list[list[bytes]] = []
+    kept = inputs.Inputs(sent.append)
+    client = {"connection": "socket-1"}
+    for n in range(5):
+        params = {"clientRequestId": f"creq_{n}", "input": []}
+        kept.add("thr_a", "fake", params, "turn/start", float(n), client)
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_2", "creq_3", "creq_4"]
+    assert [r["sentAt"] for r in kept.listing("thr_a", 2.0)["inputs"]] == [3.0, 4.0]
+    assert len(sent) == 5
+
+
+async def test_status_names_each_thread_from_its_latest_name_event(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("pair")}) as (daemon, path), connect(path) as client:
+        before = {row["threadId"]: row for row in daemon.status()["threads"]}
+        assert before == {}
+        await client.request("thread/start", START)
+        await client.wait_for(lambda: bool(client.entries[THREAD]))  # its row: once its first event is journaled
+        assert {row["threadId"]: row["name"] for row in daemon.status()["threads"]} == {THREAD: None}
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client) and bool(client.entries["thr_other"]))
+        names = {row["threadId"]: row["name"] for row in daemon.status()["threads"]}
+        assert names == {THREAD: f"named {len(THREAD)}", "thr_other": "named 9"}
+
+
+async def test_a_journaled_threads_name_is_read_back_after_a_restart(tmp_path: Path) -> None:
+    folder = tmp_path / "journal"
+    async with (
+        running(tmp_path, {"fake": fake_provider("pair")}, journal=Journal(directory=folder)) as (_, path),
+        connect(path) as client,
+    ):
+        await client.request("thread/start", START)
+        await client.request("turn/start", turn())
+        await client.wait_for(lambda: completed(client) and bool(client.entries["thr_other"]))
+    async with running(tmp_path, {"fake": fake_provider()}, journal=Journal(directory=folder)) as (daemon, _):
+        names = {row["threadId"]: row["name"] for row in daemon.status()["threads"]}
+        assert names == {THREAD: f"named {len(THREAD)}", "thr_other": "named 9"}
+    async with running(tmp_path, {"fake": fake_provider()}) as (daemon, _):
+        assert daemon.status()["threads"] == []  # without the journal, nothing is read back
