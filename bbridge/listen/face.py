@@ -1,7 +1,7 @@
 """`bbridge serve --listen HOST:PORT`: one HTTP/1.1 listener, a daemon face beside the Unix socket.
 
 Routes: `GET /rpc` upgraded to WebSocket is the whole client API (a daemon `Client` over `WebSocketStream`);
-`/healthz`, `/readyz` and `/metrics` (bearer token) are for operators; `/` is reserved for the page. Every
+`/healthz`, `/readyz` and `/metrics` (bearer token) are for operators; `/` and `/assets/<name>` are the page. Every
 connection carries one request. What bounds a connection: the head's size and header count (`http`), a deadline
 for the head and the upgrade (`HEAD_S`, slowloris), the number of connections at once (`max_connections`: one
 over it is answered 503 and closed), a message by the client's line limit, a dead peer by the keepalive, a peer
@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import ssl
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 import trio
@@ -50,6 +52,8 @@ class ListenSettings:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     ping_s: float = PING_S
     pong_timeout_s: float = PONG_TIMEOUT_S
+    print_url: bool = False  # the page's URL with the token on stderr (a terminal, or --print-url)
+    token_file: Path | None = None  # named in the log line that leaves the token out
 
 
 @dataclass
@@ -82,6 +86,7 @@ def listen_face(settings: ListenSettings, bound: Bound | None = None) -> Face:
             bound.urls = [f"{scheme}://{host}:{port}" for port in ports]
         try:
             log.info("listening", url=f"{scheme}://{host}:{ports[0]}", websocket="/rpc")
+            _announce_page(settings, f"{scheme}://{host}:{ports[0]}/", daemon.token)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, listener_face.handle, listeners)
                 task_status.started()
@@ -135,8 +140,8 @@ class _Listener:
         if head.path == "/rpc":
             await self._upgrade(stream, exchange, head)
             return
-        status, body, content_type = probes.answer(self._daemon, self._admission, head)
-        await _send_closing(stream, exchange.answer(status, body, content_type, **_challenge(status)))
+        status, body, content_type, headers = probes.answer(self._daemon, self._admission, head)
+        await _send_closing(stream, exchange.answer(status, body, content_type, **headers, **_challenge(status)))
 
     async def _upgrade(self, stream: trio.abc.Stream, exchange: Exchange, head: Head) -> None:
         refusal = _upgrade_refusal(self._admission, head)
@@ -169,6 +174,19 @@ class _Listener:
             nursery.start_soon(ws.keepalive, self._settings.ping_s, self._settings.pong_timeout_s)
             await client.run()
             nursery.cancel_scope.cancel()
+
+
+def _announce_page(settings: ListenSettings, url: str, token: str | None) -> None:
+    """Say where the page is. With the token in the URL's fragment (which a browser never sends, so it reaches no
+    server log) only as one plain line on stderr, where a person reads it: a terminal, or `--print-url`; a log
+    collector gets the URL without it, and where the token is kept."""
+    if token is None:
+        log.info("the page", url=url)
+    elif settings.print_url:
+        print(f"{url}#token={token}", file=sys.stderr, flush=True)
+    else:
+        where = str(settings.token_file) if settings.token_file else "the token file"
+        log.info("the page (add #token=<the token> to the URL, or run serve with --print-url)", url=url, token_file=where)
 
 
 def _upgrade_refusal(admission: Admission, head: Head) -> tuple[int, str] | None:

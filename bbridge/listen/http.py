@@ -59,6 +59,7 @@ class Exchange:
 
     def __init__(self) -> None:
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._head_only = False  # a HEAD request: its answer has the headers of a GET's and no body
 
     async def read_head(self, stream: trio.abc.Stream) -> Head:
         """Read one request's head; raises `BadRequest` for what h11 or the bounds refuse, `EOFError` when the
@@ -80,24 +81,27 @@ class Exchange:
             if len(event.headers) > MAX_HEADERS:
                 raise BadRequest(431, f"more than {MAX_HEADERS} headers")
             rest = conn.trailing_data[0] if conn.next_event() is h11.PAUSED else b""
+            self._head_only = event.method == b"HEAD"
             return Head(event.method.decode("ascii"), event.target, list(event.headers), rest)
 
     def answer(
         self, status: int, body: bytes | str, content_type: str = "text/plain; charset=utf-8", **extra: str
     ) -> bytes:
-        """A whole response that closes the connection (h11 lets a server answer before or after a bad request)."""
+        """A whole response that closes the connection (h11 lets a server answer before or after a bad request);
+        `extra` headers (`x_frame_options` is `x-frame-options`) are added, or replace the defaults."""
         data = body.encode("utf-8") if isinstance(body, str) else body
-        headers = [
-            ("content-type", content_type),
-            ("content-length", str(len(data))),
-            ("connection", "close"),
-            ("cache-control", "no-store"),
-            ("x-content-type-options", "nosniff"),
-            *((name.replace("_", "-"), value) for name, value in extra.items()),
-        ]
+        headers = {
+            "content-type": content_type,
+            "content-length": str(len(data)),
+            "connection": "close",
+            "cache-control": "no-store",
+            "x-content-type-options": "nosniff",
+        }
+        headers.update((name.replace("_", "-"), value) for name, value in extra.items())
         conn = self._conn
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):  # pragma: no cover - one answer per connection
             return b""
-        out = conn.send(h11.Response(status_code=status, headers=headers, reason=HTTPStatus(status).phrase)) or b""
-        out += conn.send(h11.Data(data=data)) or b""
+        out = conn.send(h11.Response(status_code=status, headers=list(headers.items()), reason=HTTPStatus(status).phrase)) or b""
+        if not self._head_only:  # h11 refuses a HEAD answer's body (it raised, and the listener went down with it)
+            out += conn.send(h11.Data(data=data)) or b""
         return out + (conn.send(h11.EndOfMessage()) or b"")

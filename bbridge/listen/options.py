@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ssl
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,12 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve --listen over TLS with this certificate")
     serve.add_argument("--tls-key", type=Path, metavar="PEM", help="the certificate's private key")
     serve.add_argument(
+        "--print-url",
+        action="store_true",
+        help="print the page's URL with the token (http://HOST:PORT/#token=…) on stderr even when stderr is not "
+        "a terminal (on a terminal it always is; otherwise only the URL without the token is logged)",
+    )
+    serve.add_argument(
         "--insecure-listen",
         action="store_true",
         help="allow a non-loopback --listen without TLS or a token (a warning is logged)",
@@ -48,6 +55,8 @@ def settings_from(args: argparse.Namespace, has_token: bool) -> list[ListenSetti
     if not args.listen:
         if args.tls_cert or args.tls_key or args.allow_origin or args.allow_host or args.insecure_listen:
             raise ListenError("--tls-cert, --tls-key, --allow-origin, --allow-host and --insecure-listen need --listen")
+        if args.print_url:
+            raise ListenError("--print-url needs --listen (the page is served there)")
         return []
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ListenError("--tls-cert and --tls-key go together: give both")
@@ -70,6 +79,8 @@ def settings_from(args: argparse.Namespace, has_token: bool) -> list[ListenSetti
                 tls,
                 frozenset(name.lower() for name in args.allow_host),
                 frozenset(origin.lower().rstrip("/") for origin in args.allow_origin),
+                print_url=args.print_url or sys.stderr.isatty(),
+                token_file=args.token_file,
             )
         )
     return settings

@@ -1,6 +1,8 @@
-"""The listener's plain HTTP routes: `/healthz`, `/readyz`, `/metrics`, and `/` (reserved for the page).
+"""The listener's plain HTTP routes: `/healthz`, `/readyz`, `/metrics`, and the page (`/`, `/assets/<name>`).
 
-All three read the daemon's own `daemon/status` (the client API's view, `Daemon.status`), never its internals.
+The page needs no token to load: it holds no data (its data comes over `/rpc`, with the token in `initialize`), and
+every page response carries `bbridge.page.HEADERS` (the Content-Security-Policy among them). The probes read the
+daemon's own `daemon/status` (the client API's view, `Daemon.status`), never its internals.
 `/metrics` is the Prometheus text exposition written by `prometheus_client` from a collector built at each scrape:
 gauges for what is (threads, open turns, pending interactions, clients by transport, bridges by state), counters
 for what happened (events delivered, refused notifications and tool calls, journal write errors) and a histogram of
@@ -16,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bbridge import page
 from bbridge.daemon.router import Daemon
 from bbridge.listen.admission import Admission
 from bbridge.listen.http import Head
@@ -24,10 +27,23 @@ TEXT = "text/plain; charset=utf-8"
 NEEDS_TOKEN = "/metrics needs the daemon's token: send Authorization: Bearer <token> (see --token-file)\n"
 
 
-def answer(daemon: Daemon, admission: Admission, head: Head) -> tuple[int, bytes | str, str]:
-    """Status, body and content type for a plain request."""
+ASSETS = "/assets/"
+
+
+def answer(daemon: Daemon, admission: Admission, head: Head) -> tuple[int, bytes | str, str, dict[str, str]]:
+    """Status, body, content type and the headers beyond the listener's own for a plain request."""
     if head.method not in ("GET", "HEAD"):
-        return 405, f"{head.method} is not served here: the listener answers GET\n", TEXT
+        return 405, f"{head.method} is not served here: the listener answers GET\n", TEXT, {}
+    path = head.path
+    if path == "/" or path.startswith(ASSETS):
+        found = page.asset("index.html" if path == "/" else path[len(ASSETS) :])
+        if found is None:
+            return 404, f"the page has no asset {path}\n", TEXT, page.HEADERS
+        return 200, found[1], found[0], page.HEADERS
+    return (*_probe(daemon, admission, head), {})
+
+
+def _probe(daemon: Daemon, admission: Admission, head: Head) -> tuple[int, bytes | str, str]:
     path = head.path
     if path == "/healthz":
         return 200, "ok\n", TEXT
@@ -40,7 +56,7 @@ def answer(daemon: Daemon, admission: Admission, head: Head) -> tuple[int, bytes
         if admission.bearer(head.header("authorization")) is not True:
             return 401, NEEDS_TOKEN, TEXT
         return 200, metrics(daemon), CONTENT_TYPE_LATEST
-    return 404, f"nothing at {path}: the client API is GET /rpc (WebSocket)\n", TEXT
+    return 404, f"nothing at {path}: the page is at /, the client API is GET /rpc (WebSocket)\n", TEXT
 
 
 def not_ready(daemon: Daemon) -> str | None:

@@ -1,0 +1,382 @@
+// bbridge's page: wires the connection, the threads list, the open thread's timeline and pending cards, the
+// forms that drive an agent, and the daemon view. State lives here; the modules render it.
+
+import { h, str } from "./dom.js";
+import { PendingCards } from "./pending.js";
+import { Connection, takeToken } from "./rpc.js";
+import { ThreadList, renderDaemon } from "./threads.js";
+import { Timeline } from "./timeline.js";
+
+const POLL_MS = 2000;
+const TOKEN_LINE = "Open the URL `bbridge serve --listen` printed (it carries #token=…): this page has no valid token.";
+const PROMPTS_KEY = "bbridge.prompts";
+const OPTIONS_KEY = "bbridge.options";
+const CREQ_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz";
+const POLICIES = {
+  full: { permissionMode: "full", permissionScope: "full", approvalReviewer: null, permissionEscalation: null },
+  ask: { permissionMode: "accept-edits", permissionScope: "workspace", approvalReviewer: "user", permissionEscalation: "ask" },
+};
+
+const $ = (selector) => document.querySelector(selector);
+const ui = {
+  connection: $("#connection"),
+  tokenMissing: $("#token-missing"),
+  main: $("#main"),
+  threads: $("#threads"),
+  title: $("#thread-title"),
+  timeline: $("#timeline"),
+  pending: $("#pending"),
+  daemon: $("#daemon"),
+  start: $("#start-thread"),
+  prompt: $("#prompt"),
+  text: $("#prompt-text"),
+  send: $("#send"),
+  stop: $("#stop"),
+};
+
+const threads = new Map(); // threadId → the page's record of it
+const pending = new Map(); // requestId → an open request (every thread's)
+const prompts = new Map(loadJson(PROMPTS_KEY, [])); // clientRequestId → the text this tab sent
+const startOptions = new Map(loadJson(OPTIONS_KEY, [])); // threadId → the options this tab started it with
+let current = null; // the open thread's id
+let pollTimer = null;
+let daemonVersion = "0.1.0";
+
+function loadJson(key, fallback) {
+  try {
+    return JSON.parse(sessionStorage.getItem(key)) ?? fallback;
+  } catch {
+    return fallback;
+  }
+}
+
+function saveMap(key, map, keep = 500) {
+  sessionStorage.setItem(key, JSON.stringify([...map].slice(-keep)));
+}
+
+function clientRequestId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(10));
+  return `creq_${[...bytes].map((b) => CREQ_ALPHABET[b % 32]).join("")}`;
+}
+
+function record(threadId, providerId) {
+  let thread = threads.get(threadId);
+  if (thread === undefined) {
+    thread = { threadId, providerId: providerId ?? null, name: "", turnId: null, turnAt: null, bridgeAt: null, waiting: new Set() };
+    threads.set(threadId, thread);
+  } else if (providerId && !thread.providerId) {
+    thread.providerId = providerId;
+  }
+  return thread;
+}
+
+// -- the connection ---------------------------------------------------------------------------------------
+
+const token = takeToken();
+const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+const connection = new Connection(`${scheme}//${location.host}/rpc`, token, { name: "bbridge-page", version: daemonVersion }, {
+  onState: setConnection,
+  onOpen: opened,
+  onNotification: notified,
+  onRequest: asked,
+  onRefused: refused,
+});
+
+function setConnection(state, detail) {
+  const words = { connected: "connected", reconnecting: "reconnecting…", disconnected: "disconnected" };
+  ui.connection.dataset.state = state;
+  ui.connection.textContent = words[state];
+  ui.connection.title = detail ?? "";
+  if (state !== "connected") stopPolling();
+  updateDrive();
+}
+
+function refused() {
+  ui.tokenMissing.textContent = TOKEN_LINE;
+  ui.tokenMissing.hidden = false;
+  ui.main.hidden = true;
+  threads.clear();
+  pending.clear();
+}
+
+async function opened(init) {
+  daemonVersion = str(init.daemon?.version) || daemonVersion;
+  connection.clientInfo.version = daemonVersion;
+  ui.tokenMissing.hidden = true;
+  ui.main.hidden = false;
+  fillProviders(init.providers ?? []);
+  await poll();
+  await relistPending();
+  if (current !== null) {
+    await timeline.resume();
+    await catchUpCards(current);
+  }
+  startPolling();
+}
+
+function startPolling() {
+  stopPolling();
+  pollTimer = setInterval(poll, POLL_MS);
+}
+
+function stopPolling() {
+  if (pollTimer !== null) clearInterval(pollTimer);
+  pollTimer = null;
+}
+
+async function poll() {
+  let status;
+  try {
+    status = await connection.request("daemon/status", {});
+  } catch {
+    return; // the connection says so
+  }
+  const now = Date.now();
+  for (const row of status.threads ?? []) {
+    const thread = record(row.threadId, row.providerId);
+    thread.providerId = row.providerId ?? thread.providerId;
+    const live = current === row.threadId && timeline.threadId === current;
+    if (!live) thread.turnId = row.openTurn?.turnId ?? null;
+    thread.turnAt = row.openTurn ? now - row.openTurn.ageS * 1000 : null;
+    thread.bridgeAt = row.sinceBridgeS === null || row.sinceBridgeS === undefined ? null : now - row.sinceBridgeS * 1000;
+    thread.waiting = new Set((row.waitingOn ?? []).map((w) => w.requestId));
+  }
+  renderThreads();
+  renderDaemon(ui.daemon, status);
+}
+
+/** What is open now (every thread's): after a reconnect, requests resolved meanwhile are gone. */
+async function relistPending() {
+  const listing = await connection.request("thread/pending", {});
+  pending.clear();
+  for (const request of listing.pending ?? []) pending.set(request.requestId, request);
+}
+
+/** The open thread's cards: what is pending, and the resolutions of cards this page still shows. */
+async function catchUpCards(threadId) {
+  const listing = await connection.request("thread/pending", { threadId });
+  if (threadId !== current) return;
+  for (const request of listing.pending ?? []) cards.show(request);
+  for (const resolution of listing.resolved ?? []) cards.resolve(resolution);
+}
+
+function notified(method, params) {
+  if (method === "thread/events") {
+    const thread = record(params.threadId, params.providerId);
+    for (const { event } of params.events ?? []) {
+      if (event.type === "turn/started") {
+        thread.turnId = event.scope?.turnId ?? "?";
+        thread.turnAt = Date.now();
+      } else if (event.type === "turn/completed") {
+        thread.turnId = null;
+      } else if (event.type === "thread/name/updated") {
+        thread.name = str(event.threadName);
+      }
+    }
+    thread.bridgeAt = Date.now();
+    if (params.threadId === current) timeline.accept(params.events ?? []);
+    renderThreads();
+  } else if (method === "interaction/opened") {
+    pending.set(params.requestId, params);
+    if (params.threadId) record(params.threadId, params.providerId).waiting.add(params.requestId);
+    if (params.threadId === current) cards.show(params);
+    renderThreads();
+  } else if (method === "interaction/resolved") {
+    pending.delete(params.requestId);
+    if (params.threadId) threads.get(params.threadId)?.waiting.delete(params.requestId);
+    cards.resolve(params);
+    renderThreads();
+  } else if (method === "bridge/status") {
+    poll();
+  }
+}
+
+/** A relayed bridge request (this page owns the thread, or is the last client): left to the card, which answers
+ *  with interaction/respond (the daemon withdraws the relay once the request is resolved). */
+function asked(method) {
+  if (method === "interaction/request" || method === "item/tool/call") return undefined;
+  throw Object.assign(new Error(`the page does not answer ${method}`), { code: -32601 });
+}
+
+// -- the threads list and the open thread ----------------------------------------------------------------------
+
+const list = new ThreadList(ui.threads, (threadId) => openThread(threadId));
+const timeline = new Timeline(ui.timeline, {
+  fetch: (threadId, afterSeq) => connection.request("thread/events", { threadId, afterSeq }),
+  prompts,
+  onTurn: (turnId) => {
+    const thread = current && threads.get(current);
+    if (thread) thread.turnId = turnId;
+    updateDrive();
+  },
+  onName: (name) => {
+    const thread = current && threads.get(current);
+    if (thread) thread.name = name;
+    renderTitle();
+  },
+});
+const cards = new PendingCards(ui.pending, {
+  respond: (requestId, result) => connection.request("interaction/respond", { requestId, result }),
+  itemFor: (itemId) => timeline.items.get(itemId)?.item ?? null,
+});
+
+function renderThreads() {
+  list.render(threads, Date.now());
+  renderTitle();
+  updateDrive();
+}
+
+function renderTitle() {
+  const thread = current && threads.get(current);
+  ui.title.textContent = thread ? `${thread.providerId ?? "?"} · ${thread.name || thread.threadId}` : "No thread open";
+}
+
+async function openThread(threadId) {
+  if (current === threadId && timeline.threadId === threadId) return;
+  current = threadId;
+  list.select(threadId);
+  cards.clear();
+  renderThreads();
+  ui.text.disabled = false;
+  const opening = timeline.open(threadId);
+  for (const request of pending.values()) if (request.threadId === threadId) cards.show(request);
+  await opening;
+  if (connection.ready) await catchUpCards(threadId).catch(() => {});
+  ui.timeline.focus({ preventScroll: true });
+}
+
+// -- driving: start a thread, prompt, steer, stop ------------------------------------------------------------
+
+function fillProviders(providers) {
+  const select = ui.start.elements.provider;
+  const chosen = select.value;
+  select.replaceChildren(...providers.map((p) => h("option", { value: p.providerId }, `${p.providerId} (${p.state})`)));
+  if (providers.some((p) => p.providerId === chosen)) select.value = chosen;
+  loadModels();
+}
+
+async function loadModels() {
+  const provider = ui.start.elements.provider.value;
+  const select = ui.start.elements.model;
+  const fallback = h("option", { value: "" }, "the provider's default");
+  select.replaceChildren(fallback);
+  if (!provider) return;
+  const cwd = ui.start.elements.cwd.value.trim();
+  try {
+    const result = await connection.request("model/list", { providerId: provider, ...(cwd ? { cwd } : {}) });
+    if (ui.start.elements.provider.value !== provider) return;
+    for (const model of result.models ?? []) {
+      const option = h("option", { value: str(model.model || model.id) }, str(model.displayName || model.model || model.id));
+      select.append(option);
+      if (model.isDefault) fallback.textContent = `the provider's default (${str(model.displayName || model.model)})`;
+    }
+  } catch (error) {
+    fallback.textContent = "the provider's default (it lists no models)";
+    fallback.title = error.message;
+  }
+}
+
+function options(threadId, base) {
+  const kept = startOptions.get(threadId);
+  return { ...(kept ?? base ?? POLICIES[ui.start.elements.permission.value]), envVars: {} };
+}
+
+function formError(form, error) {
+  const line = form.querySelector(".form-error");
+  line.textContent = error ? error.message : "";
+  line.hidden = !error;
+}
+
+ui.start.elements.provider.addEventListener("change", loadModels);
+ui.start.elements.cwd.addEventListener("change", loadModels);
+ui.start.addEventListener("submit", async (submitted) => {
+  submitted.preventDefault();
+  const form = ui.start.elements;
+  const providerId = form.provider.value;
+  const threadId = `thr_page_${clientRequestId().slice(5)}`;
+  const chosen = { ...POLICIES[form.permission.value], ...(form.model.value ? { model: form.model.value } : {}) };
+  formError(ui.start, null);
+  const button = ui.start.querySelector("button[type=submit]");
+  button.disabled = true;
+  try {
+    await connection.request("thread/start", { providerId, threadId, cwd: form.cwd.value.trim(), options: { ...chosen, envVars: {} } });
+    startOptions.set(threadId, chosen);
+    saveMap(OPTIONS_KEY, startOptions);
+    record(threadId, providerId);
+    await openThread(threadId);
+    ui.text.focus();
+  } catch (error) {
+    formError(ui.start, error);
+  } finally {
+    button.disabled = false;
+  }
+});
+
+function openTurnOf(thread) {
+  return current !== null && timeline.threadId === current ? timeline.openTurn ?? thread?.turnId ?? null : thread?.turnId ?? null;
+}
+
+function updateDrive() {
+  const thread = current && threads.get(current);
+  const usable = Boolean(thread?.providerId) && connection.ready;
+  const turn = openTurnOf(thread);
+  ui.text.disabled = !thread;
+  ui.send.disabled = !usable;
+  ui.send.textContent = turn ? "Steer" : "Send";
+  ui.stop.disabled = !(usable && turn);
+}
+
+ui.text.addEventListener("keydown", (key) => {
+  if (key.key === "Enter" && (key.ctrlKey || key.metaKey)) {
+    key.preventDefault();
+    ui.prompt.requestSubmit();
+  }
+});
+
+ui.prompt.addEventListener("submit", async (submitted) => {
+  submitted.preventDefault();
+  const thread = current && threads.get(current);
+  const text = ui.text.value;
+  if (!thread || !text.trim()) return;
+  const creq = clientRequestId();
+  const turn = openTurnOf(thread);
+  const params = {
+    providerId: thread.providerId,
+    threadId: thread.threadId,
+    input: [{ type: "text", text, mentions: [] }],
+    clientRequestId: creq,
+    options: options(thread.threadId),
+    ...(turn ? { expectedTurnId: turn } : {}),
+  };
+  prompts.set(creq, text);
+  saveMap(PROMPTS_KEY, prompts);
+  formError(ui.prompt, null);
+  ui.send.disabled = true;
+  try {
+    await connection.request(turn ? "turn/steer" : "turn/start", params);
+    ui.text.value = "";
+  } catch (error) {
+    formError(ui.prompt, error);
+  } finally {
+    updateDrive();
+  }
+});
+
+ui.stop.addEventListener("click", async () => {
+  const thread = current && threads.get(current);
+  const turn = openTurnOf(thread);
+  if (!thread || !turn) return;
+  formError(ui.prompt, null);
+  ui.stop.disabled = true;
+  try {
+    await connection.request("thread/stop", { providerId: thread.providerId, threadId: thread.threadId, intent: "interrupt", activeTurnId: turn });
+  } catch (error) {
+    formError(ui.prompt, error);
+  } finally {
+    updateDrive();
+  }
+});
+
+document.addEventListener("visibilitychange", () => document.hidden || connection.retryNow());
+setInterval(() => threads.size && list.render(threads, Date.now()), 1000);
+connection.start();
