@@ -67,6 +67,6 @@ def viewport(driver: WebDriver, width: int, height: int, *, phone: bool = False,
     """The page's viewport exactly `width`×`height` CSS pixels (a phone's when `phone`), and the system's colour
     scheme light or `dark` (what `prefers-color-scheme` reads)."""
     metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": phone}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)  # type: ignore[attr-defined]
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     scheme = [{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]
-    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": scheme})  # type: ignore[attr-defined]
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": scheme})
