@@ -50,8 +50,8 @@ async def test_a_thread_another_client_drives_streams_into_the_page(page: Page, 
 
 
 HOSTILE = (
-    "look <img src=x onerror=\"window.__bbridgePwned=1;alert('pwned')\"> and [click me](javascript:window.__bbridgePwned=2)"
-    " and <script>window.__bbridgePwned=3</script>"
+    "look <img src=x onerror=\"window.bbridgePwned=1;alert('pwned')\"> and [click me](javascript:window.bbridgePwned=2)"
+    " and <script>window.bbridgePwned=3</script>"
 )
 
 
@@ -72,7 +72,7 @@ async def test_agent_text_with_markup_renders_as_text_and_runs_nothing(page: Pag
         await trio.sleep(0.5)  # an image error or a script would have fired by now
     assert "<img src=x onerror=" in shown and "<script>" in shown and "click me" in shown
     assert await page.js("return document.querySelectorAll('#timeline img, #timeline script').length") == 0
-    assert await page.js("return typeof window.__bbridgePwned") == "undefined"
+    assert await page.js("return typeof window.bbridgePwned") == "undefined"
     links = await page.js("return [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))")
     assert not [href for href in links if href.strip().lower().startswith("javascript:")], links
     try:
