@@ -43,11 +43,11 @@ async def run_turn(peer: WsPeer, thread_id: str, text: str = "hello") -> list[di
                 return events
 
 
-async def test_health_ready_and_the_reserved_root() -> None:
+async def test_health_ready_and_nothing_elsewhere() -> None:
     async with listening(PROVIDERS) as face:
         assert (await http_get(face.port, "/healthz"))[::2] == (200, b"ok\n")
         assert (await http_get(face.port, "/readyz"))[::2] == (200, b"ready\n")
-        assert (await http_get(face.port, "/"))[0] == 404
+        assert (await http_get(face.port, "/nothing"))[0] == 404
         face.daemon.journal.health_counts.write_errors = 1
         face.daemon.journal.health_counts.last_error = "thr_x: No space left on device"
         status, _, body = await http_get(face.port, "/readyz")

@@ -186,7 +186,9 @@ def _announce_page(settings: ListenSettings, url: str, token: str | None) -> Non
         print(f"{url}#token={token}", file=sys.stderr, flush=True)
     else:
         where = str(settings.token_file) if settings.token_file else "the token file"
-        log.info("the page (add #token=<the token> to the URL, or run serve with --print-url)", url=url, token_file=where)
+        log.info(
+            "the page (add #token=<the token> to the URL, or run serve with --print-url)", url=url, token_file=where
+        )
 
 
 def _upgrade_refusal(admission: Admission, head: Head) -> tuple[int, str] | None:

@@ -101,7 +101,8 @@ class Exchange:
         conn = self._conn
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):  # pragma: no cover - one answer per connection
             return b""
-        out = conn.send(h11.Response(status_code=status, headers=list(headers.items()), reason=HTTPStatus(status).phrase)) or b""
+        response = h11.Response(status_code=status, headers=list(headers.items()), reason=HTTPStatus(status).phrase)
+        out = conn.send(response) or b""
         if not self._head_only:  # h11 refuses a HEAD answer's body (it raised, and the listener went down with it)
             out += conn.send(h11.Data(data=data)) or b""
         return out + (conn.send(h11.EndOfMessage()) or b"")

@@ -132,8 +132,16 @@ async function poll() {
     return; // the connection says so
   }
   const now = Date.now();
+  const listed = new Set((status.threads ?? []).map((row) => row.threadId));
+  for (const [threadId, thread] of threads) {
+    if (thread.listed && !listed.has(threadId) && threadId !== current) {
+      threads.delete(threadId); // the daemon forgot it (restarted without --journal)
+      list.remove(threadId);
+    }
+  }
   for (const row of status.threads ?? []) {
     const thread = record(row.threadId, row.providerId);
+    thread.listed = true;
     thread.providerId = row.providerId ?? thread.providerId;
     const live = current === row.threadId && timeline.threadId === current;
     if (!live) thread.turnId = row.openTurn?.turnId ?? null;
@@ -143,6 +151,10 @@ async function poll() {
   }
   renderThreads();
   renderDaemon(ui.daemon, status);
+  for (const option of ui.start.elements.provider.options) {
+    const provider = (status.providers ?? []).find((p) => p.providerId === option.value);
+    if (provider) option.textContent = `${provider.providerId} (${str(provider.state)})`;
+  }
 }
 
 /** What is open now (every thread's): after a reconnect, requests resolved meanwhile are gone. */
@@ -209,6 +221,7 @@ const timeline = new Timeline(ui.timeline, {
     if (thread) thread.turnId = turnId;
     updateDrive();
   },
+  onShown: () => cards.refresh(),
   onName: (name) => {
     const thread = current && threads.get(current);
     if (thread) thread.name = name;
@@ -218,6 +231,7 @@ const timeline = new Timeline(ui.timeline, {
 const cards = new PendingCards(ui.pending, {
   respond: (requestId, result) => connection.request("interaction/respond", { requestId, result }),
   itemFor: (itemId) => timeline.items.get(itemId)?.item ?? null,
+  onClosed: () => (ui.text.disabled ? ui.timeline : ui.text).focus(),
 });
 
 function renderThreads() {
@@ -240,6 +254,7 @@ async function openThread(threadId) {
   ui.text.disabled = false;
   const opening = timeline.open(threadId);
   for (const request of pending.values()) if (request.threadId === threadId) cards.show(request);
+  if (window.matchMedia("(max-width: 800px)").matches) ui.title.scrollIntoView({ block: "start" }); // one column
   await opening;
   if (connection.ready) await catchUpCards(threadId).catch(() => {});
   ui.timeline.focus({ preventScroll: true });
@@ -321,6 +336,9 @@ function updateDrive() {
   const usable = Boolean(thread?.providerId) && connection.ready;
   const turn = openTurnOf(thread);
   ui.text.disabled = !thread;
+  ui.text.placeholder = thread
+    ? `${turn ? "Steer the running turn" : "Write to the agent"} (Ctrl+Enter sends)`
+    : "Open or start a thread first";
   ui.send.disabled = !usable;
   ui.send.textContent = turn ? "Steer" : "Send";
   ui.stop.disabled = !(usable && turn);
@@ -378,5 +396,10 @@ ui.stop.addEventListener("click", async () => {
 });
 
 document.addEventListener("visibilitychange", () => document.hidden || connection.retryNow());
+window.addEventListener("hashchange", () => {
+  if (!/token=/.test(location.hash)) return;
+  const fresh = takeToken();
+  if (fresh) connection.useToken(fresh);
+});
 setInterval(() => threads.size && list.render(threads, Date.now()), 1000);
 connection.start();

@@ -1,6 +1,6 @@
 // DOM helpers: every node the page makes comes through here, built with createElement and textContent only.
 // Untrusted text (anything an agent, a tool or a bridge produced) is only ever a text node: nothing here parses
-// markup, and the page has no innerHTML, insertAdjacentHTML, outerHTML or document.write anywhere.
+// markup, and the page uses none of the DOM's HTML-parsing setters or writers anywhere (tests/test_page_serving.py greps).
 
 /** An element: `attrs` are set with setAttribute (`class`, `data-*`, `aria-*` …; `hidden`/`disabled` when true),
  *  `on*` functions become listeners; children are nodes or strings (strings become text nodes). */

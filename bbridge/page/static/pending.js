@@ -41,11 +41,13 @@ export function resolvedWords(resolution) {
 }
 
 export class PendingCards {
-  /** `respond(requestId, result)` answers; `itemFor(itemId)` is the timeline's latest snapshot of an item. */
-  constructor(root, { respond, itemFor }) {
+  /** `respond(requestId, result)` answers; `itemFor(itemId)` is the timeline's latest snapshot of an item;
+   *  `onClosed()` moves the focus on when the card that held it closes. */
+  constructor(root, { respond, itemFor, onClosed }) {
     this.root = root;
     this.respond = respond;
     this.itemFor = itemFor;
+    this.onClosed = onClosed;
     this.cards = new Map();
   }
 
@@ -76,13 +78,30 @@ export class PendingCards {
     card.dataset.resolved = "true";
     for (const control of card.querySelectorAll("button, input, textarea, select")) control.disabled = true;
     const close = () => {
+      const focused = card.contains(document.activeElement);
       card.remove();
       this.cards.delete(resolution.requestId);
+      if (focused) this.onClosed(); // focus goes on, not to the page's body
     };
     const dismiss = h("button", { type: "button", class: "dismiss", onclick: close }, "Dismiss");
+    const focused = card.contains(document.activeElement); // this person was answering it: keep them there
     card.append(h("p", { class: "resolved-by", role: "status" }, resolvedWords(resolution)), dismiss);
-    dismiss.focus({ preventScroll: true });
+    if (focused) dismiss.focus({ preventScroll: true });
     setTimeout(close, CLOSE_AFTER_MS);
+  }
+
+  /** The files and diffs of a file change's card, once the timeline has its item (it may show after the card). */
+  fillChanges(box) {
+    if (box.childElementCount) return;
+    const item = this.itemFor(box.dataset.itemId);
+    for (const change of item?.changes ?? []) {
+      box.append(h("div", { class: "ask-file" }, h("code", {}, str(change.path))), change.diff ? diffBlock(change.diff) : "");
+    }
+  }
+
+  /** The timeline showed more: fill what the cards were waiting for. */
+  refresh() {
+    for (const box of this.root.querySelectorAll(".ask-changes")) this.fillChanges(box);
   }
 
   async answer(requestId, result, error) {
@@ -111,10 +130,9 @@ export class PendingCards {
       if (subject.cwd) parts.push(h("p", { class: "ask-cwd" }, `in ${str(subject.cwd)}`));
     } else if (subject.kind === "file_change") {
       parts.push(h("p", { class: "ask-files" }, `Change files in ${str(subject.writeScope ?? "the workspace")}`));
-      const item = this.itemFor(subject.itemId);
-      for (const change of item?.changes ?? []) {
-        parts.push(h("div", { class: "ask-file" }, h("code", {}, str(change.path))), change.diff ? diffBlock(change.diff) : null);
-      }
+      const changes = h("div", { class: "ask-changes", "data-item-id": str(subject.itemId) });
+      parts.push(changes);
+      this.fillChanges(changes);
     } else if (subject.kind === "permission_grant") {
       parts.push(h("p", {}, `Grant ${str(subject.toolName ?? "a tool")}:`), h("pre", {}, pretty(subject.permissions)));
     } else if (subject.kind === "plan") {

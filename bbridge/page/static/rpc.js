@@ -9,7 +9,7 @@ const TOKEN_KEY = "bbridge.token";
 export const UNAUTHORIZED = -32016;
 const FIRST_DELAY_MS = 500;
 const MAX_DELAY_MS = 10000;
-const REQUEST_TIMEOUT_MS = 60000;
+const REQUEST_TIMEOUT_MS = 120000; // a thread/start may spawn and handshake a bridge first
 
 /** The token for this tab: from the fragment (then removed from the address bar), else as kept. */
 export function takeToken(location = window.location, history = window.history, storage = window.sessionStorage) {
@@ -90,8 +90,7 @@ export class Connection {
     if (socket !== this.socket) return;
     this.socket = null;
     this.ready = false;
-    for (const call of this.calls.values()) call.reject(new Error("the connection to the daemon closed"));
-    this.calls.clear();
+    this.dropCalls();
     if (this.refused) {
       this.handlers.onState("disconnected", "the token was refused");
       return;
@@ -100,6 +99,25 @@ export class Connection {
     this.delay = Math.min(MAX_DELAY_MS, this.delay * 2);
     this.handlers.onState("reconnecting", `retrying in ${(wait / 1000).toFixed(1)}s`);
     this.timer = setTimeout(() => this.open(), wait);
+  }
+
+  /** A new token (the URL was opened again in this tab, with its fragment): connect again with it. */
+  useToken(token) {
+    this.token = token;
+    this.refused = false;
+    this.delay = FIRST_DELAY_MS;
+    if (this.timer !== null) clearTimeout(this.timer);
+    const socket = this.socket;
+    this.socket = null;
+    this.ready = false;
+    this.dropCalls();
+    if (socket !== null) socket.close();
+    this.open();
+  }
+
+  dropCalls() {
+    for (const call of this.calls.values()) call.reject(new Error("the connection to the daemon closed"));
+    this.calls.clear();
   }
 
   /** Retry now (a person asked, or the tab came back): the backoff starts over. */

@@ -22,10 +22,12 @@ export class ThreadList {
 
   select(threadId) {
     this.selected = threadId;
-    for (const [id, row] of this.rows) {
-      if (id === threadId) row.el.setAttribute("aria-current", "true");
-      else row.el.removeAttribute("aria-current");
-    }
+    for (const [id, row] of this.rows) this.mark(row, id);
+  }
+
+  mark(row, threadId) {
+    if (threadId === this.selected) row.el.setAttribute("aria-current", "true");
+    else row.el.removeAttribute("aria-current");
   }
 
   /** Show `threads` (a Map of the page's thread records) as they are now. */
@@ -39,6 +41,12 @@ export class ThreadList {
       }
       this.fill(row, thread, now);
     }
+    this.empty.hidden = this.rows.size > 0;
+  }
+
+  remove(threadId) {
+    this.rows.get(threadId)?.el.remove();
+    this.rows.delete(threadId);
     this.empty.hidden = this.rows.size > 0;
   }
 
@@ -62,6 +70,7 @@ export class ThreadList {
 
   fill(row, thread, now) {
     const state = threadState(thread);
+    this.mark(row, thread.threadId);
     row.el.dataset.state = state;
     row.el.dataset.waiting = String(state === "waiting");
     row.provider.textContent = thread.providerId ?? "(no provider)";

@@ -31,9 +31,10 @@ const TURN_WORDS = { completed: "Turn completed", interrupted: "Turn interrupted
 export class Timeline {
   /** `fetch(threadId, afterSeq)` → the daemon's `thread/events` result; `prompts` maps clientRequestId → text
    *  (what this tab sent: the journal keeps no prompt's text); `onTurn(turnId | null)` says when a turn opens and
-   *  settles; `onName(name)` a thread's new name. */
-  constructor(root, { fetch, prompts, onTurn, onName }) {
+   *  settles; `onName(name)` a thread's new name; `onShown()` runs after each chunk is rendered. */
+  constructor(root, { fetch, prompts, onTurn, onName, onShown }) {
     this.root = root;
+    this.onShown = onShown;
     this.fetchEvents = fetch;
     this.prompts = prompts;
     this.onTurn = onTurn;
@@ -155,6 +156,7 @@ export class Timeline {
     for (const record of this.dirty) record.render();
     this.dirty.clear();
     if (follow) this.root.scrollTop = this.root.scrollHeight;
+    this.onShown();
     this.schedule();
   }
 
