@@ -173,9 +173,13 @@ class Page:
         await self.click(await self.find(f'#threads [data-thread-id="{thread_id}"]'))
         await self.find("#timeline [data-seq]")
 
-    async def screenshot(self, name: str, width: int, height: int, *, phone: bool = False, dark: bool = False) -> Path:
-        """The viewport at `width`×`height` (light or dark) saved as `<artifacts>/<name>.png`."""
+    async def screenshot(
+        self, name: str, width: int, height: int, *, phone: bool = False, dark: bool = False, top: str = "body"
+    ) -> Path:
+        """The viewport at `width`×`height` (light or dark), scrolled to the element `top`, saved as
+        `<artifacts>/<name>.png`."""
         await self.call(partial(chromium.viewport, self.driver, width, height, phone=phone, dark=dark))
+        await self.js("document.querySelector(arguments[0]).scrollIntoView()", top)
         await trio.sleep(0.3)  # a layout and paint at the new size
         path = artifacts() / f"{name}.png"
         assert await self.call(self.driver.save_screenshot, str(path)), f"Chromium wrote no screenshot to {path}"

@@ -176,9 +176,10 @@ async def test_screenshots_at_desktop_and_phone_sizes(page: Page, tmp_path: Path
     """A thread with every kind of item (`deltas:all`), then an approval waiting, beside another thread: the page
     at 1280×800 and 390×844 (light), and the desktop in dark, saved in the run's artefacts directory."""
     async with listening(PROVIDERS) as face, Client.connect(face.url, token=TOKEN) as client:
-        await start_echo_thread(client, "thr_other", tmp_path)
+        project = Path("/home/you/project")  # what the approval card names (the echo bridge never enters it)
+        await start_echo_thread(client, "thr_other", project)
         await start_turn(client, "thr_other", "Say *hello*")
-        await start_echo_thread(client, "thr_tour", tmp_path)
+        await start_echo_thread(client, "thr_tour", project)
         await start_turn(client, "thr_tour", "deltas:all")
         await settled(client, "thr_tour")
         await start_turn(client, "thr_tour", "approve:command")
@@ -189,7 +190,7 @@ async def test_screenshots_at_desktop_and_phone_sizes(page: Page, tmp_path: Path
         shots = [
             await page.screenshot("page-desktop", *DESKTOP),
             await page.screenshot("page-desktop-dark", *DESKTOP, dark=True),
-            await page.screenshot("page-phone", *PHONE, phone=True),
+            await page.screenshot("page-phone", *PHONE, phone=True, top="#thread-title"),
         ]
     for shot in shots:
         assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and shot.stat().st_size > 10_000, shot
