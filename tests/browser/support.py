@@ -62,8 +62,9 @@ def ensure_browser() -> None:
         pytest.skip(f"{why}; this machine has no apt-get to install it")
     if os.geteuid() != 0:
         pytest.skip(f"{why}; apt-get needs root to install it")
-    tail = (_made[0].stdout + _made[0].stderr).strip()[-300:] if _made else ""
-    pytest.skip(f"{why}; make browser could not install it: {tail}")
+    made = _made[0] if _made else None
+    said = (made.stdout + made.stderr).strip()[-300:] if made else ""
+    pytest.skip(f"{why}; make browser (exit {made.returncode if made else 'not run'}) did not install it: {said}")
 
 
 ECHO_OPTIONS = recorded_options("echo", "", FULL, {})

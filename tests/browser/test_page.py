@@ -71,6 +71,8 @@ async def test_agent_text_with_markup_renders_as_text_and_runs_nothing(page: Pag
         shown = await page.text(answer)
         await trio.sleep(0.5)  # an image error or a script would have fired by now
     assert "<img src=x onerror=" in shown and "<script>" in shown and "click me" in shown
+    sent = await page.js("return [...document.querySelectorAll('#timeline .prompt')].pop().innerText")
+    assert "<img src=x onerror=" in sent and "javascript:" in sent  # the page's own echo of what it sent
     assert await page.js("return document.querySelectorAll('#timeline img, #timeline script').length") == 0
     assert await page.js("return typeof window.bbridgePwned") == "undefined"
     links = await page.js("return [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))")
