@@ -20,6 +20,7 @@ const POLICIES = {
 const $ = (selector) => document.querySelector(selector);
 const ui = {
   connection: $("#connection"),
+  retry: $("#retry"),
   tokenMissing: $("#token-missing"),
   main: $("#main"),
   threads: $("#threads"),
@@ -87,6 +88,7 @@ function setConnection(state, detail) {
   ui.connection.dataset.state = state;
   ui.connection.textContent = words[state];
   ui.connection.title = detail ?? "";
+  ui.retry.hidden = state !== "reconnecting";
   if (state !== "connected") stopPolling();
   updateDrive();
 }
@@ -396,6 +398,7 @@ ui.stop.addEventListener("click", async () => {
 });
 
 document.addEventListener("visibilitychange", () => document.hidden || connection.retryNow());
+ui.retry.addEventListener("click", () => connection.retryNow());
 window.addEventListener("hashchange", () => {
   if (!/token=/.test(location.hash)) return;
   const fresh = takeToken();

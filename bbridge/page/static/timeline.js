@@ -41,6 +41,9 @@ export class Timeline {
     this.onName = onName;
     this.threadId = null;
     this.generation = 0;
+    // Whether to keep the newest event in view, from the person's own scrolling: measuring it at each chunk would
+    // lay the whole timeline out each time
+    root.addEventListener("scroll", () => (this.follow = this.atBottom()), { passive: true });
     this.reset(null);
   }
 
@@ -58,6 +61,7 @@ export class Timeline {
     this.turnUsage = null;
     this.turnDiff = null;
     this.openTurn = null;
+    this.follow = true;
     this.root.replaceChildren();
     this.root.setAttribute("aria-busy", "false");
   }
@@ -141,7 +145,6 @@ export class Timeline {
 
   pump() {
     this.scheduled = false;
-    const follow = this.atBottom();
     const batch = this.queue.splice(0, CHUNK);
     for (const entry of batch) {
       if (entry.seq <= this.shown) continue;
@@ -155,7 +158,7 @@ export class Timeline {
     }
     for (const record of this.dirty) record.render();
     this.dirty.clear();
-    if (follow) this.root.scrollTop = this.root.scrollHeight;
+    if (this.follow && !this.queue.length) this.root.scrollTop = this.root.scrollHeight;
     this.onShown();
     this.schedule();
   }
