@@ -53,7 +53,7 @@ def ensure_browser() -> None:
     why = chromium.unavailable()
     if why is None:
         return
-    if "selenium" not in why and shutil.which("make") and not _made:
+    if shutil.which("make") and not _made:
         _made.append(subprocess.run(["make", "-s", "browser"], cwd=REPO, capture_output=True, text=True, timeout=900))
         why = chromium.unavailable()
         if why is None:
