@@ -9,9 +9,11 @@ import trio
 from selenium.common.exceptions import NoAlertPresentException
 
 from bbridge.client import Client
+from bbridge.daemon.journal import Journal
 from tests.browser.support import (
     DESKTOP,
     ECHO,
+    ECHO_OPTIONS,
     PHONE,
     Page,
     artifacts,
@@ -172,6 +174,40 @@ async def test_a_dropped_link_reconnects_and_shows_each_event_once(page: Page, t
     texts = await count("return [...document.querySelectorAll('#timeline .assistant-text')].map(e => e.innerText)")
     for words in ("before the cut", "while it was away", "after it came back"):
         assert sum(words in t for t in texts) == 1, texts
+
+
+async def test_a_daemon_restart_on_its_journal_resumes_the_open_timeline(page: Page, tmp_path: Path) -> None:
+    """The daemon stops under the open page and starts again on the same port and journal directory: the page
+    says it reconnects, and shows the turn run after the restart once, the earlier ones not again."""
+    journal = tmp_path / "journal"
+    async with listening(PROVIDERS, journal=Journal(directory=journal)) as face:
+        port = face.port
+        async with Client.connect(face.url, token=TOKEN) as client:
+            await start_echo_thread(client, "thr_kept", tmp_path)
+            await start_turn(client, "thr_kept", "before the restart")
+            await settled(client, "thr_kept")
+            ptid = (await client.status()).threads[0]["providerThreadId"]
+        await page.open(port)
+        await page.open_thread("thr_kept")
+        await page.find("#timeline .assistant-text", "before the restart")
+    await page.find("#connection:not([data-state=connected])")
+    async with (
+        listening(PROVIDERS, port=port, journal=Journal(directory=journal)) as face,
+        Client.connect(face.url, token=TOKEN) as client,
+    ):
+        start = {"providerId": "echo", "threadId": "thr_kept", "cwd": str(tmp_path), "options": ECHO_OPTIONS}
+        await client.request("thread/resume", {**start, "providerThreadId": ptid})
+        await start_turn(client, "thr_kept", "after the restart")
+        entries = await settled(client, "thr_kept", 2)
+        await page.find("#connection[data-state=connected]", timeout=20)
+        await page.find("#timeline .assistant-text", "after the restart", timeout=15)
+        await trio.sleep(0.3)  # anything doubled would have been rendered by now
+    seqs = await page.seqs()
+    assert len(seqs) == len(set(seqs)), f"an event shown twice: {sorted(seqs)}"
+    assert max(seqs) <= entries[-1]["seq"]
+    texts = await page.js("return [...document.querySelectorAll('#timeline .assistant-text')].map(e => e.innerText)")
+    assert [sum(words in t for t in texts) for words in ("before the restart", "after the restart")] == [1, 1]
+    assert await page.js("return document.querySelectorAll('#timeline .turn-end').length") == 2
 
 
 async def test_screenshots_at_desktop_and_phone_sizes(page: Page, tmp_path: Path) -> None:
