@@ -1,12 +1,14 @@
 """The page's figure: how long Chromium takes to render a 10,000-event journal into the timeline.
 
 A daemon in this process (text coalescing off, so every streamed word is its own event) serves the page on a
-loopback listener; an echo thread is filled by turns of Markdown until its journal holds `events` events. Each
-run loads the page with the token, waits for the thread's row, then a script in the page clicks it and times, with
-`performance.now()`, until every turn's end is in the timeline and the next frame is drawn (a MutationObserver:
-WebDriver's polling adds nothing). Beside it: the first event's arrival, and the longest task the main thread ran
-meanwhile (`longtask` entries: what "stays responsive" means). Reported, never asserted; where Chromium or
-selenium is missing the figure says why it was skipped.
+loopback listener; an echo thread is filled until its journal holds `events` events, by turns of Markdown
+(streamed word by word) between turns of every item kind (`deltas:all`: commands, file changes, plans, tool
+calls, web searches, reasoning, warnings, errors, usage). Each run loads the page with the token, waits for the
+thread's row, then a script in the page clicks it and times, with `performance.now()`, until every turn's end is
+in the timeline and the next frame is drawn (a MutationObserver: WebDriver's polling adds nothing). Beside it:
+the first event's arrival, and the longest task the main thread ran meanwhile (`longtask` entries: what "stays
+responsive" means). Reported, never asserted; where Chromium or selenium is missing the figure says why it was
+skipped.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ async def _fill(client: Client, events: int) -> tuple[int, int]:
     with trio.fail_after(120):
         while last < events:
             turns += 1
-            prompt = "".join(PARAGRAPH.format(n=turns * 100 + n) for n in range(12))
+            prompt = "".join(PARAGRAPH.format(n=turns * 100 + n) for n in range(12)) if turns % 2 else "deltas:all"
             turn = {"threadId": THREAD, "input": [{"type": "text", "text": prompt, "mentions": []}], "options": OPTIONS}
             await client.request("turn/start", turn)
             while True:
