@@ -4,7 +4,6 @@ the tab reset to a blank desktop-sized, light page."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -24,7 +23,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 
 
 @pytest.fixture
-def page(driver: WebDriver, tmp_path: Path) -> Iterator[Page]:
+def page(driver: WebDriver) -> Iterator[Page]:
     chromium.viewport(driver, *DESKTOP)
     yield Page(driver)
     driver.get("about:blank")
