@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,8 +28,20 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client browser
 	$(PY) -m pytest -n 2
+
+# Debian's Chromium and its WebDriver, for the page's tests in a real browser (tests/browser) and the bench's page
+# figure: installed by apt-get when either is missing (root and Debian's mirror needed; where they cannot be
+# installed those tests skip, saying why). The stamp records the version the last run found.
+BROWSER_STAMP := .cache/browser/version
+
+browser:
+	if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; fi
+	mkdir -p $(dir $(BROWSER_STAMP))
+	{ /usr/bin/chromium --version 2>/dev/null; /usr/bin/chromedriver --version; } > $(BROWSER_STAMP)
 
 # Real ACP agents that run offline, for the live tests: the example agents of the npm package
 # @agentclientprotocol/sdk and of the PyPI source distribution of agent-client-protocol (own venv).

@@ -36,14 +36,15 @@ class Listening:
 
 @asynccontextmanager
 async def listening(
-    providers: dict[str, ProviderConfig], settings: ListenSettings | None = None, **options: Any
+    providers: dict[str, ProviderConfig], settings: ListenSettings | None = None, *, port: int = 0, **options: Any
 ) -> AsyncIterator[Listening]:
-    """The daemon serving one listener on a free loopback port (`settings` without an address: 127.0.0.1:0)."""
+    """The daemon serving one listener on loopback: a free port, or `port` (a restarted daemon's); `settings`
+    without an address."""
     options.setdefault("text_delta_flush_ms", 0)
     options.setdefault("token", TOKEN)
     daemon = Daemon(providers, **options)
     bound = Bound()
-    settings = replace(settings or ListenSettings(Address("127.0.0.1", 0)), address=Address("127.0.0.1", 0))
+    settings = replace(settings or ListenSettings(Address("127.0.0.1", 0)), address=Address("127.0.0.1", port))
     async with trio.open_nursery() as nursery:
         await nursery.start(serve, daemon, [listen_face(settings, bound)])
         try:

@@ -20,6 +20,7 @@ from bbridge.wire.delta_decoder import decode_line
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20", "--latency-runs", "2", "--scale-threads", "12"]
 TINY += ["--scale-bridges", "2", "--scale-clients", "2", "--scale-seconds", "0.5", "--capacity-steps", "6,12"]
+TINY += ["--page-events", "0"]  # the page's figure drives Chromium: tests/browser/test_bench_page.py runs it small
 
 
 def tiny_corpus(root: Path) -> Path:

@@ -68,6 +68,8 @@ _KNOBS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
     ("--scale-clients", int, 3, "scale: clients checking every event"),
     ("--scale-seconds", float, 8.0, "scale: length of each thread's turn"),
     ("--scale-rate", float, 50.0, "scale: tokens per second per thread"),
+    ("--page-events", int, 10_000, "page: journal events Chromium renders (0: skip the figure)"),
+    ("--page-runs", int, 3, "page: renders timed (the median counts)"),
 )
 
 
@@ -280,6 +282,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "open_threads": args.open_threads,
         "open_turns_1k_mb": memory_mb("open", args.open_threads),
     }
+    page = {"skipped": "--page-events 0"}
+    if args.page_events > 0:
+        from bbridge.bench.page import bench_page  # the page's phase drives Chromium through selenium (dev)
+
+        _progress(f"page: Chromium renders {args.page_events} events")
+        page = bench_page(args.page_events, args.page_runs)
     coalescing = {
         "flush_ms": COALESCING_FLUSH_MS,
         "tokens_per_ms": 1,
@@ -303,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "daemon": daemon,
         **figures,
         "memory": memory,
+        "page": page,
         "coalescing": coalescing,
         "targets": targets,
     }
