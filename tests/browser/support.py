@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -26,14 +25,14 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from bbridge.bench import chromium
 from bbridge.client import Client
-from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.config import echo_provider
 from tests.conftest import REPO
 from tests.listen_support import TOKEN
 from tests.live.scenarios import recorded_options
 from tests.support import FULL
 
 T = TypeVar("T")
-ECHO = ProviderConfig(command=[sys.executable, "-m", "bridges.echo"])
+ECHO = echo_provider()  # with the extension kinds its `deltas:all` turn uses
 ARTIFACTS_ENV = "BBRIDGE_ARTIFACTS"
 DESKTOP = (1280, 800)
 PHONE = (390, 844)
