@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -14,7 +15,7 @@ from wsproto.events import BytesMessage
 
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.router import Daemon
-from bbridge.daemon.server import serve
+from bbridge.daemon.server import serve, socket_face
 from bbridge.listen.admission import Address
 from bbridge.listen.face import Bound, ListenSettings, listen_face
 from bbridge.wire.websocket import ClientHandshake, MessageLines
@@ -36,17 +37,23 @@ class Listening:
 
 @asynccontextmanager
 async def listening(
-    providers: dict[str, ProviderConfig], settings: ListenSettings | None = None, *, port: int = 0, **options: Any
+    providers: dict[str, ProviderConfig],
+    settings: ListenSettings | None = None,
+    *,
+    port: int = 0,
+    socket: Path | None = None,
+    **options: Any,
 ) -> AsyncIterator[Listening]:
     """The daemon serving one listener on loopback: a free port, or `port` (a restarted daemon's); `settings`
-    without an address."""
+    without an address; with `socket`, a Unix socket beside it."""
     options.setdefault("text_delta_flush_ms", 0)
     options.setdefault("token", TOKEN)
     daemon = Daemon(providers, **options)
     bound = Bound()
     settings = replace(settings or ListenSettings(Address("127.0.0.1", 0)), address=Address("127.0.0.1", port))
     async with trio.open_nursery() as nursery:
-        await nursery.start(serve, daemon, [listen_face(settings, bound)])
+        faces = [listen_face(settings, bound), *([socket_face(socket)] if socket is not None else [])]
+        await nursery.start(serve, daemon, faces)
         try:
             yield Listening(daemon, bound.ports[0], settings.tls is not None)
         finally:

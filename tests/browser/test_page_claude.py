@@ -43,8 +43,8 @@ async def test_allow_once_in_the_page_writes_the_file_and_a_socket_clients_answe
 ) -> None:
     """The model asks to Write two files outside the workspace (each asks the user). The first approval is answered
     by clicking "Allow once" in the page: the file is written. The second, shown in the page too, is answered
-    first by a WebSocket client (bbridge.client): the page's card says who answered and closes. The turn
-    completes."""
+    first by a client on the daemon's Unix socket (bbridge.client): the page's card says who answered and closes.
+    The turn completes."""
     claude = ensure_cli()
     ws, home, outside = tmp_path / "ws", tmp_path / "home", tmp_path / "outside"
     for folder in (ws, home, outside):
@@ -58,7 +58,8 @@ async def test_allow_once_in_the_page_writes_the_file_and_a_socket_clients_answe
         )
         env = offline_env(api.url, home, extra={"BB_CLAUDE_CODE_EXECUTABLE": str(claude)})
         providers = {PROVIDER: bridge_provider("bridges.claude_code", env, ws)}
-        async with listening(providers) as face, Client.connect(face.url, token=TOKEN) as client:
+        socket = tmp_path / "bb.sock"
+        async with listening(providers, socket=socket) as face, Client.connect(socket, token=TOKEN) as client:
             start = {"providerId": PROVIDER, "threadId": THREAD, "cwd": str(ws), "options": OPTIONS}
             ptid = (await client.request("thread/start", start))["providerThreadId"]
             await client.request("turn/start", turn_request(PROVIDER, THREAD, ptid, "Write both notes.", OPTIONS))
@@ -74,7 +75,7 @@ async def test_allow_once_in_the_page_writes_the_file_and_a_socket_clients_answe
             await page.button("Allow once", card)  # shown, unanswered
             await client.respond(again, ALLOW)
             resolved = await page.find(f'{card}[data-resolved="true"] .resolved-by')
-            assert "bbridge.client" in await page.text(resolved)
+            assert "by socket-1 (bbridge.client" in await page.text(resolved)
             await page.absent(card, timeout=15)
             await page.find('#timeline .turn-end[data-status="completed"]', timeout=30)
             journal = await settled(client, THREAD)
