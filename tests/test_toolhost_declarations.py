@@ -160,7 +160,14 @@ def test_a_value_that_is_not_a_string_is_its_json_text() -> None:
 
 
 def test_a_hosted_tool_fills_bound_values_ahead_of_the_arguments() -> None:
-    tool = HostedTool("t", "d", {}, ["{entry}", "{q}"], "here", bound={"entry": "/b/run"}, defaults={"q": "dq"})
+    tool = HostedTool(
+        name="t",
+        source="here",
+        description="d",
+        command=["{entry}", "{q}"],
+        bound={"entry": "/b/run"},
+        defaults={"q": "dq"},
+    )
     assert tool.argv({"entry": "/bin/sh"}) == ["/b/run", "dq"]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from bbridge.daemon.config import Refusal
-from bbridge.toolhost.declarations import NAME, HostedTool, Retry, check_retry, check_schema
+from bbridge.toolhost.declarations import NAME, HostedTool, Retry, check_retry, check_schema, no_parameters
 
 MANIFEST = "plugin.json"
 
@@ -27,7 +27,7 @@ class Manifest(msgspec.Struct, forbid_unknown_fields=True):
     command: str
     version: str = ""
     defaults: dict[str, str] = {}
-    schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+    schema: dict[str, Any] = msgspec.field(default_factory=no_parameters)
     enabled: bool | None = None  # absent: enabled; only an explicit false disables
     retry: Retry = Retry()
 

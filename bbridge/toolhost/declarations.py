@@ -46,14 +46,19 @@ class Retry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     param_fallbacks: dict[str, list[str]] = {}  # bundles only: alternative values tried in turn
 
 
-class HostedTool(msgspec.Struct, frozen=True):
+def no_parameters() -> dict[str, Any]:
+    """The schema of a tool declared without one: it takes no arguments."""
+    return {"type": "object", "properties": {}}
+
+
+class HostedTool(msgspec.Struct, frozen=True, kw_only=True):
     """One tool as an agent will see it, and how it would be run; `source` says where it was declared."""
 
     name: str
-    description: str
-    schema: dict[str, Any]
-    command: list[str]  # the argv template: one element per argv element
     source: str
+    description: str
+    command: list[str]  # the argv template: one element per argv element
+    schema: dict[str, Any] = msgspec.field(default_factory=no_parameters)
     defaults: dict[str, str] = {}
     bound: dict[str, str] = {}  # `{entry}` and `{dir}` of a bundle: ahead of the arguments
     policy: Policy = "ask"
@@ -67,22 +72,8 @@ class HostedTool(msgspec.Struct, frozen=True):
         return fill(self.command, self.bound, arguments, self.defaults)
 
 
-class _TomlTool(msgspec.Struct, forbid_unknown_fields=True):
-    """The keys a `[tools.NAME]` table may hold."""
-
-    description: str
-    command: list[str]
-    schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
-    defaults: dict[str, str] = {}
-    policy: Policy = "ask"
-    timeout_s: float = 60.0
-    max_output_bytes: int = 1_048_576
-    env: list[str] = []
-    presentation: Presentation | None = None
-    retry: Retry = Retry()
-
-
-_FIELDS = {field.name: field for field in msgspec.structs.fields(_TomlTool)}
+# The keys a `[tools.NAME]` table may hold: the tool's own, less what the loader sets
+_FIELDS = {f.name: f for f in msgspec.structs.fields(HostedTool) if f.name not in ("name", "source", "bound")}
 
 
 def declared_tools(tables: Any, source: str) -> tuple[list[HostedTool], list[Refusal]]:
@@ -100,8 +91,7 @@ def declared_tools(tables: Any, source: str) -> tuple[list[HostedTool], list[Ref
         values, problems = _values(section, table)
         refused.extend(problems)
         if not problems:
-            declared = msgspec.structs.asdict(_TomlTool(**values))
-            tools.append(HostedTool(name=name, source=f"{source} [{section}]", **declared))
+            tools.append(HostedTool(name=name, source=f"{source} [{section}]", **values))
     return tools, refused
 
 
