@@ -10,7 +10,7 @@ from bbridge.cli import main
 from bbridge.daemon.config import ConfigError, Refusal
 from bbridge.toolhost.argv import fill
 from bbridge.toolhost.catalog import load_tools
-from bbridge.toolhost.declarations import HostedTool, Label, Presentation
+from bbridge.toolhost.declarations import HostedTool, Icon, Label, Presentation
 
 GREP = """
 [tools.grep_repo]
@@ -49,9 +49,7 @@ def test_a_full_table_is_loaded_with_every_key(tmp_path: Path) -> None:
     assert tool.timeout_s == 30
     assert tool.max_output_bytes == 262144
     assert tool.env == ["PATH", "HOME"]
-    assert tool.presentation == Presentation(
-        label=Label("Searching", "Searched"), icon=tool.presentation.icon, intent="search"
-    )  # type: ignore[union-attr]
+    assert tool.presentation == Presentation(label=Label("Searching", "Searched"), icon=Icon("Search"), intent="search")
     assert tool.retry.on_error and tool.retry.max_attempts == 2
     assert tool.argv({"q": "needle"}) == ["rg", "--max-count", "50", "--", "needle"]
     assert tool.source.endswith("bbridge.toml [tools.grep_repo]")
