@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bbridge.cli import main
-from bbridge.daemon.config import ConfigError, Refusal
+from bbridge.daemon.config import ConfigError, Refusal, load_config
 from bbridge.toolhost.argv import fill
 from bbridge.toolhost.catalog import load_tools
 from bbridge.toolhost.declarations import HostedTool, Icon, Label, Presentation
@@ -207,3 +207,11 @@ def test_tools_check_reads_bbridge_toml_in_the_working_directory(
     monkeypatch.chdir(tmp_path)
     assert main(["tools", "check"]) == 0
     assert "grep_repo" in capsys.readouterr().out
+
+
+def test_the_providers_loader_knows_the_tools_section(tmp_path: Path) -> None:
+    """`[tools]` beside `[providers]` in one bbridge.toml is not an unknown section to `config check` and `serve`."""
+    path = tmp_path / "bbridge.toml"
+    path.write_text('[tools.grep_repo]\ndescription = "Search"\ncommand = ["rg", "{q}"]\n[other]\nx = 1\n')
+    refused = [refusal.section for refusal in load_config(path).report.refused]
+    assert refused == ["other"]

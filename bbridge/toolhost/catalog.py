@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import msgspec
 
-from bbridge.daemon.config import ConfigError, Refusal
+from bbridge.daemon.config import ConfigError, Refusal, read_toml
 from bbridge.toolhost.bundles import load_bundles
 from bbridge.toolhost.declarations import HostedTool, declared_tools
 
@@ -34,12 +33,7 @@ def load_tools(config: Path | None, tools_dir: Path | None) -> Catalog:
     """
     catalog = Catalog([], [], [], [])
     if config is not None:
-        try:
-            raw = tomllib.loads(config.read_text(encoding="utf-8"))
-        except RecursionError:
-            raise ConfigError(f"{config}: nested too deeply to parse") from None
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{config}: {exc}") from None
+        raw = read_toml(config)
         tables = raw.get("tools", {})
         if not isinstance(tables, dict):
             raise ConfigError(f"{config}: tools: expected a table, got {type(tables).__name__}")

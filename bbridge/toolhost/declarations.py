@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from bbridge.daemon.config import Refusal
+from bbridge.daemon.config import Refusal, schema_fault
 from bbridge.toolhost.argv import fill
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # bb's rule for a tool's name
@@ -124,20 +124,9 @@ def check_command(command: list[str]) -> str | None:
 
 def check_schema(schema: dict[str, Any]) -> str | None:
     """A tool's parameters: an object schema that jsonschema's meta-schema accepts (checked once, at load)."""
-    import jsonschema  # here, not at the top: every `bbridge` command imports the CLI
-
     if schema.get("type") != "object":
         return 'expected an object schema (type = "object")'
-    if not isinstance(schema.get("$schema", ""), str):
-        return "invalid JSON Schema: $schema is not a string"
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        return f"invalid JSON Schema: {exc.message}"
-    except RecursionError:
-        return "JSON Schema nested too deeply"
-    return None
+    return schema_fault(schema)
 
 
 def check_retry(retry: Retry) -> str | None:
