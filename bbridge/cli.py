@@ -103,6 +103,22 @@ def _parser() -> argparse.ArgumentParser:
         "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
     )
 
+    tools = commands.add_parser("tools", help="the tools hosted by the daemon ([tools.NAME] and plugin bundles)")
+    tools_actions = tools.add_subparsers(dest="action", required=True)
+    tools_check = tools_actions.add_parser(
+        "check",
+        help="print every hosted tool as an agent will see it, or each refusal",
+        description="Load the [tools.NAME] tables of the TOML and the plugin bundles of --tools-dir and print each "
+        "tool (name, description, source, policy, argv template), each refused entry or bundle and each shadowing. "
+        "Exit status: 0 nothing refused, 1 something refused, 2 the file or directory is unusable.",
+    )
+    tools_check.add_argument(
+        "--config", type=Path, metavar="FILE", help="bbridge TOML (default: ./bbridge.toml if present)"
+    )
+    tools_check.add_argument(
+        "--tools-dir", type=Path, metavar="DIR", help="directory of plugin bundles (DIR/NAME/plugin.json)"
+    )
+
     run = commands.add_parser(
         "run",
         help="run one turn against a bridge and print its live timeline",
@@ -353,6 +369,31 @@ def _config_check(args: argparse.Namespace) -> int:
     return 1
 
 
+def _tools_check(args: argparse.Namespace) -> int:
+    from bbridge.daemon.config import config_path
+    from bbridge.toolhost.catalog import load_tools
+
+    catalog = load_tools(config_path(args.config), args.tools_dir)
+    for tool in catalog.tools:
+        print(f"{tool.name}: {tool.description}")
+        print(f"  from {tool.source}; policy {tool.policy}")
+        print(
+            f"  argv {msgspec.json.encode(tool.command).decode()}"
+            + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
+        )
+    for shadowing in catalog.shadowed:
+        print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
+    for disabled in catalog.disabled:
+        print(f"disabled {disabled}")
+    for refusal in catalog.refused:
+        print(f"refused {refusal.line()}")
+    if not catalog.refused:
+        print(f"ok: {len(catalog.tools)} tools")
+        return 0
+    print(f"{len(catalog.refused)} refused; {len(catalog.tools)} tools would be offered")
+    return 1
+
+
 def _schema(args: argparse.Namespace) -> int:
     from bbridge.wire.export import write_schemas
 
@@ -513,6 +554,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return bench_report.main(args)
         if args.command == "config":
             return _config_check(args)
+        if args.command == "tools":
+            return _tools_check(args)
         if args.kind == "bridge":
             return _parity_bridge(args)
         if args.kind == "recordings":

@@ -102,6 +102,37 @@ def config_path(given: Path | None) -> Path | None:
     return given
 
 
+# The file's top-level sections: `providers` is read here, `tools` by `bbridge.toolhost` (hosted tools).
+KNOWN_SECTIONS = frozenset({"providers", "tools"})
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The file parsed, or a `ConfigError` naming it and why it cannot be used."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to parse") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:
+    """Why `schema` is not a valid JSON Schema (draft 2020-12 unless it names another), or None."""
+    import jsonschema  # here, not at the top: every `bbridge` command imports the CLI
+
+    at = f" at {where}" if where else ""
+    if not isinstance(schema.get("$schema", ""), str):
+        return f"invalid JSON Schema{at}: $schema is not a string"  # validator_for would raise
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"invalid JSON Schema{at}: {exc.message}"
+    except RecursionError:
+        return f"JSON Schema nested too deeply{at}"
+    return None
+
+
 def load_config(path: Path | None) -> LoadedConfig:
     """Providers from a TOML file (optional) and what was refused; `echo` is always present.
 
@@ -110,17 +141,14 @@ def load_config(path: Path | None) -> LoadedConfig:
     providers = {ECHO_PROVIDER: echo_provider()}
     if path is None:
         return LoadedConfig(providers, ConfigReport())
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to parse") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    raw = read_toml(path)
     tables = raw.get("providers", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{path}: providers: expected a table, got {_a(_toml_type(tables))}")
     refused = [
-        Refusal(name, None, "unknown section (providers go in [providers.NAME])") for name in raw if name != "providers"
+        Refusal(name, None, "unknown section (providers go in [providers.NAME])")
+        for name in raw
+        if name not in KNOWN_SECTIONS
     ]
     for name, table in tables.items():
         provider, problems = _provider(f"providers.{name}", table)
@@ -246,22 +274,13 @@ def _check_seconds(value: float) -> str | None:
 
 def _check_extension_kinds(kinds: dict[str, ExtensionKind]) -> str | None:
     """Schemas are checked here so that a bad one refuses its provider instead of the daemon's start."""
-    import jsonschema  # here, not at the top: every `bbridge` command imports this module
 
     for kind, schemas in kinds.items():
         for slot, schema in (("item", schemas.item), ("state", schemas.state)):
             if schema is None:
                 continue
-            where = f"{_toml_key(kind)}.{slot}"
-            if not isinstance(schema.get("$schema", ""), str):
-                return f"invalid JSON Schema at {where}: $schema is not a string"  # validator_for would raise
-            validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-            try:
-                validator.check_schema(schema)
-            except jsonschema.exceptions.SchemaError as exc:
-                return f"invalid JSON Schema at {where}: {exc.message}"
-            except RecursionError:
-                return f"JSON Schema nested too deeply at {where}"
+            if (fault := schema_fault(schema, f"{_toml_key(kind)}.{slot}")) is not None:
+                return fault
     return None
 
 
