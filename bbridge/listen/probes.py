@@ -25,8 +25,6 @@ from bbridge.listen.http import Head
 
 TEXT = "text/plain; charset=utf-8"
 NEEDS_TOKEN = "/metrics needs the daemon's token: send Authorization: Bearer <token> (see --token-file)\n"
-
-
 ASSETS = "/assets/"
 
 
@@ -51,9 +49,7 @@ def _probe(daemon: Daemon, admission: Admission, head: Head) -> tuple[int, bytes
         reason = not_ready(daemon)
         return (503, f"not ready: {reason}\n", TEXT) if reason else (200, "ready\n", TEXT)
     if path == "/metrics":
-        if admission.token is None:
-            return 200, metrics(daemon), CONTENT_TYPE_LATEST
-        if admission.bearer(head.header("authorization")) is not True:
+        if admission.token is not None and admission.bearer(head.header("authorization")) is not True:
             return 401, NEEDS_TOKEN, TEXT
         return 200, metrics(daemon), CONTENT_TYPE_LATEST
     return 404, f"nothing at {path}: the page is at /, the client API is GET /rpc (WebSocket)\n", TEXT

@@ -76,13 +76,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         fd = -1 if self._fileno is None or self._backlog or self._send_lock.locked() else self._fileno()
         if fd < 0:
             return False
-        raw = self._lines.frames(data)
-        try:
-            self._backlog = raw[os.write(fd, raw) :]
-        except BlockingIOError:
-            self._backlog = raw
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+        self._backlog = _write_some(fd, self._lines.frames(data))
         return True
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -126,13 +120,18 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 raw, self._backlog = self._backlog + raw, b""
             fd = -1 if self._fileno is None else self._fileno()
             if fd >= 0:
-                try:
-                    raw = raw[os.write(fd, raw) :]
-                except BlockingIOError:
-                    pass
-                except OSError as exc:
-                    raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
+                raw = _write_some(fd, raw)
             if raw:
                 await self._transport.send_all(raw)
         finally:
             lock.release()
+
+
+def _write_some(fd: int, raw: bytes) -> bytes:
+    """One non-blocking `write` of `raw` on the socket's descriptor: what it did not take."""
+    try:
+        return raw[os.write(fd, raw) :]
+    except BlockingIOError:
+        return raw
+    except OSError as exc:
+        raise trio.BrokenResourceError(f"the WebSocket peer stopped reading: {exc}") from exc
