@@ -428,7 +428,9 @@ for line in sys.stdin:
                 servers[session] = mcp_launch(session_servers[session][0])
             update(session, {"sessionUpdate": "tool_call", "toolCallId": "tc-1", "title": title, "kind": "other",
                              "status": "pending", "rawInput": {}})
-            answer = rpc(servers[session], "tools/call", {"name": "lookup", "arguments": json.loads(args)})
+            # the tool the title names (mcp__bb-bridge__NAME); a Cursor-like title ("MCP: tool") names none: lookup
+            name = title.removeprefix("mcp__bb-bridge__") if title.startswith("mcp__bb-bridge__") else "lookup"
+            answer = rpc(servers[session], "tools/call", {"name": name, "arguments": json.loads(args)})
             record({"toolResult": answer})
             result = answer["result"]
             said = "".join(c.get("text", "") for c in result["content"])
