@@ -371,9 +371,10 @@ def _config_check(args: argparse.Namespace) -> int:
 
 def _tools_check(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path
-    from bbridge.toolhost.catalog import load_tools
+    from bbridge.toolhost.host import load_host
 
-    catalog = load_tools(config_path(args.config), args.tools_dir)
+    host = load_host(config_path(args.config), args.tools_dir, None)
+    catalog = host.catalog
     for tool in catalog.tools:
         print(f"{tool.name}: {tool.description}")
         print(f"  from {tool.source}; policy {tool.policy}")
@@ -381,16 +382,19 @@ def _tools_check(args: argparse.Namespace) -> int:
             f"  argv {msgspec.json.encode(tool.command).decode()}"
             + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
         )
+    for rule in host.policies.rules:
+        conditions = "; ".join(f"{c.text} matches {c.pattern.pattern!r}" for c in rule.when)
+        print(f"rule {rule.name}" + (f" when {conditions}" if conditions else ""))
     for shadowing in catalog.shadowed:
         print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
     for disabled in catalog.disabled:
         print(f"disabled {disabled}")
-    for refusal in catalog.refused:
+    for refusal in host.refused:
         print(f"refused {refusal.line()}")
-    if not catalog.refused:
+    if not host.refused:
         print(f"ok: {len(catalog.tools)} tools")
         return 0
-    print(f"{len(catalog.refused)} refused; {len(catalog.tools)} tools would be offered")
+    print(f"{len(host.refused)} refused; {len(catalog.tools)} tools would be offered")
     return 1
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.declared_tools import Checker, Declarations
     from bbridge.daemon.extensions import ExtensionChecker
+    from bbridge.daemon.hosted import HostedTools
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.mistakes import Mistakes
     from bbridge.daemon.pending import Interactions
@@ -64,6 +65,11 @@ class Counters:
     tool_calls_failed: int = 0  # relayed, then the client answered an error or an invalid tool result
     interactions_opened: int = 0  # pending requests (interactions and relayed tool calls) opened
     interactions_by_policy: int = 0  # resolved by the daemon: timeout with no client, thread stop, bridge exit
+    hosted_calls: int = 0  # item/tool/call of a hosted tool, handed to the tool host (no client asked)
+    hosted_calls_failed: int = 0  # answered with a failed result by the host (its policy, the tool) or invalid
+    hosted_calls_cancelled: int = 0  # cancelled by a thread/stop, the thread's release or its bridge's exit
+    hosted_asks: int = 0  # approvals a hosted call asked for (pending interaction/request)
+    hosted_asks_allowed: int = 0  # of those, answered allow_once or allow_for_session
 
 
 TURN_BUCKETS_S: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
@@ -114,6 +120,7 @@ class DaemonState:
     start_failures: dict[str, str]  # provider id -> why its last start failed (until a start succeeds)
     registry: ThreadRegistry
     declarations: Declarations
+    hosted: HostedTools
     checker: Checker
     clients: list[ClientSink]
     client_info: dict[ClientSink, dict[str, str]]

@@ -21,6 +21,7 @@ import trio
 
 from bbridge.daemon.declared_tools import DeclarationError
 from bbridge.daemon.delivery import ThreadParams, decode
+from bbridge.daemon.hosted import take_choice
 from bbridge.daemon.threads import Cause
 from bbridge.wire import errors, protocol, rpc
 
@@ -45,7 +46,8 @@ class Call:
     params: dict[str, Any]
     thread_id: str | None
     bridge: BridgeProcess | None = None  # chosen after `prepare`
-    declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools
+    declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools, the hosted ones added
+    hosted: frozenset[str] = frozenset()  # a construction's hosted tools (among `declared`)
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
     sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
 
@@ -79,9 +81,9 @@ class Maintenance(MethodRule):
 
 
 class Construction(MethodRule):
-    """`thread/start`, `thread/resume`, `thread/fork`: declared tools checked before the bridge is asked, the
-    thread recorded (its provider, owner and bridge) before it is sent, its tools and provider thread id kept
-    from the answer."""
+    """`thread/start`, `thread/resume`, `thread/fork`: declared tools checked and the chosen hosted tools added
+    (`options.tools` taken out: bridges do not know it) before the bridge is asked, the thread recorded (its
+    provider, owner and bridge) before it is sent, its tools, `cwd` and provider thread id kept from the answer."""
 
     constructs = True
 
@@ -90,9 +92,16 @@ class Construction(MethodRule):
 
     async def prepare(self, daemon: Daemon, call: Call) -> None:
         try:
+            choice = take_choice(call.params)
             call.declared = await daemon.declarations.declare(call.params.get("dynamicTools"))
+            hosted = daemon.hosted.for_construction(call.thread_id, call.client.name, choice, set(call.declared))
+            if hosted:
+                offered = msgspec.to_builtins(hosted)
+                call.declared |= await daemon.declarations.declare(offered)
+                call.params["dynamicTools"] = [*(call.params.get("dynamicTools") or []), *offered]
         except DeclarationError as exc:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
+        call.hosted = frozenset(tool.name for tool in hosted)
 
     async def before(self, daemon: Daemon, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
@@ -104,7 +113,14 @@ class Construction(MethodRule):
     def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None
         result = decode(raw, ThreadParams)
-        daemon.registry.constructed(call.thread_id, call.declared, None if result is None else result.providerThreadId)
+        cwd = call.params.get("cwd")
+        daemon.registry.constructed(
+            call.thread_id,
+            call.declared,
+            None if result is None else result.providerThreadId,
+            call.hosted,
+            cwd if isinstance(cwd, str) else None,
+        )
 
 
 class TurnInput(MethodRule):

@@ -10,8 +10,9 @@ or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -22,11 +23,15 @@ from bbridge.daemon.base import ClientSink, DaemonState
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.declared_tools import Refusal, lookup
 from bbridge.daemon.declared_tools import failed_result as failed_tool_result
+from bbridge.daemon.hosting import Approval, HostedCall
 from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Pending
+from bbridge.daemon.threads import HostedRun
 from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 
 log = structlog.get_logger("bbridge.daemon.router")
+
+DECISIONS: Final = ("allow_once", "allow_for_session", "deny")  # what a hosted call's approval offers
 
 
 class RelayMixin(DaemonState):
@@ -69,7 +74,8 @@ class RelayMixin(DaemonState):
 
         An undeclared tool or arguments that fail, exceed or outlast their checks are answered to the bridge at
         once as a failed call naming the tool, the path and the reason, so the model can correct itself; no
-        client sees them. A client answer that is no `ToolCallResult` reaches the bridge as a failed call.
+        client sees them. A call of one of the thread's hosted tools is answered by the tool host
+        (`hosted_call`). A client answer that is no `ToolCallResult` reaches the bridge as a failed call.
         """
         thread_id = self._tool_thread(bridge, params)
         name: str = params["tool"]
@@ -88,6 +94,8 @@ class RelayMixin(DaemonState):
                 reason=refusal.message,
             )
             return refusal.result()
+        if thread_id is not None and params["tool"] in self.registry.hosted_of(thread_id):
+            return await self.hosted_call(bridge, thread_id, params)
         params["providerId"] = bridge.provider_id
         self.counters.tool_calls_relayed += 1
         pending = self._open(bridge, TOOL_CALL, params, thread_id)
@@ -112,6 +120,86 @@ class RelayMixin(DaemonState):
                 f'The client\'s answer to tool "{params["tool"]}" was not a valid tool result ({exc}); the call failed'
             )
         return answer
+
+    async def hosted_call(self, bridge: BridgeProcess, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Hand a checked call of a hosted tool to the tool host (no client is asked), in a cancel scope kept on
+        the thread's record: a cancelled call answers the bridge as failed, saying why."""
+        host = self.hosted.host
+        assert host is not None
+        record = self.registry.records[thread_id]
+        tool: str = params["tool"]
+        call = HostedCall(
+            thread_id=thread_id,
+            provider_id=bridge.provider_id,
+            turn_id=params.get("turnId"),
+            call_id=params["callId"],
+            tool=tool,
+            arguments=params.get("arguments") or {},
+            cwd=record.cwd,
+            ask=functools.partial(self._ask, bridge, thread_id, params),
+        )
+        run = HostedRun()
+        record.calls.add(run)
+        self.counters.hosted_calls += 1
+        try:
+            with run.scope:
+                result = await host.call(call)
+        finally:
+            record.calls.discard(run)
+        if run.scope.cancel_called:
+            self.counters.hosted_calls_cancelled += 1
+            log.info("cancelled a hosted tool call", threadId=thread_id, tool=tool, reason=run.reason)
+            return failed_tool_result(f'Tool "{tool}" was cancelled: {run.reason}')
+        try:
+            answer = msgspec.convert(result, ToolCallResult)
+        except msgspec.ValidationError as exc:
+            self.counters.hosted_calls_failed += 1
+            log.error("the tool host answered an invalid tool result", threadId=thread_id, tool=tool, error=str(exc))
+            return failed_tool_result(f'Tool "{tool}" failed: the daemon\'s tool host answered no valid result ({exc})')
+        if not answer.success:
+            self.counters.hosted_calls_failed += 1
+        return result
+
+    async def _ask(
+        self, bridge: BridgeProcess, thread_id: str, call: dict[str, Any], details: dict[str, Any]
+    ) -> Approval:
+        """A hosted call's approval: a pending `interaction/request` like a bridge's (subject `tool_use`, the
+        host's `details` beside the payload), relayed and resolved the same way; anything but an allow denies."""
+        tool: str = call["tool"]
+        subject = {
+            "kind": "tool_use",
+            "itemId": call["callId"],
+            "tool": tool,
+            "presentation": self.hosted.presentation(tool),
+        }
+        params: dict[str, Any] = {
+            **details,
+            "threadId": thread_id,
+            "providerThreadId": call.get("providerThreadId"),
+            "turnId": call.get("turnId"),
+            "payload": {
+                "kind": "approval",
+                "subject": subject,
+                "reason": f'Tool "{tool}" is hosted by the daemon, whose policy asks before this call runs',
+                "availableDecisions": list(DECISIONS),
+            },
+            "providerId": bridge.provider_id,
+        }
+        self.counters.hosted_asks += 1
+        pending = self._open(bridge, INTERACTION, params, thread_id)
+        try:
+            raw = await self._outcome(pending)
+        except rpc.RpcError:
+            raw = msgspec.Raw(b"null")  # a client's error answer declines
+        finally:  # a call cancelled while it asks leaves nothing pending
+            self._by_policy(pending, "the hosted tool call was cancelled", "daemon:call-cancelled")
+        answer = msgspec.json.decode(raw)
+        decision = answer.get("decision") if isinstance(answer, dict) else None
+        by = str(pending.resolved_by)
+        if decision == "allow_once" or decision == "allow_for_session":
+            self.counters.hosted_asks_allowed += 1
+            return Approval(decision, by)
+        return Approval("deny", by)
 
     def _tool_thread(self, bridge: BridgeProcess, params: dict[str, Any]) -> str | None:
         """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
@@ -205,7 +293,7 @@ class RelayMixin(DaemonState):
         waiting = self.registry.waiting(thread_id)
         for pending in waiting:
             self._by_policy(pending, reason, "daemon:thread-stop")
-        if waiting:
+        if self.registry.cancel_calls(thread_id, reason) or waiting:
             await trio.lowlevel.checkpoint()
             await trio.lowlevel.checkpoint()
 

@@ -26,6 +26,8 @@ from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
 from bbridge.daemon.delivery import DeliveryMixin
 from bbridge.daemon.extensions import ExtensionChecker
+from bbridge.daemon.hosted import HostedTools
+from bbridge.daemon.hosting import ToolHost
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call
@@ -60,6 +62,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         config: ConfigReport | None = None,
         tool_check_deadline_s: float = CHECK_DEADLINE_S,
         max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES,
+        tool_host: ToolHost | None = None,
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -75,7 +78,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
         self.bridges: dict[str, BridgeProcess] = {}
         self.start_failures: dict[str, str] = {}
-        self.registry = ThreadRegistry(self.tracker)  # every thread's record (where it is let go) and live state
+        self.registry = ThreadRegistry(self.tracker, tool_host)  # every thread's record (where it is let go)
+        self.hosted = HostedTools(tool_host)  # the tools the daemon hosts (None: none), offered to constructions
         self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.clients: list[ClientSink] = []

@@ -49,6 +49,7 @@ class StatusMixin(DaemonState):
             "config": msgspec.to_builtins(self.config),
             "journal": self.journal.health(),
             "turnDurations": self.turn_durations.view(),
+            "hostedTools": self.hosted.status(),
         }
 
     def provider_state(self, provider_id: str) -> dict[str, str]:

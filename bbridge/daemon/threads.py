@@ -2,9 +2,11 @@
 
 A thread's record (`ThreadRecord`) holds what the daemon learnt when a client constructed it — its provider
 (which routes a later request that names none), the client that owns it (asked first by the thread's bridge
-requests) and the tools it declared — and what is live on it: its watchdog state (`watchdog.Watch`: a dispatched
+requests), the tools it declared with the daemon's hosted tools it chose among them (`daemon/hosted.py`), and
+its `cwd` — and what is live on it: its watchdog state (`watchdog.Watch`: a dispatched
 turn not yet started, its open turns, when its bridge was last heard from) and its open pending requests (the
-`pending.Pending` the thread waits on a person for, oldest first). `liveness` reads the live part for
+`pending.Pending` the thread waits on a person for, oldest first) and its running hosted tool calls (each a
+cancel scope: a `thread/stop`, a release and its bridge's exit cancel them). `liveness` reads the live part for
 `daemon/status` (and, next, a web page and metrics).
 
 A thread no client constructed still gets a record when its bridge arms a watchdog for it (a `turn/start` on a
@@ -44,11 +46,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+import trio
+
 if TYPE_CHECKING:
     from bbridge.core.events import Event
     from bbridge.daemon.base import ClientSink
     from bbridge.daemon.bridge import BridgeProcess
     from bbridge.daemon.declared_tools import Tool
+    from bbridge.daemon.hosting import ToolHost
     from bbridge.daemon.pending import Pending
     from bbridge.daemon.tracker import Tracker
     from bbridge.daemon.watchdog import Watch
@@ -64,7 +69,8 @@ class Cause(enum.Enum):
 class Piece(enum.Enum):
     """A part of a thread's state that a release may clear."""
 
-    TOOLS = "tools"  # the declared dynamicTools
+    TOOLS = "tools"  # the declared dynamicTools, the hosted ones among them, and the tool host's session grants
+    HOSTED_CALLS = "hosted calls"  # its running hosted tool calls, cancelled
     WATCHDOGS = "watchdogs"  # its watch (pending turn start, open turns, last traffic); its bridge stops sweeping it
     TRACKER = "tracker"  # its open work, settled as failed
     GUARD = "guard"  # its grammar guard state in its bridge
@@ -74,10 +80,24 @@ class Piece(enum.Enum):
 LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
     # A released thread may be resumed later (a construction declares its tools again); the daemon keeps its
     # record and open work, and the bridge stops counting it.
-    Cause.RELEASED: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS}),
-    # A dead bridge's guard and members go with its process; its threads keep their tools for the next process.
-    Cause.BRIDGE_EXITED: frozenset({Piece.TRACKER, Piece.WATCHDOGS}),
+    Cause.RELEASED: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS}),
+    # A dead bridge's guard and members go with its process; its threads keep their tools for the next process,
+    # but nobody can use the answer of a hosted call it asked for.
+    Cause.BRIDGE_EXITED: frozenset({Piece.TRACKER, Piece.WATCHDOGS, Piece.HOSTED_CALLS}),
 }
+
+
+@dataclass(eq=False, slots=True)
+class HostedRun:
+    """A running hosted tool call: its cancel scope, and why it was cancelled (for the bridge's failed result)."""
+
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    reason: str | None = None
+
+    def cancel(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.scope.cancel()
 
 
 @dataclass(eq=False, slots=True)
@@ -88,6 +108,9 @@ class ThreadRecord:
     provider_id: str | None  # the provider of its latest construction; None: no client constructed it
     owner: ClientSink | None = None  # the client of its latest construction, while it is connected
     tools: dict[str, Tool] = field(default_factory=dict)  # the latest successful construction's dynamicTools
+    hosted: frozenset[str] = frozenset()  # the names among `tools` the daemon's tool host answers
+    cwd: str | None = None  # the latest successful construction's `cwd` (where its hosted tools run)
+    calls: set[HostedRun] = field(default_factory=set)  # its running hosted tool calls
     watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
     pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
     name: str | None = None  # its latest `thread/name/updated` event's name (with --journal, read back at a restart)
@@ -111,10 +134,11 @@ class Liveness:
 class ThreadRegistry:
     """The daemon's threads: their records, their provider thread ids, and where each is let go."""
 
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: Tracker, tool_host: ToolHost | None = None) -> None:
         self.records: dict[str, ThreadRecord] = {}
         self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
         self._tracker = tracker
+        self._tool_host = tool_host
 
     # -- learning a thread ----------------------------------------------------------------------------------
 
@@ -127,12 +151,19 @@ class ThreadRegistry:
             record.provider_id, record.owner = provider_id, owner
         bridge.threads.add(thread_id)
 
-    def constructed(self, thread_id: str, tools: dict[str, Tool] | None, provider_thread_id: str | None) -> None:
-        """A construction's answer: its declared tools win (`None`: the request carried no declaration check) and
-        the provider thread id it names is recorded."""
+    def constructed(
+        self,
+        thread_id: str,
+        tools: dict[str, Tool] | None,
+        provider_thread_id: str | None,
+        hosted: frozenset[str] = frozenset(),
+        cwd: str | None = None,
+    ) -> None:
+        """A construction's answer: its declared tools win (`None`: the request carried no declaration check), with
+        the hosted ones among them and its `cwd`, and the provider thread id it names is recorded."""
         record = self.records.get(thread_id)
         if tools is not None and record is not None:
-            record.tools = tools
+            record.tools, record.hosted, record.cwd = tools, hosted, cwd
         if provider_thread_id:
             self.provider_threads[thread_id] = provider_thread_id
 
@@ -177,6 +208,11 @@ class ThreadRegistry:
     def tools_of(self, thread_id: str | None) -> dict[str, Tool]:
         record = self.records.get(thread_id) if thread_id is not None else None
         return {} if record is None else record.tools
+
+    def hosted_of(self, thread_id: str) -> frozenset[str]:
+        """The names of the thread's tools the daemon's tool host answers."""
+        record = self.records.get(thread_id)
+        return frozenset() if record is None else record.hosted
 
     def on_provider(self, thread_id: str, provider_id: str) -> bool:
         """Whether the thread was constructed on that provider (another provider's thread never lends its tools)."""
@@ -244,10 +280,22 @@ class ThreadRegistry:
         if Piece.MEMBERSHIP in pieces:
             bridge.threads.discard(thread_id)
         if record is not None:
+            if Piece.HOSTED_CALLS in pieces:
+                self.cancel_calls(thread_id, f"the thread was let go ({cause.value})")
             if Piece.TOOLS in pieces:
-                record.tools = {}
+                record.tools, record.hosted = {}, frozenset()
+                if self._tool_host is not None:
+                    self._tool_host.forget(thread_id)
             self.drop_if_empty(record)
         return settlement
+
+    def cancel_calls(self, thread_id: str, reason: str) -> int:
+        """Cancel the thread's running hosted tool calls (each answers its bridge as failed, saying `reason`)."""
+        record = self.records.get(thread_id)
+        runs = list(record.calls) if record is not None else []
+        for run in runs:
+            run.cancel(reason)
+        return len(runs)
 
     def drop_if_empty(self, record: ThreadRecord) -> None:
         """A record no client constructed lasts while it holds something: a watch armed, a pending request, a name."""

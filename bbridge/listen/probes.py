@@ -104,6 +104,15 @@ class _Snapshot(Collector):
         yield _counter(
             "bbridge_tool_calls_refused", "Tool calls answered failed at once.", counters["tool_calls_refused"]
         )
+        hosted = CounterMetricFamily(
+            "bbridge_hosted_tool_calls", "Hosted tool calls the daemon answered, by outcome.", labels=["outcome"]
+        )
+        failed, cancelled = counters["hosted_calls_failed"], counters["hosted_calls_cancelled"]
+        hosted.add_metric(["succeeded"], counters["hosted_calls"] - failed - cancelled)
+        hosted.add_metric(["failed"], failed)
+        hosted.add_metric(["cancelled"], cancelled)
+        yield hosted
+        yield _counter("bbridge_hosted_tool_asks", "Approvals hosted tool calls asked for.", counters["hosted_asks"])
         yield _counter("bbridge_journal_write_errors", "Journal writes that failed.", status["journal"]["writeErrors"])
         turns = HistogramMetricFamily(
             "bbridge_turn_duration_seconds", "Turn durations, started to completed, per provider.", labels=["provider"]

@@ -34,6 +34,15 @@ class ErrorBody(Wire, kw_only=True):
     message: str
 
 
+class ToolChoice(Wire, kw_only=True, forbid_unknown_fields=True):
+    """`options.tools` on `thread/start`, `thread/resume` and `thread/fork`: which of the daemon's hosted tools the
+    thread gets (all when absent): `include` only those, `exclude` all but those. The daemon takes it out before
+    the bridge sees the options; a name no hosted tool has is refused (-32602, naming the hosted tools)."""
+
+    include: list[NonEmpty] | UnsetType = UNSET
+    exclude: list[NonEmpty] | UnsetType = UNSET
+
+
 class ThreadPendingParams(Wire, kw_only=True, forbid_unknown_fields=True):
     threadId: NonEmpty | UnsetType = UNSET
 

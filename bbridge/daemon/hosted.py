@@ -1,0 +1,119 @@
+"""The daemon's side of hosted tools (issue 35): which a thread gets, and its calls answered by the tool host.
+
+The tool host (`hosting.ToolHost`, implemented above the daemon) says which tools it serves. A construction
+(`thread/start|resume|fork`) chooses among them with `options.tools = {include?, exclude?}`, which the daemon
+takes out before the bridge sees it (`take_choice`); the chosen tools, less any the client declares itself (its
+own tool shadows a hosted one of the same name, each such shadowing reported once per daemon), are appended to
+the construction's `dynamicTools` (`hosted_tools`), so every bridge offers them as it offers a client's.
+
+A bridge's `item/tool/call` for one of a thread's hosted tools, checked like any declared tool's, is answered
+by the daemon (`RelayMixin.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept on the thread's record
+(`threads.HostedRun`), which `thread/stop`, the thread's release and its bridge's exit cancel; a cancelled call
+answers the bridge with a failed result saying why. The host's `ask` opens a pending approval exactly like a
+bridge's (`relays.py`): relayed, answerable by any client, resolved by the timeout policy as a deny.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+import structlog
+from msgspec import UNSET
+
+from bbridge.daemon.declared_tools import DeclarationError
+from bbridge.wire import client_api, protocol
+
+if TYPE_CHECKING:
+    from bbridge.daemon.hosting import ToolHost
+
+log = structlog.get_logger("bbridge.daemon.hosted")
+
+# A hosted tool with no presentation of its own is shown, when it asks, as a client tool is by the echo bridge.
+DEFAULT_PRESENTATION: Final = {
+    "label": {"pending": "Calling tool", "completed": "Called tool"},
+    "icon": {"glyph": "Wrench"},
+}
+
+
+def take_choice(params: dict[str, Any]) -> client_api.ToolChoice | None:
+    """The construction's `options.tools`, taken out of its params (the bridge protocol does not know it)."""
+    options = params.get("options")
+    if not isinstance(options, dict) or "tools" not in options:
+        return None
+    raw = options.pop("tools")
+    try:
+        return msgspec.convert(raw, client_api.ToolChoice)
+    except msgspec.ValidationError as exc:
+        raise DeclarationError(
+            f"Invalid options.tools ({exc}): it is {{include?: [tool names], exclude?: [tool names]}}, choosing "
+            "among the tools the daemon hosts"
+        ) from None
+
+
+def _names(tools: list[protocol.DynamicTool]) -> str:
+    return ", ".join(f'"{tool.name}"' for tool in tools) or "none"
+
+
+def chosen(offered: list[protocol.DynamicTool], choice: client_api.ToolChoice | None) -> list[protocol.DynamicTool]:
+    """The hosted tools a construction's choice keeps (all when it made none); a name no hosted tool has is
+    refused, naming the hosted tools."""
+    if choice is None:
+        return list(offered)
+    include = [] if choice.include is UNSET else choice.include
+    exclude = [] if choice.exclude is UNSET else choice.exclude
+    known = {tool.name for tool in offered}
+    unknown = [name for name in (*include, *exclude) if name not in known]
+    if unknown:
+        listed = ", ".join(f'"{name}"' for name in dict.fromkeys(unknown))
+        raise DeclarationError(
+            f"options.tools names {listed}, which the daemon does not host (hosted: {_names(offered)}). Name only "
+            "hosted tools there (`bbridge tools check` lists them); declare a tool of your own in dynamicTools"
+        )
+    kept = [tool for tool in offered if choice.include is UNSET or tool.name in include]
+    return [tool for tool in kept if tool.name not in exclude]
+
+
+class HostedTools:
+    """The tool host, if any, and the shadowings reported: what a construction adds, and what status shows."""
+
+    def __init__(self, host: ToolHost | None) -> None:
+        self.host = host
+        self.shadowings: dict[str, dict[str, Any]] = {}  # tool name → its first shadowing by a client's tool
+
+    def for_construction(
+        self, thread_id: str | None, client: str, choice: client_api.ToolChoice | None, declared: set[str]
+    ) -> list[protocol.DynamicTool]:
+        """The hosted tools a construction adds to its `dynamicTools`: its choice among the offered ones, less
+        those the client declares itself (each such shadowing reported once for the daemon's life)."""
+        offered = self.host.offered() if self.host is not None else []
+        tools = chosen(offered, choice)
+        for tool in tools:
+            if tool.name in declared and tool.name not in self.shadowings:
+                self.shadowings[tool.name] = {
+                    "tool": tool.name,
+                    "threadId": thread_id,
+                    "client": client,
+                    "at": time.time(),
+                }
+                log.warning(
+                    "a client's own tool shadows a hosted tool of the same name (reported once per tool)",
+                    tool=tool.name,
+                    threadId=thread_id,
+                    client=client,
+                )
+        return [tool for tool in tools if tool.name not in declared]
+
+    def status(self) -> dict[str, Any]:
+        """`daemon/status`'s `hostedTools`: the host's report, and the hosted tools client declarations shadowed."""
+        report = self.host.report() if self.host is not None else {}
+        return {**report, "shadowedByClients": list(self.shadowings.values())}
+
+    def presentation(self, tool: str) -> Any:
+        """The tool's presentation as its offer gives it (a default one when it gives none)."""
+        offered = self.host.offered() if self.host is not None else []
+        found = next((entry for entry in offered if entry.name == tool), None)
+        if found is None or found.presentation is UNSET:
+            return DEFAULT_PRESENTATION
+        return msgspec.to_builtins(found.presentation)
