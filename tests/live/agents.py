@@ -45,6 +45,7 @@ class Agent:
     provider: str
     config: ProviderConfig
     cwd: Path  # the thread's working directory
+    thread = THREAD  # the thread's id (one per agent when several share a daemon)
     # whether the bridge stamps a declared tool's presentation on its items (protocol.md `DynamicTool`); pi's does
     # not: it follows the reference, which drops it (pi-bridge.md §4, the recorded `user-question` cell)
     shows_presentation = True
@@ -62,7 +63,7 @@ class Agent:
 
     def start(self, tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """A `thread/start` declaring `tools` (no `dynamicTools` at all when none)."""
-        start = {"providerId": self.provider, "threadId": THREAD, "cwd": str(self.cwd), "options": self.options()}
+        start = {"providerId": self.provider, "threadId": self.thread, "cwd": str(self.cwd), "options": self.options()}
         return start | ({"dynamicTools": list(tools)} if tools else {})
 
     def prompt(self) -> str:
@@ -71,7 +72,7 @@ class Agent:
     def turn(self, ptid: str) -> dict[str, Any]:
         return {
             "providerId": self.provider,
-            "threadId": THREAD,
+            "threadId": self.thread,
             "providerThreadId": ptid,
             "input": [{"type": "text", "text": self.prompt(), "mentions": []}],
             "clientRequestId": "creq_abcdefghjk",
@@ -187,11 +188,16 @@ async def run_turn(
     """One thread (declaring `tools`) and one turn through a real daemon (`daemon`: its keyword options), the
     client answering requests with `answer`; returns the client once the daemon stopped and no process is left."""
     async with running(root, {agent.provider: agent.config}, **daemon) as (_, path), connect(path, answer) as client:
-        ptid = (await client.request("thread/start", agent.start(tools)))["providerThreadId"]
-        await client.request("turn/start", agent.turn(ptid))
-        await client.wait_for(lambda: client.settled(THREAD), timeout=30)
+        await start_and_turn(client, agent, tools)
     no_leftovers([root], f"a process of the {agent.provider} run outlived its daemon")
     return client
+
+
+async def start_and_turn(client: TestClient, agent: Agent, tools: Sequence[dict[str, Any]] = ()) -> None:
+    """The agent's thread started (declaring `tools`) and one turn run to its end, through `client`'s daemon."""
+    ptid = (await client.request("thread/start", agent.start(tools)))["providerThreadId"]
+    await client.request("turn/start", agent.turn(ptid))
+    await client.wait_for(lambda: client.settled(agent.thread), timeout=30)
 
 
 def tool_calls(client: TestClient) -> list[Any]:
@@ -199,6 +205,6 @@ def tool_calls(client: TestClient) -> list[Any]:
     return [msgspec.json.decode(r.params) for r in client.requests if r.method == "item/tool/call"]
 
 
-def tool_items(client: TestClient) -> list[dict[str, Any]]:
+def tool_items(client: TestClient, thread: str = THREAD) -> list[dict[str, Any]]:
     """The thread's completed `toolCall` items."""
-    return [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+    return [e["item"] for e in client.of(thread, "item/completed") if e["item"]["type"] == "toolCall"]
