@@ -144,6 +144,14 @@ class RelayMixin(DaemonState):
         try:
             with run.scope:
                 result = await host.call(call)
+        except trio.Cancelled:  # from outside: the bridge's connection closed (it exited), nobody takes an answer
+            self.counters.hosted_calls_cancelled += 1
+            log.info("cancelled a hosted tool call: its bridge went away", threadId=thread_id, tool=tool)
+            raise
+        except Exception as exc:  # a fault of the host: the model reads a failed call, the log has the traceback
+            self.counters.hosted_calls_failed += 1
+            log.exception("the tool host failed a call", threadId=thread_id, tool=tool)
+            return failed_tool_result(f'Tool "{tool}" failed in the daemon\'s tool host: {exc}')
         finally:
             record.calls.discard(run)
         if run.scope.cancel_called:
