@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,14 @@ import pytest
 import trio
 from structlog.testing import capture_logs
 
+from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import failed_result
 from bbridge.daemon.hosting import Approval, HostedCall
 from bbridge.listen.probes import metrics
 from bbridge.ops import approval, asked
 from bbridge.wire import protocol, rpc
 from bbridge.wire.lanes import read_lane
-from tests.support import connect, fake_provider, running
+from tests.support import FULL, connect, fake_provider, running
 from tests.test_declared_tools import LOOKUP, OK, bridge_got, call_turn, completed, tool_calls
 
 THREAD = "thr_hosted"
@@ -331,3 +333,20 @@ async def test_a_release_forgets_the_thread_and_clears_its_hosted_tools(tmp_path
             await client.request("thread/stop", {"threadId": THREAD, "intent": "release"})
             assert host.forgotten == [THREAD]
             assert daemon.registry.hosted_of(THREAD) == frozenset()
+
+
+async def test_the_echo_bridge_shows_a_hosted_call_with_the_tools_presentation(tmp_path: Path) -> None:
+    """Through a real bridge, unchanged: the hosted tool is offered, called, answered by the host, and its tool item
+    carries the hosted tool's presentation."""
+    host = FakeHost()
+    echo = ProviderConfig(command=[sys.executable, "-m", "bridges.echo"])
+    async with running(tmp_path, {"echo": echo}, tool_host=host) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", {"providerId": "echo", "threadId": THREAD, "cwd": "/tmp", "options": FULL})
+        text = 'tool:grep_repo args:{"q":"x"}'
+        turn = {"input": [{"type": "text", "text": text}], "clientRequestId": "creq_abcdefghjm", "options": FULL}
+        await client.request("turn/start", {"threadId": THREAD, **turn})
+        await client.wait_for(lambda: client.settled(THREAD))
+        [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+        assert tool["presentation"] == PRESENTATION and tool["status"] == "completed"
+        assert tool["result"] == 'grep_repo ran in /tmp with {"q": "x"}'
+        assert [call.tool for call in host.calls] == ["grep_repo"] and client.requests == []

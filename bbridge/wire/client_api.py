@@ -68,7 +68,8 @@ class PendingRequest(InteractionOpenedParams, kw_only=True):
 
 class Resolution(Wire, kw_only=True):
     """How a request was resolved: by a client (its connection's name, and `client`: what it called itself in
-    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`);
+    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`;
+    `daemon:call-cancelled`: a hosted tool's approval whose call was cancelled meanwhile);
     exactly one of `result` and `error`."""
 
     requestId: NonEmpty
