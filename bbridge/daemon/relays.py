@@ -6,6 +6,9 @@ client request, to one client: the thread's owner, else the last one connected. 
 it — unless another client answered first with `interaction/respond`. A client that goes away resolves
 nothing. With no client connected for the provider's `interaction_timeout_s`, a `thread/stop` of its thread,
 or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly one answer, the resolution's.
+
+A call of a tool the daemon hosts (`daemon/hosted.py`) is answered by its tool host instead, no client asked
+(`hosted_call`); the host's `ask` is a pending approval opened, relayed and resolved as a bridge's is.
 """
 
 from __future__ import annotations
