@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -112,15 +111,7 @@ class _Capped:
 
 async def _once(tool: HostedTool, argv: list[str], cwd: str, env: dict[str, str]) -> _Attempt:
     try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+        proc = await process.spawn(argv, env=env, cwd=cwd, stdin=False)
     except OSError as exc:
         why = exc.strerror or str(exc)
         return _Attempt(
