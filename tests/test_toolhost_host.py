@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import UNSET
 
 from bbridge.cli import main
 from bbridge.daemon.hosting import Approval, Decision, HostedCall
@@ -183,7 +184,7 @@ def test_offered_tools_carry_their_presentation() -> None:
     assert first.inputSchema == {"type": "object", "properties": {}}
     assert first.presentation.label.pending == "Echoing"  # type: ignore[union-attr]
     assert first.presentation.icon.glyph == "Search"  # type: ignore[union-attr]
-    assert bare.presentation is not None and not hasattr(bare.presentation, "label")
+    assert bare.presentation is UNSET
 
 
 CONFIG = """

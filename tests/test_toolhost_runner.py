@@ -63,11 +63,11 @@ async def test_past_its_timeout_the_tool_and_its_children_are_killed(
 ) -> None:
     monkeypatch.setattr(runner, "GRACE_S", 0.2)
     pidfile = tmp_path / "pids"
-    tool = _python(SLEEPER, "{pidfile}", timeout_s=1.0)
+    tool = _python(SLEEPER, "{pidfile}", timeout_s=3.0)  # time enough to start both on a busy machine
     run = await runner.run(tool, {"pidfile": str(pidfile)}, str(tmp_path), {})
     assert run.status == "timeout"
     assert run.result["success"] is False
-    assert "timed out after 1 s" in _text(run.result)
+    assert "timed out after 3 s" in _text(run.result)
     pids = await _pids(pidfile)
     assert await _none_left(pids)
 
@@ -193,3 +193,13 @@ async def test_no_working_directory_refuses_clearly(tmp_path: Path) -> None:
     assert missing.status == "refused" and "no working directory" in _text(missing.result)
     gone = await runner.run(tool, {}, str(tmp_path / "gone"), {})
     assert gone.status == "refused" and "is not a directory" in _text(gone.result)
+
+
+async def test_what_the_tool_leaves_behind_is_killed_when_it_exits(tmp_path: Path) -> None:
+    script = (
+        "import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(child.pid)"
+    )
+    run = await runner.run(_python(script, timeout_s=10.0), {}, str(tmp_path), {})
+    assert run.status == "ok"  # not held until the timeout by the child's copy of stdout
+    assert await _none_left([int(_text(run.result))])
