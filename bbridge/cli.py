@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import msgspec
 import trio
@@ -30,6 +30,7 @@ from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
     from bbridge.ops import Where
+    from bbridge.toolhost.host import Host
 
 
 def _version() -> str:
@@ -88,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
+    )
+    serve.add_argument(
+        "--tools-dir",
+        type=Path,
+        metavar="DIR",
+        help="directory of plugin bundles (DIR/NAME/plugin.json) to host beside the config's [tools.NAME]",
     )
     listen_options.add_arguments(serve)
 
@@ -320,10 +327,16 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
-    if report.refused and args.strict_config:
-        for refusal in report.refused:
+    try:
+        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
+    except ConfigError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    refused = [*report.refused, *(tool_host.refused if tool_host is not None else [])]
+    if refused and args.strict_config:
+        for refusal in refused:
             print(f"bbridge serve: refused {refusal.line()}", file=sys.stderr)
-        print(f"bbridge serve: --strict-config: {len(report.refused)} refused, not starting", file=sys.stderr)
+        print(f"bbridge serve: --strict-config: {len(refused)} refused, not starting", file=sys.stderr)
         return 2
     warn_refused(report)
     token = server.read_or_make_token(args.token_file) if args.token_file else None
@@ -332,6 +345,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
+    # The daemon's `tool_host` keyword comes with the daemon's half of issue 35: passed only when there is a host
+    hosting: dict[str, Any] = {} if tool_host is None else {"tool_host": tool_host}
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -340,6 +355,7 @@ def _serve(args: argparse.Namespace) -> int:
         config=report,
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
+        **hosting,
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
     # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
@@ -348,11 +364,28 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     faces = [server.socket_face(args.socket)] if args.socket is not None else []
     faces += [listen_face(settings) for settings in listens]
-    if faces:
-        trio.run(server.serve, daemon, faces)
-    else:
-        trio.run(server.serve_stdio, daemon)
+    try:
+        if faces:
+            trio.run(server.serve, daemon, faces)
+        else:
+            trio.run(server.serve_stdio, daemon)
+    finally:
+        if tool_host is not None:
+            tool_host.close()
     return 0
+
+
+def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | None) -> Host | None:
+    """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit] and --tools-dir's bundles), their
+    refusals and shadowings logged once; None when there is nothing to host or report."""
+    from bbridge.toolhost.host import load_host, warn_refused
+
+    host = load_host(config, tools_dir, journal_dir)
+    if not host.offered() and not host.refused:
+        host.close()
+        return None
+    warn_refused(host)
+    return host
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -371,9 +404,10 @@ def _config_check(args: argparse.Namespace) -> int:
 
 def _tools_check(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path
-    from bbridge.toolhost.catalog import load_tools
+    from bbridge.toolhost.host import load_host
 
-    catalog = load_tools(config_path(args.config), args.tools_dir)
+    host = load_host(config_path(args.config), args.tools_dir, None)
+    catalog = host.catalog
     for tool in catalog.tools:
         print(f"{tool.name}: {tool.description}")
         print(f"  from {tool.source}; policy {tool.policy}")
@@ -381,16 +415,19 @@ def _tools_check(args: argparse.Namespace) -> int:
             f"  argv {msgspec.json.encode(tool.command).decode()}"
             + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
         )
+    for rule in host.policies.rules:
+        conditions = "; ".join(f"{c.text} matches {c.pattern.pattern!r}" for c in rule.when)
+        print(f"rule {rule.name}" + (f" when {conditions}" if conditions else ""))
     for shadowing in catalog.shadowed:
         print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
     for disabled in catalog.disabled:
         print(f"disabled {disabled}")
-    for refusal in catalog.refused:
+    for refusal in host.refused:
         print(f"refused {refusal.line()}")
-    if not catalog.refused:
+    if not host.refused:
         print(f"ok: {len(catalog.tools)} tools")
         return 0
-    print(f"{len(catalog.refused)} refused; {len(catalog.tools)} tools would be offered")
+    print(f"{len(host.refused)} refused; {len(catalog.tools)} tools would be offered")
     return 1
 
 

@@ -1,0 +1,248 @@
+"""The tool host: what `bbridge.daemon.hosting.ToolHost` asks, done for command tools and external ones.
+
+Its tools compose first-wins: `[tools.NAME]` of `bbridge.toml`, then plugin bundles (the catalog), then external
+tools (the MCP servers' `NAME__tool`, anything satisfying `ExternalTool`); a later tool of a taken name is
+shadowed and reported. Every call goes through one path: the decision (policy.py), a person's answer when it is
+`ask`, the run (runner.py for a command, `invoke` for an external tool), the redaction of its result, and one
+audit line (audit.py), written however the call ends, cancelled too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+from msgspec import UNSET, UnsetType
+
+from bbridge.core import grammar
+from bbridge.daemon.config import Refusal, read_toml
+from bbridge.daemon.hosting import HostedCall
+from bbridge.toolhost import runner
+from bbridge.toolhost.audit import Audit, digest, load_audit, shape
+from bbridge.toolhost.catalog import Catalog, Shadowing, load_tools
+from bbridge.toolhost.declarations import HostedTool, Policy, Presentation
+from bbridge.toolhost.policy import Policies, load_rules
+from bbridge.toolhost.results import ToolCallResult, failure
+from bbridge.wire import protocol
+
+log = structlog.get_logger("bbridge.toolhost")
+
+DEFAULT_GLYPH = "Wrench"  # a presentation that names a label but no icon
+
+
+class ExternalTool(Protocol):
+    """A tool run by something other than a command (an MCP server's): the host decides, audits and redacts its
+    calls like a command tool's; it has no argv, so an `ask` shows its arguments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def schema(self) -> dict[str, Any]: ...
+
+    @property
+    def presentation(self) -> Presentation | None: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def source(self) -> str: ...
+
+    async def invoke(self, arguments: dict[str, Any]) -> ToolCallResult:
+        """The call's `ToolCallResult`; cancelled, nothing it started outlives it."""
+        ...
+
+
+Tool = HostedTool | ExternalTool
+
+
+class Host:
+    """Implements `bbridge.daemon.hosting.ToolHost`."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        policies: Policies | None = None,
+        audit: Audit | None = None,
+        external: Sequence[ExternalTool] = (),
+        refused: Sequence[Refusal] = (),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.policies = policies or Policies()
+        self.audit = audit or Audit()
+        self.refused = [*catalog.refused, *refused]
+        self.shadowed = list(catalog.shadowed)
+        self._environ = os.environ if environ is None else environ
+        self._tools: dict[str, Tool] = {tool.name: tool for tool in catalog.tools}
+        for tool in external:
+            kept = self._tools.get(tool.name)
+            if kept is None:
+                self._tools[tool.name] = tool
+            else:
+                self.shadowed.append(Shadowing(tool.name, kept.source, tool.source))
+
+    def offered(self) -> list[protocol.DynamicTool]:
+        return [
+            protocol.DynamicTool(
+                name=tool.name,
+                description=tool.description,
+                inputSchema=tool.schema,
+                presentation=_presentation(tool.name, tool.presentation),
+            )
+            for tool in self._tools.values()
+        ]
+
+    async def call(self, call: HostedCall) -> ToolCallResult:
+        tool = self._tools.get(call.tool)
+        if tool is None:
+            return failure(f"{call.tool}: not a tool this daemon hosts (hosted: {', '.join(self._tools) or 'none'})")
+        verdict = self.policies.decide(call.thread_id, tool.name, tool.policy, tool.source, call.arguments)
+        line: dict[str, Any] = {
+            "thread": call.thread_id,
+            "provider": call.provider_id,
+            "turn": call.turn_id,
+            "call": call.call_id,
+            "tool": tool.name,
+            "source": tool.source,
+            "argsSha256": digest(call.arguments),
+            "argsShape": shape(call.arguments),
+            "decision": verdict.decision,
+            "decidedBy": verdict.by,
+            "status": "cancelled",
+            "exit": None,
+            "attempts": 0,
+            "bytesOut": 0,
+        }
+        started = time.monotonic()
+        try:
+            result = self.audit.redactor.result(await self._decided(call, tool, verdict.decision, verdict.by, line))
+        finally:
+            line["durationMs"] = round((time.monotonic() - started) * 1000, 3)
+            self.audit.record(line)
+            log.info(
+                "hosted tool call",
+                tool=tool.name,
+                thread=call.thread_id,
+                decision=line["decision"],
+                by=line["decidedBy"],
+                status=line["status"],
+                exit=line["exit"],
+            )
+        return result
+
+    async def _decided(
+        self, call: HostedCall, tool: Tool, decision: Policy, by: str, line: dict[str, Any]
+    ) -> ToolCallResult:
+        if decision == "ask":
+            approval = await call.ask({"hostedTool": _asked(tool, call.arguments)})
+            line["decision"], line["decidedBy"] = f"ask: {approval.decision}", approval.by
+            if approval.decision == "allow_for_session":
+                self.policies.grant(call.thread_id, tool.name)
+            elif approval.decision == "deny":
+                line["status"] = "denied"
+                return failure(f"{tool.name}: the call was declined by {approval.by}; it did not run")
+        elif decision == "deny":
+            line["status"] = "denied"
+            return failure(f"{tool.name}: denied by {by}; the call did not run")
+        if isinstance(tool, HostedTool):
+            run = await runner.run(tool, call.arguments, call.cwd, self._environ)
+            line.update(status=run.status, exit=run.exit_status, attempts=run.attempts, bytesOut=run.bytes_out)
+            return run.result
+        line["attempts"] = 1
+        try:
+            result = await tool.invoke(dict(call.arguments))
+        except Exception as exc:  # an external tool's failure is the call's, never the daemon's
+            line["status"] = "error"
+            message = self.audit.redactor.text(f"{type(exc).__name__}: {exc}")
+            log.warning("external tool failed", tool=tool.name, source=tool.source, error=message)
+            return failure(f"{tool.name} failed: {message}")
+        line["status"] = "ok" if result.get("success") else "error"
+        return result
+
+    def forget(self, thread_id: str) -> None:
+        self.policies.forget(thread_id)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "tools": [
+                {
+                    "name": tool.name,
+                    "source": tool.source,
+                    "policy": tool.policy,
+                    "kind": "command" if isinstance(tool, HostedTool) else "external",
+                }
+                for tool in self._tools.values()
+            ],
+            "refused": [{"section": r.section, "key": r.key, "error": r.error} for r in self.refused],
+            "shadowed": [{"name": s.name, "kept": s.kept, "shadowed": s.shadowed} for s in self.shadowed],
+            "disabled": list(self.catalog.disabled),
+            "rules": [rule.name for rule in self.policies.rules],
+            "audit": None if self.audit.path is None else str(self.audit.path),
+        }
+
+    def close(self) -> None:
+        self.audit.close()
+
+
+def _asked(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What a person is shown: the tool, its arguments, and for a command the argv it would run first."""
+    details: dict[str, Any] = {"tool": tool.name, "arguments": dict(arguments)}
+    if isinstance(tool, HostedTool):
+        details["argv"] = tool.argv(arguments)
+    else:
+        details["source"] = tool.source
+    return details
+
+
+def _presentation(name: str, declared: Presentation | None) -> grammar.Presentation | UnsetType:
+    """The timeline's presentation (label and icon both required there); none when none is declared. The
+    declared `intent` has no place on the wire yet and is not sent."""
+    if declared is None or (declared.label is None and declared.icon is None):
+        return UNSET
+    label = declared.label
+    return grammar.Presentation(
+        label=grammar.Label(pending=label.pending if label else name, completed=label.completed if label else name),
+        icon=grammar.Icon(glyph=declared.icon.glyph if declared.icon else DEFAULT_GLYPH),
+    )
+
+
+def load_host(
+    config: Path | None,
+    tools_dir: Path | None,
+    journal_dir: Path | None,
+    *,
+    external: Sequence[ExternalTool] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Host:
+    """The host of `config`'s `[tools.NAME]`, `[[tool_rules]]` and `[tool_audit]`, `tools_dir`'s bundles and
+    `external`; raises ConfigError when the file or directory cannot be used at all."""
+    catalog = load_tools(config, tools_dir)
+    raw = read_toml(config) if config is not None else {}
+    rules, refused = load_rules(raw["tool_rules"]) if "tool_rules" in raw else ([], [])
+    audit, audit_refused = load_audit(raw.get("tool_audit"), journal_dir)
+    return Host(
+        catalog,
+        policies=Policies(rules),
+        audit=audit,
+        external=external,
+        refused=[*refused, *audit_refused],
+        environ=environ,
+    )
+
+
+def warn_refused(host: Host) -> None:
+    """Each refusal and shadowing, logged once when the daemon starts."""
+    for refusal in host.refused:
+        log.warning("hosted tool refused", section=refusal.section, key=refusal.key, error=refusal.error)
+    for shadowing in host.shadowed:
+        log.warning("hosted tool shadowed", tool=shadowing.name, kept=shadowing.kept, shadowed=shadowing.shadowed)
