@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, get_args
 
 import msgspec
 import trio
@@ -345,8 +345,6 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
-    # The daemon's `tool_host` keyword comes with the daemon's half of issue 35: passed only when there is a host
-    hosting: dict[str, Any] = {} if tool_host is None else {"tool_host": tool_host}
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
@@ -355,7 +353,7 @@ def _serve(args: argparse.Namespace) -> int:
         config=report,
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
-        **hosting,
+        tool_host=tool_host,
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
     # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
