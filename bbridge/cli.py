@@ -30,6 +30,7 @@ from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
     from bbridge.ops import Where
+    from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
 
 def _version() -> str:
@@ -372,6 +373,7 @@ def _config_check(args: argparse.Namespace) -> int:
 def _tools_check(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path
     from bbridge.toolhost.catalog import load_tools
+    from bbridge.toolhost.mcp import McpServers
 
     catalog = load_tools(config_path(args.config), args.tools_dir)
     for tool in catalog.tools:
@@ -381,17 +383,31 @@ def _tools_check(args: argparse.Namespace) -> int:
             f"  argv {msgspec.json.encode(tool.command).decode()}"
             + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
         )
+    served = trio.run(_mcp_tools, catalog.servers) if catalog.servers else McpServers([], [])
+    for mcp_tool in served.tools:
+        print(f"{mcp_tool.name}: {mcp_tool.description}")
+        print(f"  from {mcp_tool.source}; policy {mcp_tool.policy}")
     for shadowing in catalog.shadowed:
         print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
     for disabled in catalog.disabled:
         print(f"disabled {disabled}")
-    for refusal in catalog.refused:
+    refused = catalog.refused + served.refused
+    for refusal in refused:
         print(f"refused {refusal.line()}")
-    if not catalog.refused:
-        print(f"ok: {len(catalog.tools)} tools")
+    count = len(catalog.tools) + len(served.tools)
+    if not refused:
+        print(f"ok: {count} tools")
         return 0
-    print(f"{len(catalog.refused)} refused; {len(catalog.tools)} tools would be offered")
+    print(f"{len(refused)} refused; {count} tools would be offered")
     return 1
+
+
+async def _mcp_tools(servers: list[McpServerConfig]) -> McpServers:
+    """Each MCP server started (within its startup_timeout_s), its tools listed, and stopped again."""
+    from bbridge.toolhost.mcp import mcp_servers
+
+    async with mcp_servers(servers) as served:
+        return served
 
 
 def _schema(args: argparse.Namespace) -> int:
