@@ -1,8 +1,9 @@
 """A tiny stdio MCP server for the hosted MCP tools' error cases (tests/test_toolhost_mcp.py), stdlib only.
 
-Tools: `echo {text}`, `sleep {seconds}` (answers after them), `fail` (an `isError` result), `resource` (an
-embedded text resource), `die` (exits without answering), `dotted.name` (a name bb maps to `dotted_name`) and one
-whose name is too long to map. `--broken` writes a reason to stderr and exits before answering `initialize`.
+Tools: `echo {text}`, `sleep {seconds}` (answers after them), `gate` (answers once `open` is called, or after 10 s:
+it needs two calls in flight at once), `open`, `fail` (an `isError` result), `resource` (an embedded text
+resource), `die` (exits without answering), `dotted.name` (a name bb maps to `dotted_name`) and one whose name is
+too long to map. Each call runs in a thread of its own; the server exits when its stdin closes. `--broken` writes a reason to stderr and exits before answering `initialize`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ LONG = "x" * 70
 TOOLS = [
     {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
     {"name": "sleep", "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}},
+    {"name": "gate", "inputSchema": {"type": "object"}},
+    {"name": "open", "inputSchema": {"type": "object"}},
     {"name": "fail", "description": "always fails", "inputSchema": {"type": "object"}},
     {"name": "resource", "inputSchema": {"type": "object"}},
     {"name": "die", "inputSchema": {"type": "object"}},
@@ -25,6 +28,7 @@ TOOLS = [
     {"name": LONG, "inputSchema": {"type": "object"}},
 ]
 _lock = threading.Lock()
+_opened = threading.Event()
 
 
 def send(message: dict[str, Any]) -> None:
@@ -41,6 +45,11 @@ def call(request_id: Any, name: str, arguments: dict[str, Any]) -> None:
     elif name == "sleep":
         time.sleep(float(arguments.get("seconds", 0)))
         content = [{"type": "text", "text": "slept"}]
+    elif name == "gate":
+        content = [{"type": "text", "text": "opened" if _opened.wait(10) else "still closed"}]
+    elif name == "open":
+        _opened.set()
+        content = [{"type": "text", "text": "open"}]
     elif name == "fail":
         content, error = [{"type": "text", "text": "it went wrong"}], True
     elif name == "resource":
@@ -71,7 +80,8 @@ def main() -> None:
             result = {"tools": TOOLS}
         elif method == "tools/call":
             params = message["params"]
-            threading.Thread(target=call, args=(request_id, params["name"], params.get("arguments") or {})).start()
+            arguments = params.get("arguments") or {}
+            threading.Thread(target=call, args=(request_id, params["name"], arguments), daemon=True).start()
             continue
         elif method == "ping":
             result = {}

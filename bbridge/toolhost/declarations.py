@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -78,24 +78,40 @@ _FIELDS = {f.name: f for f in msgspec.structs.fields(HostedTool) if f.name not i
 
 def declared_tools(tables: Any, source: str) -> tuple[list[HostedTool], list[Refusal]]:
     """The tools of the `tools` table (`source`: the file), and one refusal per bad key of each broken one."""
-    tools: list[HostedTool] = []
+    good, refused = named_tables(tables, "tools", _bad_name, _FIELDS, _CHECKS)
+    return [HostedTool(name=name, source=f"{source} [{section}]", **values) for name, section, values in good], refused
+
+
+def _bad_name(name: str) -> str | None:
+    return None if NAME.fullmatch(name) else "bad tool name (expected 1 to 64 of A-Z a-z 0-9 _ -)"
+
+
+def named_tables(
+    tables: Any,
+    kind: str,
+    bad_name: Callable[[str], str | None],
+    fields: Mapping[str, msgspec.structs.FieldInfo],
+    checks: Mapping[str, Any],
+) -> tuple[list[tuple[str, str, dict[str, Any]]], list[Refusal]]:
+    """Each sound `[KIND.NAME]` table as (name, section, its values), and the refusals of the others."""
+    good: list[tuple[str, str, dict[str, Any]]] = []
     refused: list[Refusal] = []
     for name, table in tables.items():
-        section = f"tools.{name}"
-        if not NAME.fullmatch(name):
-            refused.append(Refusal(section, None, "bad tool name (expected 1 to 64 of A-Z a-z 0-9 _ -)"))
+        section = f"{kind}.{name}"
+        problem = bad_name(name) or (
+            None if isinstance(table, dict) else f"expected a table, got {type(table).__name__}"
+        )
+        if problem is not None:
+            refused.append(Refusal(section, None, problem))
             continue
-        if not isinstance(table, dict):
-            refused.append(Refusal(section, None, f"expected a table, got {type(table).__name__}"))
-            continue
-        values, problems = table_values(section, table, _FIELDS, _CHECKS)
+        values, problems = _values(section, table, fields, checks)
         refused.extend(problems)
         if not problems:
-            tools.append(HostedTool(name=name, source=f"{source} [{section}]", **values))
-    return tools, refused
+            good.append((name, section, values))
+    return good, refused
 
 
-def table_values(
+def _values(
     section: str, table: dict[str, Any], fields: Mapping[str, msgspec.structs.FieldInfo], checks: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[Refusal]]:
     """A TOML table's values converted to `fields`' types and passed through `checks`, or a refusal per bad key."""

@@ -33,7 +33,7 @@ from bbridge.toolhost.declarations import (
     check_env,
     check_schema,
     check_seconds,
-    table_values,
+    named_tables,
 )
 
 if TYPE_CHECKING:
@@ -78,23 +78,16 @@ def mcp_server_configs(tables: Any, source: str) -> tuple[list[McpServerConfig],
     """The servers of the `mcp_servers` table (`source`: the file), and one refusal per bad key of each broken one."""
     if not isinstance(tables, dict):
         return [], [Refusal("mcp_servers", None, f"expected a table, got {type(tables).__name__}")]
-    configs: list[McpServerConfig] = []
-    refused: list[Refusal] = []
-    for name, table in tables.items():
-        section = f"mcp_servers.{name}"
-        if not NAME.fullmatch(name) or SEPARATOR in name:
-            refused.append(
-                Refusal(section, None, f"bad server name (expected 1 to 64 of A-Z a-z 0-9 _ -, no {SEPARATOR!r})")
-            )
-            continue
-        if not isinstance(table, dict):
-            refused.append(Refusal(section, None, f"expected a table, got {type(table).__name__}"))
-            continue
-        values, problems = table_values(section, table, _FIELDS, _CHECKS)
-        refused.extend(problems)
-        if not problems:
-            configs.append(McpServerConfig(name=name, source=f"{source} [{section}]", **values))
-    return configs, refused
+    good, refused = named_tables(tables, "mcp_servers", _bad_name, _FIELDS, _CHECKS)
+    return [
+        McpServerConfig(name=name, source=f"{source} [{section}]", **values) for name, section, values in good
+    ], refused
+
+
+def _bad_name(name: str) -> str | None:
+    if NAME.fullmatch(name) and SEPARATOR not in name:
+        return None
+    return f"bad server name (expected 1 to 64 of A-Z a-z 0-9 _ -, no {SEPARATOR!r})"
 
 
 def tool_name(server: str, tool: str) -> str | None:
