@@ -8,6 +8,7 @@ server `tests/mcp_server.py`. Every server runs in the test's own directory, so 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,7 @@ async def test_a_server_that_cannot_start_is_refused_and_the_others_serve(
         reasons = {refusal.section: refusal.error for refusal in served.refused if refusal.key is None}
         assert "No such file or directory" in reasons["mcp_servers.missing"]
         assert reasons["mcp_servers.broken"].endswith("its stderr ends: cannot open the database: no such file")
-        assert reasons["mcp_servers.mute"] == "did not start within 0.5 s (startup_timeout_s)"
+        assert reasons["mcp_servers.mute"] == "did not start: no answer within 0.5 s (startup_timeout_s)"
         assert {tool.name.split("__")[0] for tool in served.tools} == {"everything", "tiny"}
         assert _text(await _tool(served.tools, "everything__echo").invoke({"message": "still"})) == "Echo: still"
     assert len(running) == 2  # the two that serve; the refused ones were stopped already
@@ -293,3 +294,16 @@ def test_the_providers_config_leaves_mcp_servers_to_the_tool_host(tmp_path: Path
     providers, report = load_config(config)
     assert list(providers) == ["echo"]
     assert report.refused == []
+
+
+def test_the_sdk_is_imported_only_to_start_a_server(tmp_path: Path) -> None:
+    """Its import is heavy (~0.7 s): loading a configuration with `[mcp_servers]` must not pay it."""
+    config = tmp_path / "bbridge.toml"
+    config.write_text('[mcp_servers.tiny]\ncommand = ["server"]\n')
+    code = (
+        "import sys; from pathlib import Path; from bbridge.cli import main; "
+        "from bbridge.toolhost.catalog import load_tools; "
+        f"assert load_tools(Path({str(config)!r}), None).servers; print(sorted({{'mcp', 'pydantic'}} & set(sys.modules)))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr

@@ -8,7 +8,7 @@ reason and its stderr's tail, and the others serve; one that dies later fails it
 Leaving the context stops every server (stdin closed, then SIGTERM and SIGKILL to its process group).
 
 Spoken with the official MCP Python SDK (`mcp`, pinned): the protocol's reference client, on anyio, which runs
-under trio. Its import costs about 0.6 s and 40 MB of RSS (pydantic and friends), paid once by the daemon, and only
+under trio. Its import costs about 0.7 s and 40 MB of RSS (pydantic and friends), paid once by the daemon, and only
 when a server is configured: it is imported inside `mcp_servers`, never by loading the configuration.
 """
 
@@ -155,6 +155,7 @@ class _Server:
         self.session: ClientSession | None = None
         self._stderr = bytearray()
         self._stderr_closed = trio.Event()
+        self.ended = "is not running"  # why calls fail once the session is gone
 
     async def run(self) -> None:
         """Start, initialize, list; then hold the session open until cancelled (the context's exit)."""
@@ -167,6 +168,7 @@ class _Server:
         parameters = StdioServerParameters(command=program, args=args, env=inherited | config.env, cwd=config.cwd)
         read_end, write_end = os.pipe()
         errlog = os.fdopen(write_end, "w")
+        failure: str | None = None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_stderr, read_end)
@@ -182,9 +184,11 @@ class _Server:
                                 self.ready.set()
                                 await trio.sleep_forever()
                     except Exception as exc:
-                        await self._refuse(f"did not start: {_reason(exc)}")
+                        failure = _reason(exc)
                 if startup.cancelled_caught:
-                    await self._refuse(f"did not start within {config.startup_timeout_s:g} s (startup_timeout_s)")
+                    failure = f"no answer within {config.startup_timeout_s:g} s (startup_timeout_s)"
+                if failure is not None:
+                    await self._fail(failure)
                 nursery.cancel_scope.cancel()
         finally:
             errlog.close()
@@ -209,7 +213,7 @@ class _Server:
         for _ in range(1000):  # pages: bounded against a server whose cursor never ends
             listed = await session.list_tools(params=PaginatedRequestParams(cursor=cursor) if cursor else None)
             for tool in listed.tools:
-                self._add(tool.name, tool.description or "", tool.input_schema, taken)
+                self._add(tool.name, tool.description or tool.title or "", tool.input_schema, taken)
             cursor = listed.next_cursor
             if not cursor:
                 return
@@ -230,12 +234,16 @@ class _Server:
             taken.add(name)
             self.tools.append(McpTool(self, remote, name, description, schema))
 
-    async def _refuse(self, reason: str) -> None:
-        """Refuse the whole server, its stderr's tail beside the reason (read to its end, briefly)."""
+    async def _fail(self, reason: str) -> None:
+        """Refuse the server when it has not started, else end it; its stderr's tail (read to its end, briefly)
+        beside the reason."""
         with trio.move_on_after(1):
             await self._stderr_closed.wait()
-        self.tools.clear()
-        self.refused.append(Refusal(self.section, None, reason + self._tail()))
+        if self.ready.is_set():
+            self.ended = f"stopped: {reason}{self._tail()}"
+        else:
+            self.tools.clear()
+            self.refused.append(Refusal(self.section, None, f"did not start: {reason}{self._tail()}"))
 
     def _tail(self) -> str:
         text = self._stderr.decode(errors="replace").strip()
@@ -245,7 +253,7 @@ class _Server:
         name = self.config.name
         session = self.session
         if session is None:
-            return _failed(f"MCP server {name!r} is not running; restart the daemon (bbridge tools check tests it)")
+            return _failed(f"MCP server {name!r} {self.ended}; restart the daemon (bbridge tools check tests it)")
         with trio.move_on_after(self.config.timeout_s):
             try:
                 result = await session.call_tool(remote, arguments)
