@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -307,3 +308,11 @@ def test_the_sdk_is_imported_only_to_start_a_server(tmp_path: Path) -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr
+
+
+def test_the_readmes_example_table_loads() -> None:
+    section = (REPO / "README.md").read_text(encoding="utf-8").split("### MCP servers", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    [config], refused = mcp_server_configs(tomllib.loads(example)["mcp_servers"], "README.md")
+    assert refused == []
+    assert config.name == "everything" and config.command[-1] == "stdio"
