@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client browser mcp-servers
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers browser
 	$(PY) -m pytest -n 2
 
 # Debian's Chromium and its WebDriver, for the page's tests in a real browser (tests/browser) and the bench's page
