@@ -29,8 +29,11 @@ from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
+    from bbridge.daemon import server
+    from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
     from bbridge.toolhost.host import Host
+    from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
 
 def _version() -> str:
@@ -363,14 +366,29 @@ def _serve(args: argparse.Namespace) -> int:
     faces = [server.socket_face(args.socket)] if args.socket is not None else []
     faces += [listen_face(settings) for settings in listens]
     try:
-        if faces:
-            trio.run(server.serve, daemon, faces)
-        else:
-            trio.run(server.serve_stdio, daemon)
+        trio.run(_serving, daemon, faces, tool_host)
     finally:
         if tool_host is not None:
             tool_host.close()
     return 0
+
+
+async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | None) -> None:
+    """The daemon served on its faces (stdio when none), with the MCP servers of `[mcp_servers]` started first and
+    their tools hosted beside the declared ones (a server that fails to start is refused and logged), stopped after
+    it."""
+    from bbridge.daemon import server
+    from bbridge.toolhost.host import warn_refused
+    from bbridge.toolhost.mcp import mcp_servers
+
+    configs = tool_host.catalog.servers if tool_host is not None else []
+    async with mcp_servers(configs) as served:
+        if tool_host is not None and configs:
+            warn_refused(served.refused, tool_host.extend(served.tools, served.refused))
+        if faces:
+            await server.serve(daemon, faces)
+        else:
+            await server.serve_stdio(daemon)
 
 
 def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | None) -> Host | None:
@@ -379,10 +397,10 @@ def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | 
     from bbridge.toolhost.host import load_host, warn_refused
 
     host = load_host(config, tools_dir, journal_dir)
-    if not host.offered() and not host.refused:
+    if not host.offered() and not host.refused and not host.catalog.servers:
         host.close()
         return None
-    warn_refused(host)
+    warn_refused(host.refused, host.shadowed)
     return host
 
 
@@ -403,6 +421,7 @@ def _config_check(args: argparse.Namespace) -> int:
 def _tools_check(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path
     from bbridge.toolhost.host import load_host
+    from bbridge.toolhost.mcp import McpServers
 
     host = load_host(config_path(args.config), args.tools_dir, None)
     catalog = host.catalog
@@ -413,6 +432,10 @@ def _tools_check(args: argparse.Namespace) -> int:
             f"  argv {msgspec.json.encode(tool.command).decode()}"
             + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
         )
+    served = trio.run(_mcp_tools, catalog.servers) if catalog.servers else McpServers([], [])
+    for mcp_tool in served.tools:
+        print(f"{mcp_tool.name}: {mcp_tool.description}")
+        print(f"  from {mcp_tool.source}; policy {mcp_tool.policy}")
     for rule in host.policies.rules:
         conditions = "; ".join(f"{c.text} matches {c.pattern.pattern!r}" for c in rule.when)
         print(f"rule {rule.name}" + (f" when {conditions}" if conditions else ""))
@@ -420,13 +443,23 @@ def _tools_check(args: argparse.Namespace) -> int:
         print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
     for disabled in catalog.disabled:
         print(f"disabled {disabled}")
-    for refusal in host.refused:
+    refused = host.refused + served.refused
+    for refusal in refused:
         print(f"refused {refusal.line()}")
-    if not host.refused:
-        print(f"ok: {len(catalog.tools)} tools")
+    count = len(catalog.tools) + len(served.tools)
+    if not refused:
+        print(f"ok: {count} tools")
         return 0
-    print(f"{len(host.refused)} refused; {len(catalog.tools)} tools would be offered")
+    print(f"{len(refused)} refused; {count} tools would be offered")
     return 1
+
+
+async def _mcp_tools(servers: list[McpServerConfig]) -> McpServers:
+    """Each MCP server started (within its startup_timeout_s), its tools listed, and stopped again."""
+    from bbridge.toolhost.mcp import mcp_servers
+
+    async with mcp_servers(servers) as served:
+        return served
 
 
 def _schema(args: argparse.Namespace) -> int:
