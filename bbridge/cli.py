@@ -29,7 +29,11 @@ from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
+    from bbridge.daemon import server
+    from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
+    from bbridge.toolhost.host import Host
+    from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
 
 def _version() -> str:
@@ -88,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--strict-config", action="store_true", help="refuse to start (exit 2) when any config entry is refused"
+    )
+    serve.add_argument(
+        "--tools-dir",
+        type=Path,
+        metavar="DIR",
+        help="directory of plugin bundles (DIR/NAME/plugin.json) to host beside the config's [tools.NAME]",
     )
     listen_options.add_arguments(serve)
 
@@ -320,10 +330,16 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
-    if report.refused and args.strict_config:
-        for refusal in report.refused:
+    try:
+        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
+    except ConfigError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    refused = [*report.refused, *(tool_host.refused if tool_host is not None else [])]
+    if refused and args.strict_config:
+        for refusal in refused:
             print(f"bbridge serve: refused {refusal.line()}", file=sys.stderr)
-        print(f"bbridge serve: --strict-config: {len(report.refused)} refused, not starting", file=sys.stderr)
+        print(f"bbridge serve: --strict-config: {len(refused)} refused, not starting", file=sys.stderr)
         return 2
     warn_refused(report)
     token = server.read_or_make_token(args.token_file) if args.token_file else None
@@ -340,6 +356,7 @@ def _serve(args: argparse.Namespace) -> int:
         config=report,
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
+        tool_host=tool_host,
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
     # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
@@ -348,11 +365,43 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     faces = [server.socket_face(args.socket)] if args.socket is not None else []
     faces += [listen_face(settings) for settings in listens]
-    if faces:
-        trio.run(server.serve, daemon, faces)
-    else:
-        trio.run(server.serve_stdio, daemon)
+    try:
+        trio.run(_serving, daemon, faces, tool_host)
+    finally:
+        if tool_host is not None:
+            tool_host.close()
     return 0
+
+
+async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | None) -> None:
+    """The daemon served on its faces (stdio when none), with the MCP servers of `[mcp_servers]` started first and
+    their tools hosted beside the declared ones (a server that fails to start is refused and logged), stopped after
+    it."""
+    from bbridge.daemon import server
+    from bbridge.toolhost.host import warn_refused
+    from bbridge.toolhost.mcp import mcp_servers
+
+    configs = tool_host.catalog.servers if tool_host is not None else []
+    async with mcp_servers(configs) as served:
+        if tool_host is not None and configs:
+            warn_refused(served.refused, tool_host.extend(served.tools, served.refused))
+        if faces:
+            await server.serve(daemon, faces)
+        else:
+            await server.serve_stdio(daemon)
+
+
+def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | None) -> Host | None:
+    """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit] and --tools-dir's bundles), their
+    refusals and shadowings logged once; None when there is nothing to host or report."""
+    from bbridge.toolhost.host import load_host, warn_refused
+
+    host = load_host(config, tools_dir, journal_dir)
+    if not host.offered() and not host.refused and not host.catalog.servers:
+        host.close()
+        return None
+    warn_refused(host.refused, host.shadowed)
+    return host
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -372,6 +421,7 @@ def _config_check(args: argparse.Namespace) -> int:
 def _tools_check(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import config_path
     from bbridge.toolhost.host import load_host
+    from bbridge.toolhost.mcp import McpServers
 
     host = load_host(config_path(args.config), args.tools_dir, None)
     catalog = host.catalog
@@ -382,6 +432,10 @@ def _tools_check(args: argparse.Namespace) -> int:
             f"  argv {msgspec.json.encode(tool.command).decode()}"
             + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
         )
+    served = trio.run(_mcp_tools, catalog.servers) if catalog.servers else McpServers([], [])
+    for mcp_tool in served.tools:
+        print(f"{mcp_tool.name}: {mcp_tool.description}")
+        print(f"  from {mcp_tool.source}; policy {mcp_tool.policy}")
     for rule in host.policies.rules:
         conditions = "; ".join(f"{c.text} matches {c.pattern.pattern!r}" for c in rule.when)
         print(f"rule {rule.name}" + (f" when {conditions}" if conditions else ""))
@@ -389,13 +443,23 @@ def _tools_check(args: argparse.Namespace) -> int:
         print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
     for disabled in catalog.disabled:
         print(f"disabled {disabled}")
-    for refusal in host.refused:
+    refused = host.refused + served.refused
+    for refusal in refused:
         print(f"refused {refusal.line()}")
-    if not host.refused:
-        print(f"ok: {len(catalog.tools)} tools")
+    count = len(catalog.tools) + len(served.tools)
+    if not refused:
+        print(f"ok: {count} tools")
         return 0
-    print(f"{len(host.refused)} refused; {len(catalog.tools)} tools would be offered")
+    print(f"{len(refused)} refused; {count} tools would be offered")
     return 1
+
+
+async def _mcp_tools(servers: list[McpServerConfig]) -> McpServers:
+    """Each MCP server started (within its startup_timeout_s), its tools listed, and stopped again."""
+    from bbridge.toolhost.mcp import mcp_servers
+
+    async with mcp_servers(servers) as served:
+        return served
 
 
 def _schema(args: argparse.Namespace) -> int:

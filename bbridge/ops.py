@@ -289,7 +289,8 @@ def asked(params: dict[str, Any]) -> str:
     elif kind == "permission_grant":
         what = f"grant {subject.get('toolName') or 'a tool'} {_value(subject.get('permissions'))}"
     elif kind == "tool_use":
-        what = f"use {subject.get('tool')}"
+        argv = (inner.get("hostedTool") or {}).get("argv")  # a tool the daemon hosts: the command it would run
+        what = f"use {subject.get('tool')}" + (f" running {_value(argv)}" if argv else "")
     else:
         what = "accept a plan" if kind == "plan" else str(kind)
     return what + (f" ({payload['reason']})" if payload.get("reason") else "")

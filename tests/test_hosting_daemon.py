@@ -4,7 +4,7 @@ pending approval like a bridge's; a thread's stop, release and its bridge's exit
 
 The tool host is `FakeHost`, an in-process `ToolHost`; the bridge is `tests/fakes/fake_bridge.py` in its `tool`
 mode (a turn whose input is `{"tool", "arguments"}` makes it call that tool and report the answer as its text),
-and what the bridge was sent is read from its `seen <method> <params>` stderr lines.
+and what the bridge was sent is read from its recorded runtime lane (`record_dir`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,14 @@ import pytest
 import trio
 from structlog.testing import capture_logs
 
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.declared_tools import failed_result
 from bbridge.daemon.hosting import Approval, HostedCall
-from bbridge.daemon.router import Daemon
 from bbridge.listen.probes import metrics
+from bbridge.ops import approval, asked
 from bbridge.wire import protocol, rpc
-from tests.support import connect, fake_provider, running
+from bbridge.wire.lanes import read_lane
+from tests.support import FULL, connect, fake_provider, running
 from tests.test_declared_tools import LOOKUP, OK, bridge_got, call_turn, completed, tool_calls
 
 THREAD = "thr_hosted"
@@ -38,7 +43,8 @@ GREP = {
 CLOCK = {"name": "clock", "description": "The time", "inputSchema": {"type": "object"}}
 SLEEP = {"name": "sleep", "description": "Never ends", "inputSchema": {"type": "object"}}
 ASK = {"name": "asking", "description": "Asks first", "inputSchema": {"type": "object"}}
-HOSTED = [GREP, CLOCK, SLEEP, ASK]
+BROKEN = {"name": "broken", "description": "A fault of the host", "inputSchema": {"type": "object"}}
+HOSTED = [GREP, CLOCK, SLEEP, ASK, BROKEN]
 
 
 def text_result(text: str) -> dict[str, Any]:
@@ -47,7 +53,7 @@ def text_result(text: str) -> dict[str, Any]:
 
 class FakeHost:
     """A `ToolHost` in the test's process: `grep_repo` and `clock` answer at once, `sleep` waits until cancelled,
-    `asking` asks and answers with the approval it got."""
+    `asking` asks and answers with the approval it got, `broken` raises."""
 
     def __init__(self) -> None:
         self.calls: list[HostedCall] = []
@@ -69,6 +75,8 @@ class FakeHost:
             except trio.Cancelled:
                 self.cancelled.set()
                 raise
+        if call.tool == "broken":
+            raise RuntimeError("the host broke")
         if call.tool == "asking":
             details = {"hostedTool": {"tool": call.tool, "arguments": call.arguments, "argv": ["echo", "hi"]}}
             approval = await call.ask(details)
@@ -96,17 +104,17 @@ def start(
     return params
 
 
-async def bridge_saw(daemon: Daemon, method: str, count: int = 1) -> list[dict[str, Any]]:
-    """The params of the bridge's requests of `method` (its stderr's `seen` lines), once it has seen `count`."""
-    prefix = f"seen {method} "
+def bridge_saw(record: Path, thread: str, method: str) -> list[dict[str, Any]]:
+    """The params of the requests of `method` the bridge was sent for `thread` (its recorded runtime lane)."""
+    lane = read_lane(record / "fake" / thread / "runtime→bridge.ndjson", "runtime→bridge")
+    messages = [json.loads(entry.line) for entry in lane]
+    return [message["params"] for message in messages if message.get("method") == method]
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    """Wait (polling, at most 10 s) for what no notification announces."""
     with trio.fail_after(10):
-        while True:
-            bridge = daemon.bridges["fake"]
-            seen = [
-                json.loads(line[len(prefix) :]) for line in bridge.stderr_tail.splitlines() if line.startswith(prefix)
-            ]
-            if len(seen) >= count:
-                return seen
+        while not predicate():
             await trio.sleep(0.01)
 
 
@@ -124,23 +132,30 @@ async def test_hosted_tools_are_offered_with_their_presentation_and_options_tool
     tmp_path: Path,
 ) -> None:
     host = FakeHost()
-    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
+    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host, record_dir=tmp_path / "rec") as (
+        daemon,
+        path,
+    ):
         async with connect(path) as client:
             await client.request("thread/start", start(declared=[LOOKUP], tools={"exclude": ["sleep"]}))
-            (sent,) = await bridge_saw(daemon, "thread/start")
-            assert offered_names(sent) == ["lookup", "grep_repo", "clock", "asking"]  # the client's first
+            (sent,) = bridge_saw(tmp_path / "rec", THREAD, "thread/start")
+            assert offered_names(sent) == ["lookup", "grep_repo", "clock", "asking", "broken"]  # the client's first
             assert sent["dynamicTools"][1]["presentation"] == PRESENTATION
             assert sent["options"] == {}
-            assert daemon.registry.hosted_of(THREAD) == {"grep_repo", "clock", "asking"}
+            assert daemon.registry.hosted_of(THREAD) == {"grep_repo", "clock", "asking", "broken"}
 
 
 async def test_include_keeps_only_those_and_absent_offers_every_hosted_tool(tmp_path: Path) -> None:
     host = FakeHost()
-    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
+    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host, record_dir=tmp_path / "rec") as (
+        daemon,
+        path,
+    ):
         async with connect(path) as client:
             await client.request("thread/start", start(tools={"include": ["clock", "grep_repo"]}))
             await client.request("thread/start", start("thr_all"))
-            first, second = await bridge_saw(daemon, "thread/start", 2)
+            (first,) = bridge_saw(tmp_path / "rec", THREAD, "thread/start")
+            (second,) = bridge_saw(tmp_path / "rec", "thr_all", "thread/start")
             assert offered_names(first) == ["grep_repo", "clock"]  # the host's order
             assert offered_names(second) == [tool["name"] for tool in HOSTED]
 
@@ -157,7 +172,9 @@ async def test_a_choice_naming_no_hosted_tool_is_refused_naming_the_hosted_ones(
             assert refused.value.code == rpc.INVALID_PARAMS
             message = refused.value.message
             unknown, hosted = (
-                ('"nope"', '"grep_repo", "clock", "sleep", "asking"') if with_host else ('"nope", "clock"', "none")
+                ('"nope"', '"grep_repo", "clock", "sleep", "asking", "broken"')
+                if with_host
+                else ('"nope", "clock"', "none")
             )
             assert message.startswith(f"thread/start: options.tools names {unknown}, which the daemon does not host")
             assert f"(hosted: {hosted})" in message and "declare a tool of your own in dynamicTools" in message
@@ -170,15 +187,18 @@ async def test_a_choice_naming_no_hosted_tool_is_refused_naming_the_hosted_ones(
 async def test_a_client_tool_shadows_a_hosted_one_reported_once(tmp_path: Path) -> None:
     host = FakeHost()
     own_clock = {"name": "clock", "description": "The client's clock", "inputSchema": {"type": "object"}}
-    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
+    async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host, record_dir=tmp_path / "rec") as (
+        daemon,
+        path,
+    ):
         async with connect(path, answer=lambda request: OK) as client:
             with capture_logs() as logs:
                 await client.request("thread/start", start(declared=[own_clock]))
                 await client.request("thread/start", start("thr_two", declared=[own_clock]))
             shadowings = [entry for entry in logs if "shadows a hosted tool" in entry["event"]]
             assert [(entry["tool"], entry["threadId"]) for entry in shadowings] == [("clock", THREAD)]
-            first, _ = await bridge_saw(daemon, "thread/start", 2)
-            assert offered_names(first) == ["clock", "grep_repo", "sleep", "asking"]
+            (first,) = bridge_saw(tmp_path / "rec", THREAD, "thread/start")
+            assert offered_names(first) == ["clock", "grep_repo", "sleep", "asking", "broken"]
             assert first["dynamicTools"][0]["description"] == "The client's clock"
             status = (await client.request("daemon/status"))["hostedTools"]
             assert status["served"] == [tool["name"] for tool in HOSTED]  # the host's report
@@ -207,7 +227,11 @@ async def test_a_hosted_call_is_answered_by_the_host_and_no_client_is_asked(tmp_
             got = await run_call(client, {"tool": "grep_repo", "arguments": {"q": 3}}, 2)
             assert got["success"] is False and "/q" in got["contentItems"][0]["text"]
             assert len(host.calls) == 1 and tool_calls(client) == []
-            assert daemon.counters.hosted_calls == 1 and daemon.counters.tool_calls_relayed == 0
+            # a fault of the host is a failed call the model reads, not a broken turn
+            got = await run_call(client, {"tool": "broken", "arguments": {}}, 3)
+            assert got == failed_result('Tool "broken" failed in the daemon\'s tool host: the host broke')
+            assert daemon.counters.hosted_calls == 2 and daemon.counters.hosted_calls_failed == 1
+            assert daemon.counters.tool_calls_relayed == 0
             assert b"bbridge_hosted_tool_calls_total" in metrics(daemon)
 
 
@@ -236,9 +260,11 @@ async def test_an_ask_is_a_pending_approval_a_second_client_answers(tmp_path: Pa
             assert params["payload"]["availableDecisions"] == ["allow_once", "allow_for_session", "deny"]
             assert params["hostedTool"] == {"tool": "asking", "arguments": {"n": 1}, "argv": ["echo", "hi"]}
             assert params["providerThreadId"] == f"prov-{THREAD}"
+            await until(lambda: bool(owner.requests))
             [relayed] = owner.requests  # relayed to the owner, which never answers
             assert relayed.method == "interaction/request"
-            answer = {"decision": "allow_for_session"}
+            assert asked(opened).startswith('use asking running ["echo","hi"] (Tool "asking" is hosted by the daemon')
+            answer = approval(opened, "allow_for_session")  # what `bbridge respond ID allow_for_session` sends
             await second.request("interaction/respond", {"requestId": opened["requestId"], "result": answer})
             await owner.wait_for(lambda: completed(owner, THREAD))
             assert bridge_got(owner, THREAD) == text_result("allow_for_session by socket-2")
@@ -261,23 +287,24 @@ async def test_an_ask_nobody_answers_is_denied_by_the_timeout_policy(tmp_path: P
         assert daemon.interactions.open == {}
 
 
+async def sleeping(client: Any, host: FakeHost) -> None:
+    """A thread whose first turn calls the hosted `sleep`, which the host has started."""
+    await client.request("thread/start", start())
+    await client.request("turn/start", call_turn({"tool": "sleep", "arguments": {}}, 1, THREAD))
+    with trio.fail_after(10):
+        await host.started.wait()
+
+
 async def test_thread_stop_cancels_a_running_hosted_call_and_the_bridge_gets_a_failed_result(tmp_path: Path) -> None:
     host = FakeHost()
     async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
         async with connect(path) as client:
-            await client.request("thread/start", start())
-            await client.request("turn/start", call_turn({"tool": "sleep", "arguments": {}}, 1, THREAD))
-            with trio.fail_after(10):
-                await host.started.wait()
+            await sleeping(client, host)
             await client.request("thread/stop", {"threadId": THREAD, "intent": "interrupt", "activeTurnId": None})
             with trio.fail_after(10):
                 await host.cancelled.wait()
             await client.wait_for(lambda: completed(client, THREAD))
-            got = bridge_got(client, THREAD)
-            assert got == {
-                "success": False,
-                "contentItems": [{"type": "inputText", "text": 'Tool "sleep" was cancelled: the thread was stopped'}],
-            }
+            assert bridge_got(client, THREAD) == failed_result('Tool "sleep" was cancelled: the thread was stopped')
             assert daemon.counters.hosted_calls_cancelled == 1
             assert daemon.registry.records[THREAD].calls == set()
 
@@ -286,15 +313,13 @@ async def test_a_bridge_exit_cancels_its_running_hosted_calls(tmp_path: Path) ->
     host = FakeHost()
     async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
         async with connect(path) as client:
-            await client.request("thread/start", start())
-            await client.request("turn/start", call_turn({"tool": "sleep", "arguments": {}}, 1, THREAD))
-            with trio.fail_after(10):
-                await host.started.wait()
+            await sleeping(client, host)
             bridge = daemon.bridges["fake"]
             assert bridge.pid is not None
             os.kill(bridge.pid, signal.SIGKILL)
             with trio.fail_after(10):
                 await host.cancelled.wait()
+            await until(lambda: daemon.counters.hosted_calls_cancelled == 1)
             assert host.forgotten == []  # the thread keeps its tools (and grants) for the next bridge
             assert daemon.registry.hosted_of(THREAD) == {tool["name"] for tool in HOSTED}
 
@@ -308,3 +333,20 @@ async def test_a_release_forgets_the_thread_and_clears_its_hosted_tools(tmp_path
             await client.request("thread/stop", {"threadId": THREAD, "intent": "release"})
             assert host.forgotten == [THREAD]
             assert daemon.registry.hosted_of(THREAD) == frozenset()
+
+
+async def test_the_echo_bridge_shows_a_hosted_call_with_the_tools_presentation(tmp_path: Path) -> None:
+    """Through a real bridge, unchanged: the hosted tool is offered, called, answered by the host, and its tool item
+    carries the hosted tool's presentation."""
+    host = FakeHost()
+    echo = ProviderConfig(command=[sys.executable, "-m", "bridges.echo"])
+    async with running(tmp_path, {"echo": echo}, tool_host=host) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", {"providerId": "echo", "threadId": THREAD, "cwd": "/tmp", "options": FULL})
+        text = 'tool:grep_repo args:{"q":"x"}'
+        turn = {"input": [{"type": "text", "text": text}], "clientRequestId": "creq_abcdefghjm", "options": FULL}
+        await client.request("turn/start", {"threadId": THREAD, **turn})
+        await client.wait_for(lambda: client.settled(THREAD))
+        [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+        assert tool["presentation"] == PRESENTATION and tool["status"] == "completed"
+        assert tool["result"] == 'grep_repo ran in /tmp with {"q": "x"}'
+        assert [call.tool for call in host.calls] == ["grep_repo"] and client.requests == []

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import UNSET
 
 from bbridge.cli import main
 from bbridge.daemon.hosting import Approval, Decision, HostedCall
@@ -183,7 +184,7 @@ def test_offered_tools_carry_their_presentation() -> None:
     assert first.inputSchema == {"type": "object", "properties": {}}
     assert first.presentation.label.pending == "Echoing"  # type: ignore[union-attr]
     assert first.presentation.icon.glyph == "Search"  # type: ignore[union-attr]
-    assert bare.presentation is not None and not hasattr(bare.presentation, "label")
+    assert bare.presentation is UNSET
 
 
 CONFIG = """
@@ -225,3 +226,32 @@ def test_tools_check_lists_rules_and_refused_rules(tmp_path: Path, capsys: pytes
     out = capsys.readouterr().out
     assert "rule tool_rules[0] (tool = 'echo_*', decision = 'allow')" in out
     assert "refused tool_rules[1].when[0]: a repetition inside a repetition" in out
+
+
+def test_the_tool_sections_are_known_to_the_providers_loader(tmp_path: Path) -> None:
+    from bbridge.daemon.config import load_config
+
+    config = tmp_path / "bbridge.toml"
+    config.write_text(CONFIG + '[mcp_servers.fs]\ncommand = ["x"]\n[elsewhere]\n', encoding="utf-8")
+    assert [refusal.section for refusal in load_config(config).report.refused] == ["elsewhere"]
+
+
+def test_serve_strict_config_refuses_a_broken_rule(tmp_path: Path) -> None:
+    from tests.test_config import bbridge
+
+    config = tmp_path / "bbridge.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    result = bbridge("serve", "--config", str(config), "--strict-config", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "refused tool_rules[1].when[0]: a repetition inside a repetition" in result.stderr
+
+
+def test_serve_hosts_nothing_without_tools(tmp_path: Path) -> None:
+    from bbridge.cli import _tool_host
+
+    assert _tool_host(None, None, tmp_path) is None
+    config = tmp_path / "bbridge.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    host = _tool_host(config, None, None)
+    assert host is not None and [tool.name for tool in host.offered()] == ["echo_args"]
+    host.close()

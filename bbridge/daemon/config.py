@@ -102,8 +102,9 @@ def config_path(given: Path | None) -> Path | None:
     return given
 
 
-# The file's top-level sections: `providers` is read here, `tools` by `bbridge.toolhost` (hosted tools).
-KNOWN_SECTIONS = frozenset({"providers", "tools"})
+# The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
+# `tool_rules`, `tool_audit`, `mcp_servers`).
+KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers"})
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -4,13 +4,13 @@ The tool host (`hosting.ToolHost`, implemented above the daemon) says which tool
 (`thread/start|resume|fork`) chooses among them with `options.tools = {include?, exclude?}`, which the daemon
 takes out before the bridge sees it (`take_choice`); the chosen tools, less any the client declares itself (its
 own tool shadows a hosted one of the same name, each such shadowing reported once per daemon), are appended to
-the construction's `dynamicTools` (`hosted_tools`), so every bridge offers them as it offers a client's.
+the construction's `dynamicTools` (`HostedTools.for_construction`), so every bridge offers them as it offers a client's.
 
 A bridge's `item/tool/call` for one of a thread's hosted tools, checked like any declared tool's, is answered
-by the daemon (`RelayMixin.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept on the thread's record
-(`threads.HostedRun`), which `thread/stop`, the thread's release and its bridge's exit cancel; a cancelled call
-answers the bridge with a failed result saying why. The host's `ask` opens a pending approval exactly like a
-bridge's (`relays.py`): relayed, answerable by any client, resolved by the timeout policy as a deny.
+by the daemon (`RelayMixin.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept
+on the thread's record (`threads.HostedRun`), which `thread/stop`, the thread's release and its bridge's exit
+cancel; a cancelled call answers the bridge with a failed result saying why. The host's `ask` opens a pending
+approval exactly like a bridge's: relayed, answerable by any client, resolved by the timeout policy as a deny.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ client request, to one client: the thread's owner, else the last one connected. 
 it — unless another client answered first with `interaction/respond`. A client that goes away resolves
 nothing. With no client connected for the provider's `interaction_timeout_s`, a `thread/stop` of its thread,
 or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly one answer, the resolution's.
+
+A call of a tool the daemon hosts (`daemon/hosted.py`) is answered by its tool host instead, no client asked
+(`hosted_call`); the host's `ask` is a pending approval opened, relayed and resolved as a bridge's is.
 """
 
 from __future__ import annotations
@@ -144,6 +147,14 @@ class RelayMixin(DaemonState):
         try:
             with run.scope:
                 result = await host.call(call)
+        except trio.Cancelled:  # from outside: the bridge's connection closed (it exited), nobody takes an answer
+            self.counters.hosted_calls_cancelled += 1
+            log.info("cancelled a hosted tool call: its bridge went away", threadId=thread_id, tool=tool)
+            raise
+        except Exception as exc:  # a fault of the host: the model reads a failed call, the log has the traceback
+            self.counters.hosted_calls_failed += 1
+            log.exception("the tool host failed a call", threadId=thread_id, tool=tool)
+            return failed_tool_result(f'Tool "{tool}" failed in the daemon\'s tool host: {exc}')
         finally:
             record.calls.discard(run)
         if run.scope.cancel_called:

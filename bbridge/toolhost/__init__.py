@@ -1,4 +1,3 @@
-"""Tools hosted by the daemon (issue 35): declared once in `bbridge.toml` or as plugin bundles.
-
-This first step only declares and checks them (`bbridge tools check`); the daemon does not offer or run them yet.
+"""Tools hosted by the daemon (issue 35): declared once in `bbridge.toml` or as plugin bundles, decided by one
+policy, run safely and audited; `host.Host` is what the daemon calls (`bbridge.daemon.hosting.ToolHost`).
 """

@@ -9,6 +9,7 @@ import msgspec
 from bbridge.daemon.config import ConfigError, Refusal, read_toml
 from bbridge.toolhost.bundles import load_bundles
 from bbridge.toolhost.declarations import HostedTool, declared_tools
+from bbridge.toolhost.mcp import McpServerConfig, mcp_server_configs
 
 
 class Shadowing(msgspec.Struct, frozen=True):
@@ -24,10 +25,11 @@ class Catalog(msgspec.Struct):
     refused: list[Refusal]
     shadowed: list[Shadowing]
     disabled: list[str]
+    servers: list[McpServerConfig] = []  # `[mcp_servers.NAME]`: their tools are known once connected (`mcp_servers`)
 
 
 def load_tools(config: Path | None, tools_dir: Path | None) -> Catalog:
-    """The tools of `config`'s `[tools.NAME]` tables, then of the bundles in `tools_dir`.
+    """The tools of `config`'s `[tools.NAME]` tables, then of the bundles in `tools_dir`; its MCP servers.
 
     Raises ConfigError when the file or the directory cannot be used at all; a broken entry only refuses itself.
     """
@@ -38,6 +40,9 @@ def load_tools(config: Path | None, tools_dir: Path | None) -> Catalog:
         if not isinstance(tables, dict):
             raise ConfigError(f"{config}: tools: expected a table, got {type(tables).__name__}")
         catalog.tools, catalog.refused = declared_tools(tables, str(config))
+        if "mcp_servers" in raw:
+            catalog.servers, refused = mcp_server_configs(raw["mcp_servers"], str(config))
+            catalog.refused.extend(refused)
     if tools_dir is not None:
         if not tools_dir.is_dir():
             raise ConfigError(f"{tools_dir}: not a directory (--tools-dir names the directory of plugin bundles)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -78,39 +78,58 @@ _FIELDS = {f.name: f for f in msgspec.structs.fields(HostedTool) if f.name not i
 
 def declared_tools(tables: Any, source: str) -> tuple[list[HostedTool], list[Refusal]]:
     """The tools of the `tools` table (`source`: the file), and one refusal per bad key of each broken one."""
-    tools: list[HostedTool] = []
+    good, refused = named_tables(tables, "tools", _bad_name, _FIELDS, _CHECKS)
+    return [HostedTool(name=name, source=f"{source} [{section}]", **values) for name, section, values in good], refused
+
+
+def _bad_name(name: str) -> str | None:
+    return None if NAME.fullmatch(name) else "bad tool name (expected 1 to 64 of A-Z a-z 0-9 _ -)"
+
+
+def named_tables(
+    tables: Any,
+    kind: str,
+    bad_name: Callable[[str], str | None],
+    fields: Mapping[str, msgspec.structs.FieldInfo],
+    checks: Mapping[str, Any],
+) -> tuple[list[tuple[str, str, dict[str, Any]]], list[Refusal]]:
+    """Each sound `[KIND.NAME]` table as (name, section, its values), and the refusals of the others."""
+    good: list[tuple[str, str, dict[str, Any]]] = []
     refused: list[Refusal] = []
     for name, table in tables.items():
-        section = f"tools.{name}"
-        if not NAME.fullmatch(name):
-            refused.append(Refusal(section, None, "bad tool name (expected 1 to 64 of A-Z a-z 0-9 _ -)"))
+        section = f"{kind}.{name}"
+        problem = bad_name(name) or (
+            None if isinstance(table, dict) else f"expected a table, got {type(table).__name__}"
+        )
+        if problem is not None:
+            refused.append(Refusal(section, None, problem))
             continue
-        if not isinstance(table, dict):
-            refused.append(Refusal(section, None, f"expected a table, got {type(table).__name__}"))
-            continue
-        values, problems = _values(section, table)
+        values, problems = _values(section, table, fields, checks)
         refused.extend(problems)
         if not problems:
-            tools.append(HostedTool(name=name, source=f"{source} [{section}]", **values))
-    return tools, refused
+            good.append((name, section, values))
+    return good, refused
 
 
-def _values(section: str, table: dict[str, Any]) -> tuple[dict[str, Any], list[Refusal]]:
+def _values(
+    section: str, table: dict[str, Any], fields: Mapping[str, msgspec.structs.FieldInfo], checks: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[Refusal]]:
+    """A TOML table's values converted to `fields`' types and passed through `checks`, or a refusal per bad key."""
     values: dict[str, Any] = {}
     refused = [
-        Refusal(section, key, "missing (required)") for key, f in _FIELDS.items() if f.required and key not in table
+        Refusal(section, key, "missing (required)") for key, f in fields.items() if f.required and key not in table
     ]
     for key, value in table.items():
-        field = _FIELDS.get(key)
+        field = fields.get(key)
         if field is None:
-            refused.append(Refusal(section, key, f"unknown key (known: {', '.join(_FIELDS)})"))
+            refused.append(Refusal(section, key, f"unknown key (known: {', '.join(fields)})"))
             continue
         try:
             values[key] = msgspec.convert(value, field.type)
         except msgspec.ValidationError as exc:
             refused.append(Refusal(section, key, str(exc)))
             continue
-        problem = _CHECKS[key](values[key]) if key in _CHECKS else None
+        problem = checks[key](values[key]) if key in checks else None
         if problem is not None:
             refused.append(Refusal(section, key, problem))
     return values, refused
@@ -135,7 +154,7 @@ def check_retry(retry: Retry) -> str | None:
     return None
 
 
-def _check_seconds(value: float) -> str | None:
+def check_seconds(value: float) -> str | None:
     if not math.isfinite(value) or value <= 0:
         return f"expected a positive, finite number of seconds, got {value}"
     return None
@@ -145,7 +164,7 @@ def _check_bytes(value: int) -> str | None:
     return None if value > 0 else f"expected a positive number of bytes, got {value}"
 
 
-def _check_env(names: list[str]) -> str | None:
+def check_env(names: list[str]) -> str | None:
     bad = [name for name in names if not _ENV_NAME.fullmatch(name)]
     return f"not variable names: {', '.join(map(repr, bad))}" if bad else None
 
@@ -153,8 +172,8 @@ def _check_env(names: list[str]) -> str | None:
 _CHECKS: dict[str, Any] = {
     "command": check_command,
     "schema": check_schema,
-    "timeout_s": _check_seconds,
+    "timeout_s": check_seconds,
     "max_output_bytes": _check_bytes,
-    "env": _check_env,
+    "env": check_env,
     "retry": check_retry,
 }

@@ -84,12 +84,21 @@ class Host:
         self.shadowed = list(catalog.shadowed)
         self._environ = os.environ if environ is None else environ
         self._tools: dict[str, Tool] = {tool.name: tool for tool in catalog.tools}
+        self.extend(external)
+
+    def extend(self, external: Sequence[ExternalTool], refused: Sequence[Refusal] = ()) -> list[Shadowing]:
+        """Tools found once the daemon runs (an MCP server's, listed after it started), after every declared one:
+        a name already hosted shadows them. Returns the shadowings they add."""
+        self.refused.extend(refused)
+        added: list[Shadowing] = []
         for tool in external:
             kept = self._tools.get(tool.name)
             if kept is None:
                 self._tools[tool.name] = tool
             else:
-                self.shadowed.append(Shadowing(tool.name, kept.source, tool.source))
+                added.append(Shadowing(tool.name, kept.source, tool.source))
+        self.shadowed.extend(added)
+        return added
 
     def offered(self) -> list[protocol.DynamicTool]:
         return [
@@ -240,9 +249,10 @@ def load_host(
     )
 
 
-def warn_refused(host: Host) -> None:
-    """Each refusal and shadowing, logged once when the daemon starts."""
-    for refusal in host.refused:
+def warn_refused(refused: Sequence[Refusal], shadowed: Sequence[Shadowing]) -> None:
+    """Each refusal and shadowing, logged once: the declared tools' when the daemon starts, an MCP server's once
+    it has started."""
+    for refusal in refused:
         log.warning("hosted tool refused", section=refusal.section, key=refusal.key, error=refusal.error)
-    for shadowing in host.shadowed:
+    for shadowing in shadowed:
         log.warning("hosted tool shadowed", tool=shadowing.name, kept=shadowing.kept, shadowed=shadowing.shadowed)

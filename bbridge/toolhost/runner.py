@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -112,15 +111,7 @@ class _Capped:
 
 async def _once(tool: HostedTool, argv: list[str], cwd: str, env: dict[str, str]) -> _Attempt:
     try:
-        proc = await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-        )
+        proc = await process.spawn(argv, env=env, cwd=cwd, stdin=False)
     except OSError as exc:
         why = exc.strerror or str(exc)
         return _Attempt(
@@ -132,13 +123,13 @@ async def _once(tool: HostedTool, argv: list[str], cwd: str, env: dict[str, str]
     out, err = _Capped(tool.max_output_bytes), process.StderrTail(max_bytes=TAIL_BYTES)
     assert proc.stdout is not None and proc.stderr is not None
     try:
-        with trio.move_on_after(tool.timeout_s):
+        with trio.move_on_after(tool.timeout_s) as deadline:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(out.pump, proc.stdout)
                 nursery.start_soon(err.pump, proc.stderr)
                 await proc.wait()
                 process.send_signal(proc.pid, signal.SIGKILL, group=True)  # what it left behind: the pipes close
-        timed_out = proc.returncode is None
+        timed_out = deadline.cancelled_caught  # the leader may be gone while what it left holds the pipes
         if timed_out:
             await process.stop(proc, process.StopPlan(grace_s=GRACE_S, term_group=True))
     finally:

@@ -8,6 +8,9 @@ requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. 
 * notifications to every client: `interaction/opened` (a `PendingRequest` without `ageS`) and
   `interaction/resolved` (a `Resolution`).
 
+A call of a tool the daemon hosts asks through the same path: an `interaction/request` (payload `approval`,
+subject `tool_use`, decisions `allow_once | allow_for_session | deny`) with `hostedTool` beside the payload.
+
 Turn inputs (the canonical events keep no prompt text):
 
 * `thread/inputs {threadId, afterSentAt?}` → `{inputs: [TurnInputRecord]}`, oldest first;
@@ -65,7 +68,8 @@ class PendingRequest(InteractionOpenedParams, kw_only=True):
 
 class Resolution(Wire, kw_only=True):
     """How a request was resolved: by a client (its connection's name, and `client`: what it called itself in
-    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`);
+    `initialize`, when it said) or by the daemon (`daemon:timeout`, `daemon:thread-stop`, `daemon:bridge-exit`;
+    `daemon:call-cancelled`: a hosted tool's approval whose call was cancelled meanwhile);
     exactly one of `result` and `error`."""
 
     requestId: NonEmpty
@@ -124,6 +128,23 @@ class DaemonInitializeResult(Wire, kw_only=True):
     providers: list[ProviderState]
 
 
+class ShadowedTool(Wire, kw_only=True):
+    """A hosted tool a client's own `dynamicTools` entry shadowed, as first seen (reported once per tool name)."""
+
+    tool: str
+    threadId: str | None  # the construction's thread
+    client: str  # the connection that declared it
+    at: float  # seconds since the epoch
+
+
+class HostedToolsStatus(Wire, kw_only=True):
+    """`daemon/status`'s `hostedTools`: the tool host's own report (the tools it serves, those it refused and why,
+    those `bbridge.toml` shadowed: its keys beside these; none when the daemon hosts no tools) and the hosted tools
+    client declarations shadowed."""
+
+    shadowedByClients: list[ShadowedTool]
+
+
 class DaemonStatus(Wire, kw_only=True):
     """`daemon/status`: sections a later daemon may extend (clients show unknown ones generically)."""
 
@@ -136,6 +157,7 @@ class DaemonStatus(Wire, kw_only=True):
     journal: dict[str, Any]
     # per provider: cumulative `buckets` ([upper bound in s, or null for +Inf; count]), `count` and `sumS`
     turnDurations: dict[str, Any] = msgspec.field(default_factory=dict)
+    hostedTools: HostedToolsStatus | UnsetType = UNSET
 
 
 class InputClient(Wire, kw_only=True):
@@ -222,9 +244,18 @@ class Forwarded(Wire, kw_only=True):
     threadId: str | UnsetType = UNSET
 
 
+class HostedToolAsk(Wire, kw_only=True):
+    """What a hosted tool's call would do, beside its approval's payload (subject `tool_use`)."""
+
+    tool: str
+    arguments: Any  # as the model gave them, checked against the tool's schema
+    argv: list[str] | UnsetType = UNSET  # the command it would run, one element per argument (never a shell)
+
+
 class RelayedInteraction(interactions.InteractionRequestParams, kw_only=True):
     providerId: str
     requestId: str
+    hostedTool: HostedToolAsk | UnsetType = UNSET  # an approval a call of a tool the daemon hosts asks for
 
 
 class RelayedToolCall(interactions.ToolCallParams, kw_only=True):

@@ -46,6 +46,9 @@ NOTIFICATIONS: dict[str, tuple[Any, str]] = {
     "thread/input": (client_api.ThreadInputNotification, "A turn input its bridge accepted was kept (see thread/inputs)."),
 }  # fmt: skip
 
+# Constructions: their `options` may carry `tools` (the daemon's own key, taken out before the bridge sees them).
+CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")
+
 # Forwarded methods whose answer the daemon may make itself: the result types it answers with.
 DAEMON_RESULTS: dict[str, tuple[Any, ...]] = {"thread/stop": (client_api.ThreadStopAnswer,)}
 
@@ -116,7 +119,7 @@ def openrpc_document() -> Schema:
     types += [params for params, _ in NOTIFICATIONS.values()]
     for params, result, _ in CLIENT_REQUESTS.values():
         types += [params, result]
-    types.append(ThreadDeltaParams)
+    types += [ThreadDeltaParams, client_api.ToolChoice]
     roots, defs = components(types)
     named = {name: ecma_patterns(msgspec.json.schema(kind)) for name, (kind, _) in NAMED_STRINGS.items()}
     roots, defs = _name_strings(_rewrite_refs(roots), named), _name_strings(_rewrite_refs(defs), named)
@@ -133,7 +136,11 @@ def openrpc_document() -> Schema:
         results = [next(taken) for _ in DAEMON_RESULTS.get(name, method.results)]
         result = results[0] if len(results) == 1 else {"anyOf": results} if results else {}
         summary = f"Forwarded to the provider's bridge as `{name}` (protocol.md §3.3), turn ids translated."
-        methods.append(_method(name, summary, _descriptors(params, defs, provider), result))
+        descriptors = _descriptors(params, defs, provider)
+        if name in CONSTRUCTIONS:
+            summary += " `options.tools` chooses among the daemon's hosted tools (the daemon takes it out)."
+            descriptors = [_with_tools(d) if d["name"] == "options" else d for d in descriptors]
+        methods.append(_method(name, summary, descriptors, result))
     notifications = [
         {"name": name, "summary": summary, "params": next(taken)} for name, (_, summary) in NOTIFICATIONS.items()
     ]
@@ -153,6 +160,12 @@ def openrpc_document() -> Schema:
         "x-notifications": notifications,
         "x-client-requests": requests,
     }
+
+
+def _with_tools(descriptor: Schema) -> Schema:
+    """A construction's `options`, the bridge's with the daemon's own `tools` member."""
+    tools = {"type": "object", "properties": {"tools": {"$ref": REF + "ToolChoice"}}}
+    return {**descriptor, "schema": {"allOf": [descriptor["schema"], tools]}}
 
 
 def _method(name: str, summary: str, params: list[Schema], result: Schema) -> Schema:

@@ -26,13 +26,13 @@ TAIL_LINE_BYTES = 64 * 1024
 
 
 async def spawn(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None, stderr: bool = True
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None, stderr: bool = True, stdin: bool = True
 ) -> trio.Process:
-    """Start `argv` with piped stdin and stdout (and stderr, else discarded) in its own session and process group;
-    `OSError` when it cannot start."""
+    """Start `argv` with piped stdin (else /dev/null) and stdout (and stderr, else discarded) in its own session
+    and process group; `OSError` when it cannot start."""
     return await trio.lowlevel.open_process(
         list(argv),
-        stdin=subprocess.PIPE,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
         cwd=cwd,

@@ -139,6 +139,9 @@ export class PendingCards {
       parts.push(h("div", { class: "ask-plan markdown" }, renderMarkdown(str(subject.plan))));
     } else if (subject.kind === "tool_use") {
       parts.push(h("p", {}, `Use ${str(subject.tool)}`, subject.presentation?.detail ? `: ${str(subject.presentation.detail)}` : ""));
+      const hosted = request.params?.hostedTool; // a tool the daemon hosts: its arguments and the argv it would run
+      if (hosted?.argv) parts.push(h("pre", { class: "ask-command" }, h("code", {}, pretty(hosted.argv))));
+      if (hosted) parts.push(h("pre", {}, pretty(hosted.arguments)));
     } else {
       parts.push(h("pre", {}, pretty(subject)));
     }

@@ -1,0 +1,74 @@
+"""`bbridge serve` hosts the tools of its `bbridge.toml`: a `[tools.NAME]` command and an `[mcp_servers.NAME]`
+server's tools, both offered to a thread of the built-in echo bridge and called through it with no client asked
+(issue 35). The MCP server is the standard-library one of tests/mcp_server.py: started once by the daemon, stopped
+with it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from tests.support import FULL, connect
+
+BBRIDGE = [sys.executable, "-m", "bbridge"]
+THREAD = "thr_serve_tools"
+SERVER = Path(__file__).with_name("mcp_server.py")
+
+
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "bbridge.toml"
+    path.write_text(
+        f"""
+[tools.shout]
+description = "Says its word in capitals"
+schema = {{ type = "object", properties = {{ word = {{ type = "string" }} }}, required = ["word"] }}
+command = [{json.dumps(sys.executable)}, "-c", "import sys; print(sys.argv[1].upper())", "{{word}}"]
+policy = "allow"
+
+[mcp_servers.mini]
+command = [{json.dumps(sys.executable)}, {json.dumps(str(SERVER))}]
+policy = "allow"
+"""
+    )
+    return path
+
+
+async def call(client: object, text: str, request: str) -> None:
+    turn = {"input": [{"type": "text", "text": text}], "clientRequestId": request, "options": FULL}
+    await client.request("turn/start", {"threadId": THREAD, **turn})  # type: ignore[attr-defined]
+
+
+async def test_serve_offers_and_runs_declared_and_mcp_tools(tmp_path: Path) -> None:
+    sock = tmp_path / "d.sock"
+    command = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(config(tmp_path))]
+    proc = await trio.lowlevel.open_process(command, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            while not sock.exists():
+                await trio.sleep(0.05)
+            async with connect(sock) as client:
+                status = await client.request("daemon/status", {})
+                hosted = {tool["name"]: tool for tool in status["hostedTools"]["tools"]}
+                assert {"shout", "mini__echo"} <= set(hosted)
+                assert "mcp_servers.mini" in hosted["mini__echo"]["source"]
+                start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": FULL}
+                await client.request("thread/start", start)
+                await call(client, 'tool:shout args:{"word":"$(id);x"}', "creq_abcdefghjm")
+                await client.wait_for(lambda: client.settled(THREAD))
+                await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjn")
+                await client.wait_for(lambda: client.settled(THREAD, 2))
+                tools = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+                assert [tool["status"] for tool in tools] == ["completed", "completed"]
+                assert tools[0]["result"].strip() == "$(ID);X"
+                assert "hello" in tools[1]["result"]
+                assert client.requests == []  # no client was asked
+    finally:
+        proc.terminate()
+        with trio.fail_after(20):
+            await proc.wait()
+    assert proc.returncode == 0
