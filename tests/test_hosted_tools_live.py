@@ -9,7 +9,11 @@ its argv and its working directory. The client starts the thread with no `dynami
 scripted model calls the tool under the name its agent offers it by (Claude Code and the ACP agent:
 `mcp__bb-bridge__where_is`; codex and pi: `where_is`). The tool's output, run in the thread's working directory,
 is in the model's next request, no request reached the client, and the tool item carries the tool's
-presentation where the bridge stamps one. Every wait is bounded; the daemon stops every process.
+presentation where the bridge stamps one.
+
+And a real MCP server's tool (`@modelcontextprotocol/server-everything`, `make mcp-servers`) called by two
+different agents, Claude Code and codex, each on its own thread of one daemon: `[mcp_servers.everything]`
+started once, its `everything__echo` answering both. Every wait is bounded; nothing a test starts outlives it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from pathlib import Path
 import pytest
 
 from bbridge.toolhost.host import Host, load_host
-from tests.live.agents import AGENTS, Agent, run_turn, tool_items, world
+from bbridge.toolhost.mcp import mcp_servers
+from tests.live.agents import AGENTS, Agent, run_turn, start_and_turn, tool_items, world
+from tests.live.processes import leftovers, no_leftovers
+from tests.live.runner import EVERYTHING, server_everything
+from tests.support import connect, running
 
 TOOL = "where_is"
 LABEL = {"pending": "Locating", "completed": "Located"}
@@ -66,3 +74,42 @@ async def test_a_hosted_tool_runs_with_no_client_asked_and_its_output_reaches_th
     assert (item["tool"], item["status"]) == (TOOL, "completed")
     if agent.shows_presentation:
         assert item["presentation"]["label"] == LABEL
+
+
+def everything_host(root: Path) -> Host:
+    """The tool host of `[mcp_servers.everything]`: the real server-everything, run in `root` (so the leftover
+    check sees it), every call allowed; its tools join the host once the server runs (`mcp_servers`)."""
+    config = root / "bbridge.toml"
+    config.write_text(f"""\
+[mcp_servers.everything]
+command = {json.dumps(server_everything())}
+policy = "allow"
+cwd = {json.dumps(str(root))}
+""")
+    host = load_host(config, None, None)
+    assert [server.name for server in host.catalog.servers] == ["everything"] and host.refused == []
+    return host
+
+
+async def test_two_agents_call_one_real_mcp_server_tool_through_one_daemon(tmp_path: Path) -> None:
+    """Claude Code and codex, each on its thread of one daemon, call `everything__echo`: one server process serves
+    both calls, each echo reaches its own model, no client is asked, nothing outlives the daemon."""
+    host = everything_host(tmp_path)
+    (tmp_path / "claude").mkdir()
+    (tmp_path / "codex").mkdir()
+    with world("claude-code", tmp_path / "claude") as claude, world("codex", tmp_path / "codex") as codex:
+        codex.thread = "thr_tools_live_codex"
+        providers = {claude.provider: claude.config, codex.provider: codex.config}
+        async with mcp_servers(host.catalog.servers) as served:
+            assert host.extend(served.tools, served.refused) == [] and served.refused == []
+            async with running(tmp_path, providers, tool_host=host) as (_, path), connect(path) as client:
+                for agent in (claude, codex):
+                    agent.script("everything__echo", {"message": f"hello from {agent.provider}"})
+                    await start_and_turn(client, agent)
+                assert len(leftovers([tmp_path], lambda argv: str(EVERYTHING) in argv)) == 1  # one server
+        no_leftovers([tmp_path], "a process of the daemon or of its MCP server outlived them")
+    assert client.requests == []
+    for agent in (claude, codex):
+        assert f"Echo: hello from {agent.provider}" in agent.tool_result_text()
+        [item] = tool_items(client, agent.thread)
+        assert (item["tool"], item["status"]) == ("everything__echo", "completed")

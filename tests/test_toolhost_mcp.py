@@ -7,7 +7,6 @@ server `tests/mcp_server.py`. Every server runs in the test's own directory, so 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -22,9 +21,8 @@ from bbridge.daemon.config import load_config
 from bbridge.toolhost.mcp import McpServerConfig, McpTool, mcp_server_configs, mcp_servers, tool_call_result, tool_name
 from tests.conftest import REPO
 from tests.live.processes import leftovers
-from tests.support import make_or_skip
+from tests.live.runner import server_everything
 
-EVERYTHING = REPO / ".cache" / "mcp" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
 TINY = [sys.executable, str(REPO / "tests" / "mcp_server.py")]
 
 
@@ -34,11 +32,7 @@ def _config(name: str, command: list[str], cwd: Path, **keys: Any) -> McpServerC
 
 @pytest.fixture(scope="session")
 def everything() -> list[str]:
-    """server-everything's command line (stdio), installed by `make mcp-servers`."""
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed, so server-everything cannot run")
-    make_or_skip("mcp-servers", "the MCP server-everything")
-    return ["node", str(EVERYTHING / "index.js"), "stdio"]
+    return server_everything()
 
 
 def _tool(tools: list[McpTool], name: str) -> McpTool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,12 +20,16 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from bbridge.daemon.config import ProviderConfig
+from tests.support import make_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 LIVE_MODULES = CACHE / "live" / "node_modules"  # Claude Code and codex
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+EVERYTHING = CACHE / "mcp" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 
 def offline_env(home: Path, *, path: str = SYSTEM_PATH) -> dict[str, str]:
@@ -85,6 +90,15 @@ def stop(
             with contextlib.suppress(OSError):
                 stream.close()
     return code
+
+
+def server_everything() -> list[str]:
+    """The real MCP server-everything's command line (stdio), installed by `make mcp-servers`; skips when node is
+    missing or npm's registry cannot be reached."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed, so the MCP server-everything cannot run")
+    make_or_skip("mcp-servers", "the MCP server-everything")
+    return ["node", str(EVERYTHING), "stdio"]
 
 
 def bridge_command(module: str) -> list[str]:
