@@ -9,7 +9,7 @@ its argv and its working directory. The client starts the thread with no `dynami
 scripted model calls the tool under the name its agent offers it by (Claude Code and the ACP agent:
 `mcp__bb-bridge__where_is`; codex and pi: `where_is`). The tool's output, run in the thread's working directory,
 is in the model's next request, no request reached the client, and the tool item carries the tool's
-presentation where the bridge stamps one.
+presentation.
 
 And a real MCP server's tool (`@modelcontextprotocol/server-everything`, `make mcp-servers`) called by two
 different agents, Claude Code and codex, each on its own thread of one daemon: `[mcp_servers.everything]`
@@ -72,8 +72,7 @@ async def test_a_hosted_tool_runs_with_no_client_asked_and_its_output_reaches_th
     assert f"hosted Lisbon in {agent.cwd}" in agent.tool_result_text()
     [item] = tool_items(client)
     assert (item["tool"], item["status"]) == (TOOL, "completed")
-    if agent.shows_presentation:
-        assert item["presentation"]["label"] == LABEL
+    assert item["presentation"]["label"] == LABEL
 
 
 def everything_host(root: Path) -> Host:

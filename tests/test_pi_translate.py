@@ -77,6 +77,21 @@ def test_tool_shapes_and_their_fallbacks() -> None:  # [T13], §4.6
                         "noTurnFallback": progress["noTurnFallback"]}  # fmt: skip  # [T15]
 
 
+def test_a_declared_tools_presentation_is_on_its_items_and_no_other_tools() -> None:  # protocol.md DynamicTool
+    shown = g.Presentation(label=g.Label(pending="Looking up", completed="Looked up"), icon=g.Icon(glyph="Search"))
+    t = Translator()
+    t.reset(T, {"lookup": shown})
+    for tool in ("lookup", "read"):
+        (opened,) = deltas(t, {"type": "tool_execution_start", "toolCallId": tool, "toolName": tool, "args": {}})
+        end = {"type": "tool_execution_end", "toolCallId": tool, "toolName": tool, "result": "ok", "isError": False}
+        (closed,) = deltas(t, end)
+        expected = msgspec.to_builtins(shown) if tool == "lookup" else None
+        assert opened.get("presentation") == closed.get("presentation") == expected, tool
+    t.reset(T)  # a later construction declaring no tool: nothing stamped
+    (opened,) = deltas(t, {"type": "tool_execution_start", "toolCallId": "c", "toolName": "lookup", "args": {}})
+    assert "presentation" not in opened
+
+
 def test_result_text() -> None:  # [T27]
     assert (
         result_text([{"type": "tool_reference", "tool_name": "a"}, {"type": "tool_reference", "tool_name": "b"}])

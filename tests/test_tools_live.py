@@ -56,8 +56,7 @@ async def test_a_valid_call_reaches_the_client_once_and_its_answer_the_model(age
     assert ANSWER in agent.tool_result_text()
     [item] = tool_items(client)
     assert item["tool"] == "lookup" and item["status"] == "completed"
-    if agent.shows_presentation:
-        assert item["presentation"]["label"] == PRESENTATION["label"]
+    assert item["presentation"]["label"] == PRESENTATION["label"]
 
 
 # pi coerces `3` to `"3"` (its own schema conversion) before calling: its daemon-side refusal is in test_pi_live

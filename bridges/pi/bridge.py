@@ -137,7 +137,8 @@ class PiBridge:
                 del self.sessions[params.threadId]
             raise rpc.RpcError(rpc.BRIDGE_ERROR, exc.message) from None
         await self.bridge.open_session(params.threadId, provider_thread_id, session_restorable=True)
-        self.translator.reset(params.threadId)
+        declared = {name: tool.presentation for name, tool in spec.tools.items() if tool.presentation is not None}
+        self.translator.reset(params.threadId, declared)
         return {"providerThreadId": provider_thread_id, "sessionRestorable": True}
 
     async def thread_start(self, params: protocol.ThreadStartParams) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """pi's session events → `thread/delta` batches (pi-bridge.md §4, §5), pure and synchronous.
 
 One `Translator` serves every thread of the bridge process, as the reference's does: its memory is the
-per-thread running usage total and the shapes of started tools (bounded). Each call takes one input and
+per-thread running usage total, the shapes of started tools (bounded) and the presentations the thread's
+declared tools carry, stamped on their items (the reference drops them; protocol.md `DynamicTool` asks for them,
+and the other bridges show them). Each call takes one input and
 returns the deltas of one notification (an empty list sends nothing, [T2]). pi's `turn_start`/`turn_end`
 are sub-turns: only `agent_start` opens a bb turn and only the final `agent_end` closes it (§4.15).
 """
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from bbridge.core import grammar as g
 from bbridge.core import js
@@ -195,12 +198,14 @@ class Translator:
     def __init__(self) -> None:
         self._totals: dict[str, g.TokenBreakdown] = {}
         self._shapes: OrderedDict[tuple[str, str], g.ItemShape] = OrderedDict()
+        self._presentations: dict[str, dict[str, g.Presentation]] = {}  # thread → declared tool → its presentation
 
     # -- memory --
 
-    def reset(self, thread_id: str) -> None:
-        """A session was constructed for the thread ([M10] step 4)."""
+    def reset(self, thread_id: str, presentations: Mapping[str, g.Presentation] | None = None) -> None:
+        """A session was constructed for the thread ([M10] step 4), declaring tools with these presentations."""
         self._totals[thread_id] = ZERO
+        self._presentations[thread_id] = dict(presentations or {})
         self._forget(thread_id)
 
     def _forget(self, thread_id: str) -> None:
@@ -212,6 +217,10 @@ class Translator:
         self._shapes.move_to_end((thread_id, call_id))
         while len(self._shapes) > SHAPE_CAP:
             self._shapes.popitem(last=False)
+
+    def _presentation(self, thread_id: str, tool: str) -> g.Presentation | UnsetType:
+        """The presentation the thread's declared tool `tool` carries (UNSET for any other tool)."""
+        return self._presentations.get(thread_id, {}).get(tool, UNSET)
 
     # -- bridge-originated inputs ([T24]–[T26]) --
 
@@ -283,7 +292,12 @@ class Translator:
         self._remember(thread_id, call_id, shape)
         parsed = _parsed(event, "args")
         return [
-            g.ItemOpen(key=g.ItemKey(providerItemId=call_id), item=shape, noTurnFallback=_fallback(thread_id, parsed))
+            g.ItemOpen(
+                key=g.ItemKey(providerItemId=call_id),
+                item=shape,
+                presentation=self._presentation(thread_id, tool),
+                noTurnFallback=_fallback(thread_id, parsed),
+            )
         ]
 
     def _tool_execution_update(self, thread_id: str, event: Json, checkpoint: str | None) -> list[g.Delta]:
@@ -316,6 +330,7 @@ class Translator:
                 exitCode=1 if failed else 0,
                 aggregatedOutput=output if output is not None else UNSET,
                 item=shape,
+                presentation=self._presentation(thread_id, tool),
                 noTurnFallback=_fallback(thread_id, _parsed(event, "result", "isError"), serializable=serializable),
             )
         ]

@@ -46,9 +46,6 @@ class Agent:
     config: ProviderConfig
     cwd: Path  # the thread's working directory
     thread = THREAD  # the thread's id (one per agent when several share a daemon)
-    # whether the bridge stamps a declared tool's presentation on its items (protocol.md `DynamicTool`); pi's does
-    # not: it follows the reference, which drops it (pi-bridge.md §4, the recorded `user-question` cell)
-    shows_presentation = True
 
     def script(self, tool: str, arguments: dict[str, Any]) -> None:
         """The model's first answer calls `tool` (the daemon's name for it) with `arguments`; its second is text."""
@@ -118,7 +115,6 @@ class Codex(Agent):
 
 class Pi(Agent):
     provider = "pi"
-    shows_presentation = False
 
     def __init__(self, root: Path, api: chat.ScriptedChat) -> None:
         pi = pi_cli.ensure_pi()
