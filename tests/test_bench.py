@@ -20,6 +20,7 @@ from bbridge.wire.delta_decoder import decode_line
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20", "--latency-runs", "2", "--scale-threads", "12"]
 TINY += ["--scale-bridges", "2", "--scale-clients", "2", "--scale-seconds", "0.5", "--capacity-steps", "6,12"]
+TINY += ["--hosted-calls", "10"]
 TINY += ["--page-events", "0"]  # the page's figure drives Chromium: tests/browser/test_bench_page.py runs it small
 
 
@@ -69,6 +70,7 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> N
     assert all(type(n) is int and n >= 0 for n in late) and daemon["latency_bridge_late_wakes"] == late[2]
     assert daemon["grammar_drops"] == 0 and daemon["rejected_notifications"] == 0
     assert daemon["events_per_run"] >= daemon["stream_deltas"] > 16 * stream.DELTAS_PER_TURN
+    check_hosted(result["hosted"], 10)
     number(memory, "idle_threads_10k_mb")
     number(memory, "open_turns_1k_mb")
     assert type(result["coalescing"]["events_per_1000_tokens"]) is int
@@ -131,6 +133,26 @@ def test_bench_only_scale_runs_the_scale_phase_alone_over_one_transport() -> Non
     assert "ws_over_socket_cpu_share" not in result["scale_wire"]
     assert "scale_ws_at_most_1_3x_socket" not in result["targets"] and result["targets"]["scale_nothing_lost"]
     assert b"daemon/floor" in proc.stderr  # the table of the phase per transport
+
+
+def check_hosted(hosted: dict[str, Any], calls: int) -> None:
+    """Every timed call and spawn counted; a call's own cost is its round trip less its tool's run, so never more."""
+    assert hosted["calls"] == hosted["spawns"] == calls and hosted["spawn_tool"] == "true"
+    for key in ("first_call_ms", "own_p50_ms", "own_p99_ms", "call_p50_ms", "call_p99_ms", "tool_run_p50_ms",
+                "tool_run_p99_ms", "spawn_p50_ms", "spawn_p99_ms"):  # fmt: skip
+        number(hosted, key)
+    assert hosted["own_p50_ms"] <= hosted["own_p99_ms"] and hosted["spawn_p50_ms"] <= hosted["spawn_p99_ms"]
+    assert hosted["own_p50_ms"] <= hosted["call_p50_ms"] and hosted["own_p99_ms"] <= hosted["call_p99_ms"]
+
+
+def test_bench_only_hosted_times_hosted_tool_calls_through_a_real_tool_host_and_a_trivial_spawn() -> None:
+    command = [sys.executable, "-m", "bbridge", "bench", "--json", "--only", "hosted", "--hosted-calls", "12"]
+    proc = subprocess.run(command, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert set(result) == {"machine", "hosted"}
+    check_hosted(result["hosted"], 12)
+    assert b"the daemon's own cost" in proc.stderr  # the phase's line for the terminal
 
 
 def test_coalescing_merges_one_token_per_millisecond_into_about_one_event_per_window() -> None:

@@ -70,6 +70,7 @@ _KNOBS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
     ("--scale-rate", float, 50.0, "scale: tokens per second per thread"),
     ("--page-events", int, 10_000, "page: journal events Chromium renders (0: skip the figure)"),
     ("--page-runs", int, 3, "page: renders timed (the median counts)"),
+    ("--hosted-calls", int, 500, "hosted: timed tool calls, and as many timed spawns"),
 )
 
 
@@ -81,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, kind, default, text in _KNOBS:
         parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
-        "--only", choices=("scale",), help="run only this phase (scale: every transport asked for, with its floor)"
-    )
+        "--only", choices=("scale", "hosted"),
+        help="run only this phase (scale: every transport asked for, with its floor; hosted: hosted tool calls)",
+    )  # fmt: skip
     parser.add_argument(
         "--scale-transport", choices=tuple(SCALE_TRANSPORTS), default="both",
         help="scale: how the clients reach the daemon (and the floor relay): the Unix socket, WebSocket, or both",
@@ -247,9 +249,27 @@ def scale_table(wire: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def run_hosted_phase(args: argparse.Namespace) -> dict[str, Any]:
+    from bbridge.bench.hosted import bench_hosted
+
+    _progress(f"hosted: {args.hosted_calls} tool calls through the daemon's tool host, then as many spawns")
+    return bench_hosted(args.hosted_calls)
+
+
+def hosted_line(hosted: dict[str, Any]) -> str:
+    """The hosted phase in one line for the terminal."""
+    return (
+        f"hosted call, the daemon's own cost: p50 {hosted['own_p50_ms']} ms, p99 {hosted['own_p99_ms']} ms "
+        f"(whole call p50 {hosted['call_p50_ms']} ms); a trivial tool's spawn: p50 {hosted['spawn_p50_ms']} ms, "
+        f"p99 {hosted['spawn_p99_ms']} ms"
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bbridge.bench.daemon import bench_daemon  # the daemon stack loads only when benchmarking
 
+    if args.only == "hosted":
+        return {"machine": machine(), "hosted": run_hosted_phase(args)}
     if args.only == "scale":
         figures = run_scale_phase(args)
         return {
@@ -274,6 +294,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     daemon = _median_run(daemon_runs, "first_delta_p99_ms")
     daemon["share_of_decode_only_runs"] = [run["share_of_decode_only"] for run in daemon_runs]
     daemon["share_of_decode_only"] = _median(daemon["share_of_decode_only_runs"])
+    hosted = run_hosted_phase(args)
     figures = run_scale_phase(args)
     _progress("memory")
     memory = {
@@ -309,6 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "target_values": TARGETS,
         "core": core,
         "daemon": daemon,
+        "hosted": hosted,
         **figures,
         "memory": memory,
         "page": page,
@@ -322,6 +344,9 @@ def main(args: argparse.Namespace) -> int:
 
     logs.configure("warning")
     result = run(args)
-    _progress("scale phase per transport\n" + scale_table(result["scale_wire"]))
+    if "scale_wire" in result:
+        _progress("scale phase per transport\n" + scale_table(result["scale_wire"]))
+    if "hosted" in result:
+        _progress(hosted_line(result["hosted"]))
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0
