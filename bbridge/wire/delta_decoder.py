@@ -19,7 +19,7 @@ reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
   envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
 * **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
-* **The U+001F screen** (`scalars.ESCAPED_SEPARATOR`): a key part holds no U+001F, a rule msgspec would check
+* **The U+001F screen** (`scalars.escaped_separator`): a key part holds no U+001F, a rule msgspec would check
   with a `pattern` that cost a third of a line's decode. A decoded string holds U+001F only through a `\\u001f`
   escape, so a line (or read) holding one skips the typed passes; `grammar.decode_params` then checks its key
   parts (`key_part_fault`).
@@ -79,13 +79,19 @@ class TypedDecoder:
         streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
         if len(lines) < 2:
             return None
-        screen = self.screen
-        for line in lines:  # the line path's own checks (an array around them adds one level: msgspec takes it)
-            if type(line) is not bytes or (len(line) > MAX_JSON_DEPTH and too_deep(line)):
-                return None
-        joined = b",".join(cast("list[bytes]", lines))
-        if sum(joined.count(tag) for tag in self.tags) != len(lines):
+        try:
+            joined = b",".join(cast("list[bytes]", lines))
+        except TypeError:  # an `Overflow` among them: the line path reports it
             return None
+        for line in lines:  # the line path's own check (an array around them adds one level: msgspec takes it)
+            if len(line) > MAX_JSON_DEPTH and too_deep(cast("bytes", line)):
+                return None
+        tagged = 0
+        for tag in self.tags:
+            tagged += joined.count(tag)
+        if tagged != len(lines):
+            return None
+        screen = self.screen
         if screen is not None and screen(joined) is not None:
             return None
         try:
@@ -93,17 +99,18 @@ class TypedDecoder:
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
         members, batch = self.members, []
+        append = batch.append
         for message in messages:
             if type(message.id) in ID_TYPES:
                 return None  # a request: the line by line path serves it in order
-            batch.append(Notification(members[type(message)], None, message.params))
+            append(Notification(members[type(message)], None, message.params))
         return batch
 
 
 # A bridge's `thread/delta` lines, each parsed once as `grammar.decode_params` would (its float hook); a line that
 # may hold U+001F in a key part takes the generic path, to `grammar.decode_params`.
 DELTA_LINES = TypedDecoder(
-    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.ESCAPED_SEPARATOR.search, float_hook=scalars.js_float
+    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.escaped_separator, float_hook=scalars.js_float
 )
 
 
