@@ -98,7 +98,8 @@ class TypedDecoder:
             messages = self.many(b"[" + joined + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None
-        members, batch = self.members, []
+        members = self.members
+        batch: list[Notification] = []
         append = batch.append
         for message in messages:
             if type(message.id) in ID_TYPES:
