@@ -33,7 +33,6 @@ daemon's path for one line, for the bench's core phase.
 from __future__ import annotations
 
 import functools
-import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -49,7 +48,7 @@ from bbridge.wire.jsonrpc import ID_TYPES, Notification, decode_envelope
 
 class TypedDecoder:
     """Decoders for whole messages of the given notification methods, tagged on `method`, params typed: `one` for a
-    line, `many` for a read's lines joined as one JSON array (`tags`: each method as it appears in a line).
+    line, `many` for a read's lines joined as one JSON array.
 
     `screen`: a line (or read) for which it returns anything but None is not decoded here; it takes the generic path,
     for the handler's own decoder. `float_hook`: msgspec's, for the untyped values in the params, as that decoder
@@ -71,7 +70,6 @@ class TypedDecoder:
         union: Any = functools.reduce(operator.or_, self.members)
         self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union, float_hook=float_hook).decode
         self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union], float_hook=float_hook).decode
-        self.tags = [json.dumps(method).encode() for method in types]
         self.screen = screen
 
     def read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
@@ -86,18 +84,15 @@ class TypedDecoder:
         for line in lines:  # the line path's own check (an array around them adds one level: msgspec takes it)
             if len(line) > MAX_JSON_DEPTH and too_deep(cast("bytes", line)):
                 return None
-        tagged = 0
-        for tag in self.tags:
-            tagged += joined.count(tag)
-        if tagged != len(lines):
-            return None
         screen = self.screen
         if screen is not None and screen(joined) is not None:
             return None
         try:
             messages = self.many(b"[" + joined + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError):
-            return None
+            return None  # a line that is not a typed notification (no tag, another method, bad params) or not JSON
+        if len(messages) != len(lines):
+            return None  # a line held more than one value (`{…},{…}`): the line path refuses it
         members = self.members
         batch: list[Notification] = []
         append = batch.append
