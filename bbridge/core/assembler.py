@@ -27,6 +27,7 @@ from bbridge.core.state import (
     ThreadState,
     diff_cumulative_text,
     item_key,
+    key_of,
     stream_key,
     trim,
 )
@@ -360,7 +361,7 @@ class Assembler:
         if turn is None:
             self._turns.fallback(s, d.noTurnFallback, parent_ref)
             return
-        k = item_key(key)
+        k = key_of(pid, key.channel, parent_ref)
         rec = s.open_items.get(k)
         parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
         channel, text = d.channel, d.text

@@ -14,7 +14,7 @@ import re
 import typing
 from typing import Annotated, Any, Literal, TypeAlias
 
-from msgspec import Meta, Struct
+from msgspec import Meta, Raw, Struct
 
 SEP = "\x1f"
 MAX_SAFE = 2**53 - 1
@@ -82,9 +82,18 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def escaped_separator(data: bytes | Raw) -> re.Match[bytes] | None:
+    """`ESCAPED_SEPARATOR.search`, after a substring test on bytes: `in` scans at memory speed where the regex engine
+    steps byte by byte (callgrind: ~950 instructions per bridge line of ~190 bytes), and almost no text holds
+    `\\u001`. Other buffers (`msgspec.Raw`) go to the regex."""
+    if type(data) is bytes and b"\\u001" not in data:
+        return None
+    return ESCAPED_SEPARATOR.search(data)
+
+
 def may_hold_separator(text: bytes | str) -> bool:
     """Whether values decoded from this JSON text can hold U+001F: only through a `\\u001f` escape."""
-    return ESCAPED_SEPARATOR.search(text.encode() if isinstance(text, str) else text) is not None
+    return escaped_separator(text.encode() if isinstance(text, str) else text) is not None
 
 
 def key_part_fault(value: Struct, path: str = "$") -> str | None:

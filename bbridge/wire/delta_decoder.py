@@ -19,7 +19,7 @@ reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
   envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
 * **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
-* **The U+001F screen** (`scalars.ESCAPED_SEPARATOR`): a key part holds no U+001F, a rule msgspec would check
+* **The U+001F screen** (`scalars.escaped_separator`): a key part holds no U+001F, a rule msgspec would check
   with a `pattern` that cost a third of a line's decode. A decoded string holds U+001F only through a `\\u001f`
   escape, so a line (or read) holding one skips the typed passes; `grammar.decode_params` then checks its key
   parts (`key_part_fault`).
@@ -33,7 +33,6 @@ daemon's path for one line, for the bench's core phase.
 from __future__ import annotations
 
 import functools
-import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -49,7 +48,7 @@ from bbridge.wire.jsonrpc import ID_TYPES, Notification, decode_envelope
 
 class TypedDecoder:
     """Decoders for whole messages of the given notification methods, tagged on `method`, params typed: `one` for a
-    line, `many` for a read's lines joined as one JSON array (`tags`: each method as it appears in a line).
+    line, `many` for a read's lines joined as one JSON array.
 
     `screen`: a line (or read) for which it returns anything but None is not decoded here; it takes the generic path,
     for the handler's own decoder. `float_hook`: msgspec's, for the untyped values in the params, as that decoder
@@ -71,7 +70,6 @@ class TypedDecoder:
         union: Any = functools.reduce(operator.or_, self.members)
         self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union, float_hook=float_hook).decode
         self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union], float_hook=float_hook).decode
-        self.tags = [json.dumps(method).encode() for method in types]
         self.screen = screen
 
     def read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
@@ -79,31 +77,36 @@ class TypedDecoder:
         streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
         if len(lines) < 2:
             return None
-        screen = self.screen
-        for line in lines:  # the line path's own checks (an array around them adds one level: msgspec takes it)
-            if type(line) is not bytes or (len(line) > MAX_JSON_DEPTH and too_deep(line)):
-                return None
-        joined = b",".join(cast("list[bytes]", lines))
-        if sum(joined.count(tag) for tag in self.tags) != len(lines):
+        try:
+            joined = b",".join(cast("list[bytes]", lines))
+        except TypeError:  # an `Overflow` among them: the line path reports it
             return None
+        for line in lines:  # the line path's own check (an array around them adds one level: msgspec takes it)
+            if len(line) > MAX_JSON_DEPTH and too_deep(cast("bytes", line)):
+                return None
+        screen = self.screen
         if screen is not None and screen(joined) is not None:
             return None
         try:
             messages = self.many(b"[" + joined + b"]")
         except (msgspec.ValidationError, msgspec.DecodeError):
-            return None
-        members, batch = self.members, []
+            return None  # a line that is not a typed notification (no tag, another method, bad params) or not JSON
+        if len(messages) != len(lines):
+            return None  # a line held more than one value (`{…},{…}`): the line path refuses it
+        members = self.members
+        batch: list[Notification] = []
+        append = batch.append
         for message in messages:
             if type(message.id) in ID_TYPES:
                 return None  # a request: the line by line path serves it in order
-            batch.append(Notification(members[type(message)], None, message.params))
+            append(Notification(members[type(message)], None, message.params))
         return batch
 
 
 # A bridge's `thread/delta` lines, each parsed once as `grammar.decode_params` would (its float hook); a line that
 # may hold U+001F in a key part takes the generic path, to `grammar.decode_params`.
 DELTA_LINES = TypedDecoder(
-    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.ESCAPED_SEPARATOR.search, float_hook=scalars.js_float
+    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.escaped_separator, float_hook=scalars.js_float
 )
 
 
