@@ -49,9 +49,13 @@ ACP_CACHE := .cache/acp
 ACP_SDK_VERSION := 1.9.0
 ACP_PY_VERSION := 0.12.1
 
-acp-agents: $(ACP_CACHE)/.installed
+ACP_STAMP := $(ACP_CACHE)/.installed-$(ACP_SDK_VERSION)-$(ACP_PY_VERSION)
 
-$(ACP_CACHE)/.installed: Makefile $(VENV)/.installed
+# The stamp names the pins: a pin change reinstalls, another change to the Makefile or the venv does not (the cache
+# is shared by every checkout of one machine).
+acp-agents: $(ACP_STAMP)
+
+$(ACP_STAMP): | $(VENV)/.installed
 	rm -rf $(ACP_CACHE) && mkdir -p $(ACP_CACHE)/npm $(ACP_CACHE)/sdist
 	npm install --prefix $(ACP_CACHE)/npm --no-save --no-audit --no-fund --loglevel=error @agentclientprotocol/sdk@$(ACP_SDK_VERSION)
 	$(PY) -m pip download -q --no-deps --no-binary :all: agent-client-protocol==$(ACP_PY_VERSION) -d $(ACP_CACHE)/sdist
