@@ -69,7 +69,7 @@ async def test_a_thread_calls_its_own_server_another_sees_nothing_and_release_st
         assert "editor_tools__echo" in entry["tools"]
         assert [refusal["key"] for refusal in entry["refused"]] == [f"tool {'x' * 70!r}"]  # the unmappable name
 
-        await client.request("thread/stop", {"threadId": "thr_one", "intent": "release"})
+        await client.request("thread/stop", {"threadId": "thr_one", "intent": "release", "activeTurnId": None})
         await until(lambda: not leftovers([tmp_path / "one"], ours))
         assert (await client.request("daemon/status", {}))["hostedTools"]["threads"] == []
 
