@@ -338,9 +338,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
     try:
-        tool_host = _tool_host(
-            config_path(args.config), args.tools_dir, args.journal, args.allow_client_mcp_servers
-        )
+        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal, args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import trio
 
-from bbridge.toolhost.host import Host
 from bbridge.toolhost.catalog import Catalog
+from bbridge.toolhost.host import Host
 from bbridge.wire import rpc
 from tests.live.processes import leftovers
 from tests.support import connect, fake_provider, running
@@ -117,7 +117,9 @@ async def test_a_malformed_entry_is_refused_before_anything_starts(tmp_path: Pat
                 await client.request("thread/start", thread_start("thr_one", tmp_path, [bad]))
             assert refused.value.code == rpc.INVALID_PARAMS and "mcpServers" in refused.value.message
         with pytest.raises(rpc.RpcError) as twice:
-            await client.request("thread/start", thread_start("thr_one", tmp_path, [TINY, {**TINY, "name": "editor_tools"}]))
+            await client.request(
+                "thread/start", thread_start("thr_one", tmp_path, [TINY, {**TINY, "name": "editor_tools"}])
+            )
         assert "distinct names" in twice.value.message
         await trio.sleep(0)
     assert leftovers([tmp_path], ours) == {}

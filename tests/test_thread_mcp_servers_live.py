@@ -45,7 +45,9 @@ async def test_a_clients_mcp_server_reaches_a_codex_and_a_pi_thread_as_a_callabl
                     await client.wait_for(lambda agent=agent: client.settled(agent.thread), timeout=60)
                 for agent in (codex, pi):  # one server per thread, in its working directory
                     assert len(leftovers([agent.cwd], everything)) == 1
-                await client.request("thread/stop", {"threadId": codex.thread, "intent": "release", "activeTurnId": None})
+                await client.request(
+                    "thread/stop", {"threadId": codex.thread, "intent": "release", "activeTurnId": None}
+                )
                 await until(lambda: not leftovers([codex.cwd], everything))
                 assert len(leftovers([pi.cwd], everything)) == 1  # the other thread's server serves on
         no_leftovers([tmp_path], "a process of the daemon or of a thread's MCP server outlived them")

@@ -137,9 +137,9 @@ class Construction(MethodRule):
 
     @staticmethod
     def _stop_brought(daemon: Daemon, call: Call) -> None:
-        if call.thread_id is not None and call.choice is not None and call.choice.mcpServers:
-            if daemon.hosted.host is not None:
-                daemon.hosted.host.forget(call.thread_id)
+        host, choice = daemon.hosted.host, call.choice
+        if host is not None and call.thread_id is not None and choice is not None and choice.mcpServers:
+            host.forget(call.thread_id)
 
     def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None

@@ -105,9 +105,7 @@ class ThreadServers:
                 self._threads.clear()
                 nursery.cancel_scope.cancel()
 
-    async def open(
-        self, thread_id: str, brought: list[Any], cwd: str | None, hosted: Collection[str]
-    ) -> list[McpTool]:
+    async def open(self, thread_id: str, brought: list[Any], cwd: str | None, hosted: Collection[str]) -> list[McpTool]:
         """Start what the construction brings (replacing the thread's earlier servers), and return their tools
         that no daemon-wide tool (`hosted`) shadows."""
         if brought and not self.allowed:
@@ -123,8 +121,13 @@ class ThreadServers:
         self._threads[thread_id] = record
         record.refused = served.refused
         for refusal in served.refused:
-            log.warning("a thread's MCP server refused", threadId=thread_id, section=refusal.section,
-                        key=refusal.key, error=refusal.error)
+            log.warning(
+                "a thread's MCP server refused",
+                threadId=thread_id,
+                section=refusal.section,
+                key=refusal.key,
+                error=refusal.error,
+            )
         for tool in served.tools:
             if tool.name not in hosted:
                 record.tools[tool.name] = tool
@@ -132,8 +135,12 @@ class ThreadServers:
             record.shadowed.append(tool.name)
             if tool.name not in self._shadowings:
                 self._shadowings.add(tool.name)
-                log.warning("a daemon-wide tool shadows a thread's MCP tool of the same name (reported once per "
-                            "tool)", tool=tool.name, threadId=thread_id, source=tool.source)
+                log.warning(
+                    "a daemon-wide tool shadows a thread's MCP tool of the same name (reported once per tool)",
+                    tool=tool.name,
+                    threadId=thread_id,
+                    source=tool.source,
+                )
         return list(record.tools.values())
 
     @staticmethod
