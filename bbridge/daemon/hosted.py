@@ -5,6 +5,8 @@ The tool host (`hosting.ToolHost`, implemented above the daemon) says which tool
 takes out before the bridge sees it (`take_choice`); the chosen tools, less any the client declares itself (its
 own tool shadows a hosted one of the same name, each such shadowing reported once per daemon), are appended to
 the construction's `dynamicTools` (`HostedTools.for_construction`), so every bridge offers them as it offers a client's.
+What a construction brings for its thread alone (`options.tools.mcpServers`) is handed to the host, opaque, once
+the bridge is chosen (`HostedTools.brought`): the tools it returns join the same list, shadowed the same way.
 
 A bridge's `item/tool/call` for one of a thread's hosted tools, checked like any declared tool's, is answered
 by the daemon (`RelayMixin.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept
@@ -23,6 +25,7 @@ import structlog
 from msgspec import UNSET
 
 from bbridge.daemon.declared_tools import DeclarationError
+from bbridge.daemon.hosting import ThreadToolsRefused
 from bbridge.wire import client_api, protocol
 
 if TYPE_CHECKING:
@@ -47,8 +50,9 @@ def take_choice(params: dict[str, Any]) -> client_api.ToolChoice | None:
         return msgspec.convert(raw, client_api.ToolChoice)
     except msgspec.ValidationError as exc:
         raise DeclarationError(
-            f"Invalid options.tools ({exc}): it is {{include?: [tool names], exclude?: [tool names]}}, choosing "
-            "among the tools the daemon hosts"
+            f"Invalid options.tools ({exc}): it is {{include?: [tool names], exclude?: [tool names], mcpServers?: "
+            "[{name, command: [argv], env?: {NAME: value}}]}, choosing among the tools the daemon hosts and "
+            "bringing the thread's own MCP servers"
         ) from None
 
 
@@ -88,7 +92,37 @@ class HostedTools:
         """The hosted tools a construction adds to its `dynamicTools`: its choice among the offered ones, less
         those the client declares itself (each such shadowing reported once for the daemon's life)."""
         offered = self.host.offered() if self.host is not None else []
-        tools = chosen(offered, choice)
+        return self._unshadowed(chosen(offered, choice), thread_id, client, declared)
+
+    async def brought(
+        self,
+        thread_id: str,
+        client: str,
+        choice: client_api.ToolChoice | None,
+        declared: set[str],
+        cwd: str | None,
+    ) -> list[protocol.DynamicTool]:
+        """The tools of the MCP servers the construction brings for its thread (none: what an earlier one brought
+        ends), less those the client declares itself; refused (DeclarationError) when the daemon hosts nothing
+        or the host refuses them."""
+        servers = [] if choice is None or choice.mcpServers is UNSET else msgspec.to_builtins(choice.mcpServers)
+        if self.host is None:
+            if servers:
+                raise DeclarationError(
+                    "options.tools.mcpServers: this daemon does not start a client's MCP servers (it would run any "
+                    "command a client names); start it with `bbridge serve --allow-client-mcp-servers`, or "
+                    "declare the tools in dynamicTools and answer their calls"
+                )
+            return []
+        try:
+            tools = await self.host.open_thread(thread_id, servers, cwd)
+        except ThreadToolsRefused as exc:
+            raise DeclarationError(f"options.tools.mcpServers: {exc}") from None
+        return self._unshadowed(tools, thread_id, client, declared)
+
+    def _unshadowed(
+        self, tools: list[protocol.DynamicTool], thread_id: str | None, client: str, declared: set[str]
+    ) -> list[protocol.DynamicTool]:
         for tool in tools:
             if tool.name in declared and tool.name not in self.shadowings:
                 self.shadowings[tool.name] = {

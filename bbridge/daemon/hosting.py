@@ -6,6 +6,10 @@ tool of the same name, and filtered by `options.tools`), checks a call's argumen
 tool's, then hands the call to `call`. A person's approval (`policy = "ask"`) goes through `HostedCall.ask`, a
 pending `interaction/request` like a bridge's; the daemon cancels a running call at the thread's stop, release
 or its bridge's exit (the host then stops whatever it runs before returning).
+
+A construction may bring tools for its thread alone (`options.tools.mcpServers`): the daemon hands that list to
+`open_thread`, opaque, before the bridge is asked, and adds the tools it returns to the construction's
+`dynamicTools` like the offered ones; `forget` (the thread let go) ends them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,11 @@ from typing import Any, Literal, Protocol
 from bbridge.wire import protocol
 
 Decision = Literal["allow_once", "allow_for_session", "deny"]
+
+
+class ThreadToolsRefused(Exception):
+    """`open_thread` refused what the construction brought (not allowed, malformed): the client's request fails
+    with -32602 and this message, which says what to do."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +57,18 @@ class ToolHost(Protocol):
         """Every hosted tool as an agent sees it, in composition order (first wins)."""
         ...
 
+    async def open_thread(self, thread_id: str, brought: list[Any], cwd: str | None) -> list[protocol.DynamicTool]:
+        """The tools of what a construction brought for its thread (`options.tools.mcpServers`, as the client sent
+        them), replacing what an earlier construction of the thread brought; raises `ThreadToolsRefused`. A server
+        that does not start is reported by the host, and the others serve."""
+        ...
+
     async def call(self, call: HostedCall) -> dict[str, Any]:
         """The call's `ToolCallResult` (protocol.md §3.6.1); cancelled, nothing it started outlives it."""
         ...
 
     def forget(self, thread_id: str) -> None:
-        """The thread was let go: its session grants (`allow_for_session`) end."""
+        """The thread was let go: its session grants (`allow_for_session`) end, and what it brought is stopped."""
         ...
 
     def report(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from bbridge.daemon.bridge import BridgeProcess
     from bbridge.daemon.declared_tools import Tool
     from bbridge.daemon.router import Daemon
+    from bbridge.wire.client_api import ToolChoice
 
 log = structlog.get_logger("bbridge.daemon.router")
 
@@ -48,6 +49,7 @@ class Call:
     bridge: BridgeProcess | None = None  # chosen after `prepare`
     declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools, the hosted ones added
     hosted: frozenset[str] = frozenset()  # a construction's hosted tools (among `declared`)
+    choice: ToolChoice | None = None  # a construction's `options.tools`, taken out of its params
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
     sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
 
@@ -82,8 +84,10 @@ class Maintenance(MethodRule):
 
 class Construction(MethodRule):
     """`thread/start`, `thread/resume`, `thread/fork`: declared tools checked and the chosen hosted tools added
-    (`options.tools` taken out: bridges do not know it) before the bridge is asked, the thread recorded (its
-    provider, owner and bridge) before it is sent, its tools, `cwd` and provider thread id kept from the answer."""
+    (`options.tools` taken out: bridges do not know it) before the bridge is asked; once it is chosen, the tools of
+    the MCP servers the construction brings for its thread (`options.tools.mcpServers`) added too, then the thread
+    recorded (its provider, owner and bridge) before it is sent; its tools, `cwd` and provider thread id kept from
+    the answer. A failed construction stops the servers it brought."""
 
     constructs = True
 
@@ -92,23 +96,50 @@ class Construction(MethodRule):
 
     async def prepare(self, daemon: Daemon, call: Call) -> None:
         try:
-            choice = take_choice(call.params)
+            call.choice = take_choice(call.params)
+            if call.thread_id is None and call.choice is not None and call.choice.mcpServers:
+                raise DeclarationError("options.tools.mcpServers needs the construction's threadId")
             call.declared = await daemon.declarations.declare(call.params.get("dynamicTools"))
-            hosted = daemon.hosted.for_construction(call.thread_id, call.client.name, choice, set(call.declared))
-            if hosted:
-                offered = msgspec.to_builtins(hosted)
-                call.declared |= await daemon.declarations.declare(offered)
-                call.params["dynamicTools"] = [*(call.params.get("dynamicTools") or []), *offered]
+            hosted = daemon.hosted.for_construction(call.thread_id, call.client.name, call.choice, set(call.declared))
+            await self._add(daemon, call, hosted)
         except DeclarationError as exc:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
-        call.hosted = frozenset(tool.name for tool in hosted)
 
     async def before(self, daemon: Daemon, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
+        cwd = call.params.get("cwd")
+        try:
+            brought = await daemon.hosted.brought(
+                call.thread_id,
+                call.client.name,
+                call.choice,
+                set(call.declared or {}) - call.hosted,
+                cwd if isinstance(cwd, str) else None,
+            )
+            await self._add(daemon, call, brought)
+        except DeclarationError as exc:
+            self._stop_brought(daemon, call)
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
         daemon.registry.construct(call.thread_id, call.bridge.provider_id, call.client, call.bridge)
         supplied = call.params.get("providerThreadId")
         if call.method == "thread/resume" and isinstance(supplied, str) and supplied:
             daemon.registry.identify(call.thread_id, supplied)  # recorded before sending (protocol.md §3.3.6)
+
+    @staticmethod
+    async def _add(daemon: Daemon, call: Call, tools: list[protocol.DynamicTool]) -> None:
+        """Hosted tools appended to the construction's `dynamicTools`, checked as declared ones."""
+        if not tools:
+            return
+        offered = msgspec.to_builtins(tools)
+        call.declared = (call.declared or {}) | await daemon.declarations.declare(offered)
+        call.params["dynamicTools"] = [*(call.params.get("dynamicTools") or []), *offered]
+        call.hosted |= {tool.name for tool in tools}
+
+    @staticmethod
+    def _stop_brought(daemon: Daemon, call: Call) -> None:
+        host, choice = daemon.hosted.host, call.choice
+        if host is not None and call.thread_id is not None and choice is not None and choice.mcpServers:
+            host.forget(call.thread_id)
 
     def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None
@@ -121,6 +152,10 @@ class Construction(MethodRule):
             call.hosted,
             cwd if isinstance(cwd, str) else None,
         )
+
+    def after_error(self, daemon: Daemon, call: Call, exc: rpc.RpcError) -> Any:
+        self._stop_brought(daemon, call)
+        return None
 
 
 class TurnInput(MethodRule):

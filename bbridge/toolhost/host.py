@@ -2,7 +2,8 @@
 
 Its tools compose first-wins: `[tools.NAME]` of `bbridge.toml`, then plugin bundles (the catalog), then external
 tools (the MCP servers' `NAME__tool`, anything satisfying `ExternalTool`); a later tool of a taken name is
-shadowed and reported. Every call goes through one path: the decision (policy.py), a person's answer when it is
+shadowed and reported. After them, a thread's own MCP servers' tools (thread_servers.py), offered to that thread
+only, while the host is `serving`. Every call goes through one path: the decision (policy.py), a person's answer when it is
 `ask`, the run (runner.py for a command, `invoke` for an external tool), the redaction of its result, and one
 audit line (audit.py), written however the call ends, cancelled too.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +29,7 @@ from bbridge.toolhost.catalog import Catalog, Shadowing, load_tools
 from bbridge.toolhost.declarations import HostedTool, Policy, Presentation
 from bbridge.toolhost.policy import Policies, load_rules
 from bbridge.toolhost.results import ToolCallResult, failure
+from bbridge.toolhost.thread_servers import ThreadServers
 from bbridge.wire import protocol
 
 log = structlog.get_logger("bbridge.toolhost")
@@ -76,8 +79,10 @@ class Host:
         external: Sequence[ExternalTool] = (),
         refused: Sequence[Refusal] = (),
         environ: Mapping[str, str] | None = None,
+        client_servers: bool = False,
     ) -> None:
         self.catalog = catalog
+        self.threads = ThreadServers(client_servers)  # threads' own MCP servers: refused unless `client_servers`
         self.policies = policies or Policies()
         self.audit = audit or Audit()
         self.refused = [*catalog.refused, *refused]
@@ -111,8 +116,18 @@ class Host:
             for tool in self._tools.values()
         ]
 
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """While inside, threads' own MCP servers can start (`open_thread`); leaving stops them all."""
+        async with self.threads.serving():
+            yield
+
+    async def open_thread(self, thread_id: str, brought: list[Any], cwd: str | None) -> list[protocol.DynamicTool]:
+        tools = await self.threads.open(thread_id, brought, cwd, self._tools)
+        return [protocol.DynamicTool(name=t.name, description=t.description, inputSchema=t.schema) for t in tools]
+
     async def call(self, call: HostedCall) -> ToolCallResult:
-        tool = self._tools.get(call.tool)
+        tool = self._tools.get(call.tool) or self.threads.tool(call.thread_id, call.tool)
         if tool is None:
             return failure(f"{call.tool}: not a tool this daemon hosts (hosted: {', '.join(self._tools) or 'none'})")
         verdict = self.policies.decide(call.thread_id, tool.name, tool.policy, tool.source, call.arguments)
@@ -180,6 +195,7 @@ class Host:
 
     def forget(self, thread_id: str) -> None:
         self.policies.forget(thread_id)
+        self.threads.close(thread_id)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -197,6 +213,8 @@ class Host:
             "disabled": list(self.catalog.disabled),
             "rules": [rule.name for rule in self.policies.rules],
             "audit": None if self.audit.path is None else str(self.audit.path),
+            "clientMcpServers": self.threads.allowed,
+            "threads": self.threads.report(),
         }
 
     def close(self) -> None:
@@ -232,9 +250,11 @@ def load_host(
     *,
     external: Sequence[ExternalTool] = (),
     environ: Mapping[str, str] | None = None,
+    client_servers: bool = False,
 ) -> Host:
     """The host of `config`'s `[tools.NAME]`, `[[tool_rules]]` and `[tool_audit]`, `tools_dir`'s bundles and
-    `external`; raises ConfigError when the file or directory cannot be used at all."""
+    `external` (and threads' own MCP servers when `client_servers`); raises ConfigError when the file or directory
+    cannot be used at all."""
     catalog = load_tools(config, tools_dir)
     raw = read_toml(config) if config is not None else {}
     rules, refused = load_rules(raw["tool_rules"]) if "tool_rules" in raw else ([], [])
@@ -246,6 +266,7 @@ def load_host(
         external=external,
         refused=[*refused, *audit_refused],
         environ=environ,
+        client_servers=client_servers,
     )
 
 

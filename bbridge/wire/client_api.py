@@ -37,13 +37,27 @@ class ErrorBody(Wire, kw_only=True):
     message: str
 
 
+class ThreadMcpServer(Wire, kw_only=True, forbid_unknown_fields=True):
+    """A stdio MCP server a construction brings for its thread alone (an editor's ACP `session/new` `mcpServers`):
+    `command` is the argv (no shell), `env` extra variables over the few the SDK passes on (HOME, PATH, …). The
+    tool host starts it in the thread's `cwd`, offers its tools as `NAME__tool` and stops it when the thread is
+    let go; the daemon must allow it (`bbridge serve --allow-client-mcp-servers`), else it is refused (-32602)."""
+
+    name: NonEmpty
+    command: Annotated[list[NonEmpty], msgspec.Meta(min_length=1)]
+    env: dict[str, str] | UnsetType = UNSET
+
+
 class ToolChoice(Wire, kw_only=True, forbid_unknown_fields=True):
     """`options.tools` on `thread/start`, `thread/resume` and `thread/fork`: which of the daemon's hosted tools the
-    thread gets (all when absent): `include` only those, `exclude` all but those. The daemon takes it out before
-    the bridge sees the options; a name no hosted tool has is refused (-32602, naming the hosted tools)."""
+    thread gets (all when absent): `include` only those, `exclude` all but those; and `mcpServers`, the thread's
+    own MCP servers, every tool of which it gets (a daemon-wide tool of the same name shadows one). The daemon
+    takes it out before the bridge sees the options; a name no hosted tool has is refused (-32602, naming the
+    hosted tools)."""
 
     include: list[NonEmpty] | UnsetType = UNSET
     exclude: list[NonEmpty] | UnsetType = UNSET
+    mcpServers: Annotated[list[ThreadMcpServer], msgspec.Meta(max_length=16)] | UnsetType = UNSET
 
 
 class ThreadPendingParams(Wire, kw_only=True, forbid_unknown_fields=True):

