@@ -1,0 +1,104 @@
+"""An editor driving `bbridge acp` with the ACP Python SDK's client (run under .cache/acp/venv's Python).
+
+    python tests/acp_editor.py SCENARIO CWD [SESSION_ID] -- BBRIDGE ACP ARGV...
+
+prints one JSON object: what each step answered and every `session/update` the agent sent. Scenarios: `main`
+(initialize, new session, set provider and model, a prompt, a cancelled prompt, list), `load` (load SESSION_ID
+and list), `approve` (a prompt whose approval the editor answers `allow_once`; with `hold` the editor never
+answers, and the report says whether its request was cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import acp
+from acp.schema import ClientCapabilities, Implementation
+
+STEP_S = 30.0  # every step's bound
+
+
+class Editor:
+    def __init__(self, hold: bool) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.permissions: list[dict[str, Any]] = []
+        self.hold = hold
+        self.chunk = asyncio.Event()
+        self.asked = asyncio.Event()
+        self.cancelled_asks = 0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        dumped = update.model_dump(by_alias=True, exclude_none=True, mode="json")
+        self.updates.append({"sessionId": session_id, **dumped})
+        if dumped.get("sessionUpdate") == "agent_message_chunk":
+            self.chunk.set()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: Any, **kwargs: Any) -> Any:
+        self.permissions.append({"sessionId": session_id, "toolCall": tool_call.model_dump(by_alias=True,
+            exclude_none=True, mode="json"), "options": [o.model_dump(by_alias=True, mode="json") for o in options]})  # fmt: skip
+        self.asked.set()
+        if self.hold:
+            try:
+                await asyncio.sleep(STEP_S)
+            except asyncio.CancelledError:
+                self.cancelled_asks += 1
+                raise
+        return {"outcome": {"outcome": "selected", "optionId": options[0].option_id}}
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
+
+
+async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) -> dict[str, Any]:
+    editor = Editor(hold=scenario == "hold")
+    report: dict[str, Any] = {}
+    async with acp.spawn_agent_process(lambda _agent: editor, argv[0], *argv[1:]) as (conn, process):
+        init = await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities(),
+            client_info=Implementation(name="acp-editor-test", version="1")), STEP_S)  # fmt: skip
+        report["initialize"] = init.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if scenario == "load":
+            assert session is not None
+            loaded = await asyncio.wait_for(conn.load_session(cwd=cwd, session_id=session), STEP_S)
+            report["load"] = loaded.model_dump(by_alias=True, exclude_none=True, mode="json")
+        else:
+            new = await asyncio.wait_for(conn.new_session(cwd=cwd, mcp_servers=[]), STEP_S)
+            session = new.session_id
+            report["new"] = new.model_dump(by_alias=True, exclude_none=True, mode="json")
+        report["sessionId"] = session
+        if scenario == "main":
+            options = await conn.set_config_option(config_id="provider", session_id=session, value="echo")
+            options = await conn.set_config_option(config_id="model", session_id=session, value="echo")
+            report["options"] = options.model_dump(by_alias=True, exclude_none=True, mode="json")
+            done = await asyncio.wait_for(
+                conn.prompt(session_id=session, prompt=[acp.text_block("hello there")]), STEP_S
+            )
+            report["first"] = done.stop_reason
+            editor.chunk.clear()
+            slow = asyncio.create_task(
+                conn.prompt(session_id=session, prompt=[acp.text_block("slow:300 " + "word " * 40)])
+            )
+            await asyncio.wait_for(editor.chunk.wait(), STEP_S)
+            await conn.cancel(session_id=session)
+            report["cancelled"] = (await asyncio.wait_for(slow, STEP_S)).stop_reason
+        elif scenario in ("approve", "hold"):
+            prompt = asyncio.create_task(conn.prompt(session_id=session, prompt=[acp.text_block("approve:command")]))
+            await asyncio.wait_for(editor.asked.wait(), STEP_S)
+            print(json.dumps({"asked": session}), flush=True)  # the test answers it elsewhere when holding
+            report["prompt"] = (await asyncio.wait_for(prompt, STEP_S)).stop_reason
+            await asyncio.sleep(0.2)  # a $/cancel_request sent at the resolution reaches the editor
+        listed = await asyncio.wait_for(conn.list_sessions(cwd=cwd), STEP_S)
+        report["list"] = listed.model_dump(by_alias=True, exclude_none=True, mode="json")
+        report["updates"] = editor.updates
+        report["permissions"] = editor.permissions
+        report["cancelledAsks"] = editor.cancelled_asks
+    return report
+
+
+if __name__ == "__main__":
+    split = sys.argv.index("--")
+    head, argv = sys.argv[1:split], sys.argv[split + 1 :]
+    result = asyncio.run(main(head[0], head[1], head[2] if len(head) > 2 else None, argv))
+    print(json.dumps(result))
