@@ -3,9 +3,10 @@
     python tests/acp_editor.py SCENARIO CWD [SESSION_ID] -- BBRIDGE ACP ARGV...
 
 prints one JSON object: what each step answered and every `session/update` the agent sent. Scenarios: `main`
-(initialize, new session, set provider and model, a prompt, a cancelled prompt, list), `load` (load SESSION_ID
-and list), `approve` (a prompt whose approval the editor answers `allow_once`; with `hold` the editor never
-answers, and the report says whether its request was cancelled).
+(initialize, new session, set provider and model, a prompt, a cancelled prompt, list), `load` (load SESSION_ID, a
+prompt, list), `approve` (a prompt whose approval the editor answers `allow_once`), `hold` (the same, but the editor
+never answers: it prints `{"asked": SESSION_ID}` and another client answers; the report lists the agent's
+`$/cancel_request`s).
 """
 
 from __future__ import annotations
@@ -28,7 +29,18 @@ class Editor:
         self.hold = hold
         self.chunk = asyncio.Event()
         self.asked = asyncio.Event()
-        self.cancelled_asks = 0
+        self.cancel_requests: list[dict[str, Any]] = []  # the agent's `$/cancel_request`s
+        self.asked_ids: list[Any] = []  # the ids of its `session/request_permission`s
+
+    def observe(self, event: Any) -> None:
+        """Every message the agent sends, seen on the wire (the SDK routes no `$/` notification)."""
+        message = event.message
+        if event.direction.value != "incoming":
+            return
+        if message.get("method") == "$/cancel_request":
+            self.cancel_requests.append(message.get("params") or {})
+        elif message.get("method") == "session/request_permission":
+            self.asked_ids.append(message.get("id"))
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         dumped = update.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -40,12 +52,8 @@ class Editor:
         self.permissions.append({"sessionId": session_id, "toolCall": tool_call.model_dump(by_alias=True,
             exclude_none=True, mode="json"), "options": [o.model_dump(by_alias=True, mode="json") for o in options]})  # fmt: skip
         self.asked.set()
-        if self.hold:
-            try:
-                await asyncio.sleep(STEP_S)
-            except asyncio.CancelledError:
-                self.cancelled_asks += 1
-                raise
+        if self.hold:  # never answered: another client answers first
+            await asyncio.sleep(STEP_S)
         return {"outcome": {"outcome": "selected", "optionId": options[0].option_id}}
 
     def __getattr__(self, name: str) -> Any:
@@ -55,7 +63,8 @@ class Editor:
 async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) -> dict[str, Any]:
     editor = Editor(hold=scenario == "hold")
     report: dict[str, Any] = {}
-    async with acp.spawn_agent_process(lambda _agent: editor, argv[0], *argv[1:]) as (conn, process):
+    spawned = acp.spawn_agent_process(lambda _agent: editor, argv[0], *argv[1:], observers=[editor.observe])
+    async with spawned as (conn, _process):
         init = await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=ClientCapabilities(),
             client_info=Implementation(name="acp-editor-test", version="1")), STEP_S)  # fmt: skip
         report["initialize"] = init.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -63,6 +72,8 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
             assert session is not None
             loaded = await asyncio.wait_for(conn.load_session(cwd=cwd, session_id=session), STEP_S)
             report["load"] = loaded.model_dump(by_alias=True, exclude_none=True, mode="json")
+            again = await asyncio.wait_for(conn.prompt(session_id=session, prompt=[acp.text_block("again")]), STEP_S)
+            report["again"] = again.stop_reason
         else:
             new = await asyncio.wait_for(conn.new_session(cwd=cwd, mcp_servers=[]), STEP_S)
             session = new.session_id
@@ -93,7 +104,8 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
         report["list"] = listed.model_dump(by_alias=True, exclude_none=True, mode="json")
         report["updates"] = editor.updates
         report["permissions"] = editor.permissions
-        report["cancelledAsks"] = editor.cancelled_asks
+        report["cancelRequests"] = editor.cancel_requests
+        report["askedIds"] = editor.asked_ids
     return report
 
 

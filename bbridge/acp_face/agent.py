@@ -31,6 +31,7 @@ log = structlog.get_logger("bbridge.acp_face")
 
 INTERNAL_ERROR: Final = -32603
 MODE: Final = "mode"
+ECHO: Final = "echo"  # the daemon's built-in provider
 T = TypeVar("T")
 
 
@@ -125,7 +126,8 @@ class Face:
         if self.default_provider is not None and wanted is None:
             log.warning("[acp] default_provider is not a provider of the daemon", provider=self.default_provider,
                         providers=providers)  # fmt: skip
-        session = Session(new_thread_id(), params.cwd, Choice(wanted or providers[0]))
+        configured = [p for p in providers if p != ECHO] or providers  # the built-in echo is the last resort
+        session = Session(new_thread_id(), params.cwd, Choice(wanted or configured[0]))
         await self._models(session)
         self.sessions[session.session_id] = session
         return {"sessionId": session.session_id, "configOptions": self._options(session, providers)}
