@@ -66,6 +66,7 @@ def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) ->
     assert first["first"] == "end_turn"
     assert text(kinds(first, "agent_message_chunk")).startswith("echo: hello there")
     assert first["cancelled"] == "cancelled"
+    assert "word " * 40 not in text(kinds(first, "agent_message_chunk"))  # interrupted, not streamed to its end
     session = first["sessionId"]
     assert first["list"]["sessions"] == [
         {

@@ -243,6 +243,7 @@ class Face:
         if not inputs:
             raise rpc.RpcError(rpc.INVALID_PARAMS, "the prompt has no text, file link or text resource to send")
         request_id = client_request_id()
+        session.mine.add(request_id)
         running = session.prompt
         if running is not None:
             return await self._steer(session, running, inputs, request_id)
@@ -333,6 +334,8 @@ class Face:
                         session.last_seq = entry["seq"]
                         for update in session.take(entry["event"]):
                             await self.send_update(session.session_id, update)
+            elif note.method == "thread/input":
+                await self._foreign_input(note.params)
             elif note.method == "interaction/opened":
                 self.permissions.opened(note.params)
             elif note.method == "interaction/resolved":
@@ -342,6 +345,14 @@ class Face:
                 session.prompt.lose("the daemon closed the connection; the turn's end is unknown")
         log.warning("the daemon closed the connection")
         await self.conn.aclose()
+
+    async def _foreign_input(self, params: dict[str, Any]) -> None:
+        """Another client's input to a session's thread (a page's turn or steer) shows as the user's message."""
+        session = self.sessions.get(str(params.get("threadId")))
+        if session is None or session.held is not None or params.get("clientRequestId") in session.mine:
+            return
+        for update in user_message(params.get("input") or []):
+            await self.send_update(session.session_id, update)
 
     async def send_update(self, session_id: str, update: dict[str, Any]) -> None:
         await self.conn.notify("session/update", {"sessionId": session_id, "update": update})  # a gone editor: dropped

@@ -86,6 +86,7 @@ class Session:
     held: list[dict[str, Any]] | None = None  # live `{seq, event}` entries held while the journal is replayed
     updates: Updates = field(default_factory=Updates)
     prompt: Prompt | None = None
+    mine: set[str] = field(default_factory=set)  # the `clientRequestId`s this face sent (the others' are shown)
 
     def options(self) -> dict[str, Any]:
         """The bb execution options of this session's next construction or turn."""
