@@ -31,6 +31,7 @@ from bbridge.wire.lanes import RecordingError
 if TYPE_CHECKING:
     from bbridge.acp_face.index import Index
     from bbridge.daemon import server
+    from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
     from bbridge.toolhost.host import Host
@@ -345,7 +346,7 @@ def _parity_cases(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from bbridge import logs
     from bbridge.daemon import server
-    from bbridge.daemon.config import config_path, load_config, warn_refused
+    from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
     from bbridge.listen.admission import ListenError
@@ -356,9 +357,8 @@ def _serve(args: argparse.Namespace) -> int:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
-    providers, report = load_config(config_path(args.config))
     try:
-        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
+        providers, report, tool_host = _served(args)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
@@ -416,6 +416,15 @@ async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | N
             await server.serve(daemon, faces)
         else:
             await server.serve_stdio(daemon)
+
+
+def _served(args: argparse.Namespace) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None]:
+    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, and the tool host (a
+    `ConfigError` when the file, or `--tools-dir`, cannot be used)."""
+    from bbridge.daemon.config import config_path, load_config
+
+    providers, report = load_config(config_path(args.config))
+    return providers, report, _tool_host(config_path(args.config), args.tools_dir, args.journal)
 
 
 def _tool_host(config: Path | None, tools_dir: Path | None, journal_dir: Path | None) -> Host | None:
@@ -491,13 +500,12 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
 
     from bbridge.acp_face.agent import AcpClient, serve_stdio
     from bbridge.daemon import server
-    from bbridge.daemon.config import config_path, load_config, warn_refused
+    from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
 
-    providers, report = load_config(config_path(args.config))
     try:
-        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
+        providers, report, tool_host = _served(args)
     except ConfigError as exc:
         print(f"bbridge acp: {exc}", file=sys.stderr)
         return 2
