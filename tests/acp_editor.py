@@ -3,7 +3,8 @@
     python tests/acp_editor.py SCENARIO CWD [SESSION_ID] -- BBRIDGE ACP ARGV...
 
 prints one JSON object: what each step answered and every `session/update` the agent sent. Scenarios: `main`
-(initialize, new session, set provider and model, a prompt, a cancelled prompt, list), `load` (load SESSION_ID, a
+(initialize, new session, set provider and model, a prompt, a refused provider change, a cancelled prompt,
+list), `steer` (a prompt while a held one runs), `load` (load SESSION_ID, a
 prompt, list), `approve` (a prompt whose approval the editor answers `allow_once`), `hold` (the same, but the editor
 never answers: it prints `{"asked": SESSION_ID}` and another client answers; the report lists the agent's
 `$/cancel_request`s).
@@ -87,6 +88,12 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
                 conn.prompt(session_id=session, prompt=[acp.text_block("hello there")]), STEP_S
             )
             report["first"] = done.stop_reason
+            try:
+                await conn.set_config_option(
+                    config_id="provider", session_id=session, value="echo2"
+                )  # the test's config has it
+            except acp.RequestError as refused:
+                report["refused"] = str(refused)
             editor.chunk.clear()
             slow = asyncio.create_task(
                 conn.prompt(session_id=session, prompt=[acp.text_block("slow:300 " + "word " * 40)])
@@ -94,6 +101,12 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
             await asyncio.wait_for(editor.chunk.wait(), STEP_S)
             await conn.cancel(session_id=session)
             report["cancelled"] = (await asyncio.wait_for(slow, STEP_S)).stop_reason
+        elif scenario == "steer":
+            held = asyncio.create_task(conn.prompt(session_id=session, prompt=[acp.text_block("hold first")]))
+            await asyncio.wait_for(editor.chunk.wait(), STEP_S)
+            steer = await asyncio.wait_for(conn.prompt(session_id=session, prompt=[acp.text_block("finish")]), STEP_S)
+            report["steer"] = steer.stop_reason
+            report["held"] = (await asyncio.wait_for(held, STEP_S)).stop_reason
         elif scenario in ("approve", "hold"):
             prompt = asyncio.create_task(conn.prompt(session_id=session, prompt=[acp.text_block("approve:command")]))
             await asyncio.wait_for(editor.asked.wait(), STEP_S)

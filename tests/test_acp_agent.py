@@ -56,7 +56,13 @@ def text(updates: list[dict[str, Any]]) -> str:
 def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) -> None:
     journal, cwd = tmp_path / "journal", tmp_path / "work"
     cwd.mkdir()
-    first = editor("main", cwd, "--journal", str(journal), "--config", os.devnull)
+    config = tmp_path / "bbridge.toml"
+    echo = json.dumps([sys.executable, "-m", "bridges.echo"])
+    config.write_text(f'[acp]\ndefault_provider = "echo"\n\n[providers.echo2]\ncommand = {echo}\n', encoding="utf-8")
+    first = editor("main", cwd, "--journal", str(journal), "--config", str(config))
+    offered = {o["id"]: o for o in first["new"]["configOptions"]}
+    assert offered["provider"]["currentValue"] == "echo"  # [acp] default_provider, not the first configured
+    assert sorted(o["value"] for o in offered["provider"]["options"]) == ["echo", "echo2"]
     assert first["initialize"]["protocolVersion"] == 1
     assert first["initialize"]["agentCapabilities"]["loadSession"] is True
     options = {o["id"]: o for o in first["options"]["configOptions"]}
@@ -64,6 +70,7 @@ def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) ->
     assert [o["value"] for o in options["model"]["options"]] == ["echo"]
     assert options["reasoning"]["currentValue"] == "low"
     assert first["first"] == "end_turn"
+    assert "runs on echo since its first prompt; start a new session" in first["refused"]
     assert text(kinds(first, "agent_message_chunk")).startswith("echo: hello there")
     assert first["cancelled"] == "cancelled"
     assert "word " * 40 not in text(kinds(first, "agent_message_chunk"))  # interrupted, not streamed to its end
@@ -77,7 +84,7 @@ def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) ->
         }
     ]
 
-    again = editor("load", cwd, "--journal", str(journal), "--config", os.devnull, session=session)
+    again = editor("load", cwd, "--journal", str(journal), "--config", str(config), session=session)
     history = [u for u in again["updates"] if u["sessionUpdate"] in ("user_message_chunk", "agent_message_chunk")]
     assert history[0] == {"sessionId": session, "sessionUpdate": "user_message_chunk",
                           "content": {"type": "text", "text": "hello there"}}  # fmt: skip
@@ -86,6 +93,12 @@ def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) ->
     assert again["again"] == "end_turn"  # the loaded thread was resumed on a new daemon
     assert text(kinds(again, "agent_message_chunk")).endswith("echo: again")
     assert [s["sessionId"] for s in again["list"]["sessions"]] == [session]
+
+
+def test_a_prompt_while_one_runs_steers_its_turn_and_both_end_with_it(tmp_path: Path) -> None:
+    report = editor("steer", tmp_path, "--config", os.devnull)
+    assert (report["held"], report["steer"]) == ("end_turn", "end_turn")
+    assert text(kinds(report, "agent_message_chunk")).endswith(" [steer] finish")
 
 
 async def test_a_socket_client_sees_the_thread_and_answers_the_approval_first(tmp_path: Path) -> None:
