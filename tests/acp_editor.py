@@ -7,7 +7,8 @@ prints one JSON object: what each step answered and every `session/update` the a
 list), `steer` (a prompt while a held one runs), `load` (load SESSION_ID, a
 prompt, list), `approve` (a prompt whose approval the editor answers `allow_once`), `hold` (the same, but the editor
 never answers: it prints `{"asked": SESSION_ID}` and another client answers; the report lists the agent's
-`$/cancel_request`s).
+`$/cancel_request`s; then it prints `{"prompted": SESSION_ID}` and waits for the echo of the other client's own
+turn, "from the page").
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class Editor:
         if self.hold:  # never answered: another client answers first
             await asyncio.sleep(STEP_S)
         return {"outcome": {"outcome": "selected", "optionId": options[0].option_id}}
+
+    async def until(self, needle: str) -> None:
+        """Until the agent's text (every `agent_message_chunk` so far) holds `needle`."""
+        while needle not in "".join(u["content"].get("text", "") for u in self.updates
+                                    if u["sessionUpdate"] == "agent_message_chunk"):  # fmt: skip
+            await asyncio.sleep(0.05)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(name)
@@ -112,7 +119,11 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
             await asyncio.wait_for(editor.asked.wait(), STEP_S)
             print(json.dumps({"asked": session}), flush=True)  # the test answers it elsewhere when holding
             report["prompt"] = (await asyncio.wait_for(prompt, STEP_S)).stop_reason
-            await asyncio.sleep(0.2)  # a $/cancel_request sent at the resolution reaches the editor
+            if scenario == "hold":  # the other client now starts a turn of its own on the session's thread
+                print(json.dumps({"prompted": session}), flush=True)
+                await asyncio.wait_for(editor.until("echo: from the page"), STEP_S)
+            else:
+                await asyncio.sleep(0.2)
         listed = await asyncio.wait_for(conn.list_sessions(cwd=cwd), STEP_S)
         report["list"] = listed.model_dump(by_alias=True, exclude_none=True, mode="json")
         report["updates"] = editor.updates

@@ -22,6 +22,8 @@ AGENT_PY = REPO / ".cache" / "acp" / "venv" / "bin" / "python"
 EDITOR = REPO / "tests" / "acp_editor.py"
 BBRIDGE_ACP = [sys.executable, "-m", "bbridge", "acp"]
 RUN_S = 90
+FULL_OPTIONS = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None,
+                "permissionEscalation": None, "envVars": {}}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -122,6 +124,11 @@ async def test_a_socket_client_sees_the_thread_and_answers_the_approval_first(tm
                     (pending,) = (await other.pending(session)).pending
                     assert pending.kind == "approval"
                     await other.respond(pending.requestId, {"decision": "allow_once", "grantedPermissions": None})
+                    while b"prompted" not in out:
+                        out += await process.stdout.receive_some()
+                    page = [{"type": "text", "text": "from the page", "mentions": []}]
+                    await other.request("turn/start", {"providerId": "echo", "threadId": session, "input": page,
+                                                       "options": FULL_OPTIONS})  # fmt: skip
                     while True:
                         data = await process.stdout.receive_some()
                         if not data:
@@ -136,7 +143,9 @@ async def test_a_socket_client_sees_the_thread_and_answers_the_approval_first(tm
     assert process.returncode == 0, (tmp_path / "acp.log").read_text()[-3000:]
     report = json.loads(out.splitlines()[-1])
     assert report["prompt"] == "end_turn"
-    assert text(kinds(report, "agent_message_chunk")).endswith("echo: approve:command")  # allowed by the socket client
+    assert "echo: approve:command" in text(kinds(report, "agent_message_chunk"))  # allowed by the socket client
     assert report["cancelRequests"] == [{"requestId": report["askedIds"][0]}]
     assert report["permissions"][0]["options"][1]["kind"] == "allow_always"
     assert [s["sessionId"] for s in report["list"]["sessions"]] == [session]
+    said = [u["content"]["text"] for u in kinds(report, "user_message_chunk")]
+    assert said == ["from the page"]  # the other client's turn shows in the editor, its input as the user's

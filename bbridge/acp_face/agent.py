@@ -256,6 +256,7 @@ class Face:
             await self.client.request("turn/start", turn)
         except DaemonError as exc:
             session.prompt = None
+            prompt.lose(str(exc))  # a cancel waiting on its turn gives up
             raise refused("the turn did not start", exc) from None
         session.prompted = True
         session.name_from(" ".join(str(i.get("text", "")) for i in inputs))
