@@ -96,6 +96,13 @@ def test_plans_are_plan_updates() -> None:
     assert [e["status"] for e in plan["entries"]] == ["completed", "in_progress"]
 
 
+def test_context_window_usage_is_a_usage_update() -> None:
+    usage = {"usedTokens": 44, "modelContextWindow": 200000, "estimated": False}
+    assert Updates().take(ev("thread/contextWindowUsage/updated", contextWindowUsage=usage)) == [
+        {"sessionUpdate": "usage_update", "used": 44, "size": 200000}
+    ]
+
+
 def test_stop_reasons_come_from_the_turns_end() -> None:
     assert stop_reason({"status": "completed"}) == "end_turn"
     assert stop_reason({"status": "interrupted"}) == "cancelled"

@@ -116,6 +116,12 @@ class Updates:
             message = str(event["message"])
             return [{"sessionUpdate": "tool_call_update", "toolCallId": event["itemId"], "status": "in_progress",
                      "content": [text_content(message)]}]  # fmt: skip
+        if kind == "thread/contextWindowUsage/updated":
+            usage = event.get("contextWindowUsage") or {}
+            used, size = usage.get("usedTokens"), usage.get("modelContextWindow")
+            if isinstance(used, int) and isinstance(size, int):
+                return [{"sessionUpdate": "usage_update", "used": used, "size": size}]
+            return []
         if kind == "item/started":
             return self._started(event["item"])
         if kind in ("item/completed", "item/backgroundTask/completed", "item/delegation/completed"):
