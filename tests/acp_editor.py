@@ -4,7 +4,8 @@
 
 prints one JSON object: what each step answered and every `session/update` the agent sent. Scenarios: `main`
 (initialize, new session, set provider and model, a prompt, a refused provider change, a cancelled prompt,
-list), `steer` (a prompt while a held one runs), `load` (load SESSION_ID, a
+list), `steer` (a prompt while a held one runs), `all` (the echo bridge's
+`deltas:all` turn: every event kind), `load` (load SESSION_ID, a
 prompt, list), `approve` (a prompt whose approval the editor answers `allow_once`), `hold` (the same, but the editor
 never answers: it prints `{"asked": SESSION_ID}` and another client answers; the report lists the agent's
 `$/cancel_request`s; then it prints `{"prompted": SESSION_ID}` and waits for the echo of the other client's own
@@ -33,6 +34,7 @@ class Editor:
         self.asked = asyncio.Event()
         self.cancel_requests: list[dict[str, Any]] = []  # the agent's `$/cancel_request`s
         self.asked_ids: list[Any] = []  # the ids of its `session/request_permission`s
+        self.raw_updates = 0  # `session/update`s on the wire (the SDK drops one its schema refuses)
 
     def observe(self, event: Any) -> None:
         """Every message the agent sends, seen on the wire (the SDK routes no `$/` notification)."""
@@ -41,6 +43,8 @@ class Editor:
             return
         if message.get("method") == "$/cancel_request":
             self.cancel_requests.append(message.get("params") or {})
+        elif message.get("method") == "session/update":
+            self.raw_updates += 1
         elif message.get("method") == "session/request_permission":
             self.asked_ids.append(message.get("id"))
 
@@ -108,6 +112,11 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
             await asyncio.wait_for(editor.chunk.wait(), STEP_S)
             await conn.cancel(session_id=session)
             report["cancelled"] = (await asyncio.wait_for(slow, STEP_S)).stop_reason
+        elif scenario == "all":
+            every = await asyncio.wait_for(
+                conn.prompt(session_id=session, prompt=[acp.text_block("deltas:all")]), STEP_S
+            )
+            report["all"] = every.stop_reason
         elif scenario == "steer":
             held = asyncio.create_task(conn.prompt(session_id=session, prompt=[acp.text_block("hold first")]))
             await asyncio.wait_for(editor.chunk.wait(), STEP_S)
@@ -130,6 +139,7 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
         report["permissions"] = editor.permissions
         report["cancelRequests"] = editor.cancel_requests
         report["askedIds"] = editor.asked_ids
+        report["rawUpdates"] = editor.raw_updates
     return report
 
 

@@ -149,3 +149,19 @@ async def test_a_socket_client_sees_the_thread_and_answers_the_approval_first(tm
     assert [s["sessionId"] for s in report["list"]["sessions"]] == [session]
     said = [u["content"]["text"] for u in kinds(report, "user_message_chunk")]
     assert said == ["from the page"]  # the other client's turn shows in the editor, its input as the user's
+
+
+def test_every_event_kind_of_a_turn_becomes_updates_the_sdk_accepts(tmp_path: Path) -> None:
+    report = editor("all", tmp_path, "--config", os.devnull)
+    assert report["all"] == "end_turn"
+    assert report["rawUpdates"] == len(report["updates"])  # none refused by the SDK's schema
+    assert {u["sessionUpdate"] for u in report["updates"]} == {
+        "session_info_update", "agent_thought_chunk", "plan", "tool_call", "tool_call_update", "agent_message_chunk",
+        "usage_update",
+    }  # fmt: skip
+    calls = {u["toolCallId"]: u for u in kinds(report, "tool_call")}
+    assert {c["kind"] for c in calls.values()} == {"execute", "edit", "other", "fetch", "read", "search", "think"}
+    ends = [u for u in kinds(report, "tool_call_update") if u.get("status") == "completed"]
+    assert {u["toolCallId"] for u in ends} == set(calls)  # every call that started ended
+    (edit,) = [u for u in ends if calls[u["toolCallId"]]["kind"] == "edit"]
+    assert edit["content"] == [{"type": "diff", "path": str(tmp_path / "echo.txt"), "newText": "echo\n"}]
