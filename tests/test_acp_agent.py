@@ -16,6 +16,7 @@ import trio
 from bbridge.client import Client
 from bbridge.daemon.config import echo_provider
 from tests.conftest import REPO
+from tests.listen_support import TOKEN, listening
 from tests.support import running
 
 AGENT_PY = REPO / ".cache" / "acp" / "venv" / "bin" / "python"
@@ -165,3 +166,18 @@ def test_every_event_kind_of_a_turn_becomes_updates_the_sdk_accepts(tmp_path: Pa
     assert {u["toolCallId"] for u in ends} == set(calls)  # every call that started ended
     (edit,) = [u for u in ends if calls[u["toolCallId"]]["kind"] == "edit"]
     assert edit["content"] == [{"type": "diff", "path": str(tmp_path / "echo.txt"), "newText": "echo\n"}]
+
+
+async def test_over_a_websocket_url_with_a_token_the_editor_approves(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n", encoding="utf-8")
+    async with listening({"echo": echo_provider()}) as live:
+        argv = [str(AGENT_PY), str(EDITOR), "approve", str(tmp_path), "--", *BBRIDGE_ACP, "--url", live.url,
+                "--token-file", str(token), "--sessions", str(tmp_path / "sessions.json")]  # fmt: skip
+        with trio.fail_after(RUN_S):
+            done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, env=clean_env(), check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["prompt"] == "end_turn"
+    assert text(kinds(report, "agent_message_chunk")) == "echo: approve:command"  # the editor's allow_once
+    assert report["permissions"][0]["toolCall"]["kind"] == "execute" and report["cancelRequests"] == []
