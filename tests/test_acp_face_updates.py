@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bbridge.acp_face import messages, options, permissions
+from bbridge.acp_face.settings import read_settings
 from bbridge.acp_face.updates import Updates, stop_reason, user_message
+from bbridge.daemon.config import ConfigError
 
 TURN = {"kind": "turn", "turnId": "t1"}
 ECHOING = {"label": {"pending": "Echoing", "completed": "Echoed"}, "icon": {"glyph": "Sparkles"}}
@@ -177,3 +182,13 @@ def test_a_single_choice_question_is_asked_as_options_and_any_other_gets_no_answ
         {"kind": "user_question"}, one, {"outcome": "selected", "optionId": permissions.SKIP}
     )
     assert skipped == permissions.NO_ANSWER
+
+
+def test_the_acp_section_is_read_and_a_bad_key_named(tmp_path: Path) -> None:
+    config = tmp_path / "bbridge.toml"
+    config.write_text('[acp]\ndefault_provider = "codex"\n', encoding="utf-8")
+    assert read_settings(config).default_provider == "codex"
+    assert read_settings(None).default_provider is None
+    config.write_text("[acp]\ndefault_provider = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"acp: Expected `str \| null`, got `int` - at `\$.default_provider`"):
+        read_settings(config)
