@@ -517,7 +517,7 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
         task_status.started()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.Client(daemon, stream, stream, "acp", queue_bytes, transport="acp").run)
+            nursery.start_soon(server.Client(daemon, stream, stream, "acp", queue_bytes).run)  # a socket (pair)
             async with AcpClient.over(await anyio.abc.UNIXSocketStream.from_socket(ours)) as client:
                 await serve_stdio(client, index, default_provider)
             daemon.request_shutdown()  # the editor went away: settle and stop the bridges
