@@ -30,7 +30,9 @@ from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
+    from bbridge.acp_face.index import Index
     from bbridge.daemon import server
+    from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
     from bbridge.toolhost.host import Host
@@ -107,6 +109,32 @@ def _parser() -> argparse.ArgumentParser:
         "client names, so only for trusted clients",
     )
     listen_options.add_arguments(serve)
+
+    acp = commands.add_parser(
+        "acp",
+        help="an ACP agent on stdio (what an editor launches): its own daemon, or a running one's client",
+        description="Speak the Agent Client Protocol (version 1) on stdio to an editor, every session a thread of "
+        "a daemon: by default one run in this process (--config, --journal, --tools-dir as serve has them), or a "
+        "running daemon's (--socket PATH, or --url with --token-file). stdout carries the protocol only.",
+    )
+    acp.add_argument("--socket", type=Path, metavar="PATH", help="a running daemon's Unix socket")
+    acp.add_argument("--url", metavar="ws://HOST:PORT", help="a running daemon's WebSocket address (serve --listen)")
+    acp.add_argument("--token-file", type=Path, metavar="F", help="the running daemon's token (serve --token-file)")
+    acp.add_argument("--ca-file", type=Path, metavar="PEM", help="with a wss:// --url: the CA to check it against")
+    acp.add_argument(
+        "--config", type=Path, metavar="FILE", help="bbridge TOML (default: ./bbridge.toml if present); [acp] too"
+    )
+    acp.add_argument("--journal", type=Path, metavar="DIR", help="in-process daemon: keep the journal durable in DIR")
+    acp.add_argument("--journal-bound", type=int, default=10_000, help="events kept in memory per thread")
+    acp.add_argument("--tools-dir", type=Path, metavar="DIR", help="in-process daemon: plugin bundles to host")
+    acp.add_argument(
+        "--sessions",
+        type=Path,
+        metavar="FILE",
+        help="the sessions index (cwd, provider, title); default: DIR/acp-sessions.json with --journal, "
+        "else $XDG_STATE_HOME/bbridge/acp-sessions.json for a running daemon, else in memory",
+    )
+    acp.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
     config = commands.add_parser("config", help="the providers configuration (bbridge.toml)")
     config_actions = config.add_subparsers(dest="action", required=True)
@@ -325,7 +353,7 @@ def _parity_cases(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from bbridge import logs
     from bbridge.daemon import server
-    from bbridge.daemon.config import config_path, load_config, warn_refused
+    from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.router import Daemon
     from bbridge.listen.admission import ListenError
@@ -336,9 +364,8 @@ def _serve(args: argparse.Namespace) -> int:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
-    providers, report = load_config(config_path(args.config))
     try:
-        tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal, args.allow_client_mcp_servers)
+        providers, report, tool_host = _served(args, client_servers=args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
@@ -413,6 +440,18 @@ async def _hosting(tool_host: Host | None) -> AsyncIterator[None]:
         yield
 
 
+def _served(
+    args: argparse.Namespace, *, client_servers: bool
+) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None]:
+    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, and the tool host (a
+    `ConfigError` when the file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its
+    thread's MCP servers."""
+    from bbridge.daemon.config import config_path, load_config
+
+    providers, report = load_config(config_path(args.config))
+    return providers, report, _tool_host(config_path(args.config), args.tools_dir, args.journal, client_servers)
+
+
 def _tool_host(
     config: Path | None, tools_dir: Path | None, journal_dir: Path | None, client_servers: bool = False
 ) -> Host | None:
@@ -427,6 +466,98 @@ def _tool_host(
         return None
     warn_refused(host.refused, host.shadowed)
     return host
+
+
+def _acp(args: argparse.Namespace) -> int:
+    """`bbridge acp`: the agent on stdio, over its own daemon (a face of it, by a socket pair) or a running one."""
+    from bbridge import logs
+    from bbridge.acp_face.index import Index
+    from bbridge.acp_face.settings import read_settings
+    from bbridge.daemon.config import config_path
+    from bbridge.ops import read_token
+
+    logs.configure(args.log_level, fmt="json")
+    remote = args.socket if args.socket is not None else args.url
+    if args.socket is not None and args.url is not None:
+        print("bbridge acp: give --socket or --url, not both", file=sys.stderr)
+        return 2
+    if remote is None and (args.token_file is not None or args.ca_file is not None):
+        print("bbridge acp: --token-file and --ca-file are for a running daemon (--socket or --url)", file=sys.stderr)
+        return 2
+    if remote is not None and (args.journal is not None or args.tools_dir is not None):
+        print(
+            "bbridge acp: --journal and --tools-dir are for the in-process daemon, not --socket/--url", file=sys.stderr
+        )
+        return 2
+    if args.url is not None and (refused := _address_refusal(args)) is not None:
+        print(f"bbridge acp: {refused}", file=sys.stderr)
+        return 2
+    try:
+        default_provider = read_settings(config_path(args.config)).default_provider
+    except ConfigError as exc:
+        print(f"bbridge acp: {exc}", file=sys.stderr)
+        return 2
+    sessions = args.sessions
+    if sessions is None and args.journal is not None:
+        sessions = args.journal / "acp-sessions.json"
+    elif sessions is None and remote is not None:
+        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        sessions = state / "bbridge" / "acp-sessions.json"
+    index = Index(sessions)
+    if remote is not None:
+        token = read_token(args.token_file)
+        trio.run(_acp_remote, remote, token, args.ca_file, index, default_provider)
+        return 0
+    return _acp_in_process(args, index, default_provider)
+
+
+async def _acp_remote(
+    where: Path | str, token: str | None, ca_file: Path | None, index: Index, default: str | None
+) -> None:
+    from bbridge.acp_face.agent import AcpClient, serve_stdio
+
+    async with AcpClient.connect(where, token=token, ca_file=ca_file) as client:
+        await serve_stdio(client, index, default)
+
+
+def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: str | None) -> int:
+    """The daemon in this process, its one client the ACP face on the other end of a socket pair."""
+    import socket
+
+    import anyio
+
+    from bbridge.acp_face.agent import AcpClient, serve_stdio
+    from bbridge.daemon import server
+    from bbridge.daemon.config import warn_refused
+    from bbridge.daemon.journal import Journal
+    from bbridge.daemon.router import Daemon
+
+    try:
+        # the editor is this daemon's one client: the MCP servers it names in `session/new` are its own to start
+        providers, report, tool_host = _served(args, client_servers=True)
+    except ConfigError as exc:
+        print(f"bbridge acp: {exc}", file=sys.stderr)
+        return 2
+    warn_refused(report)
+    daemon = Daemon(providers, journal=Journal(args.journal_bound, args.journal), config=report, tool_host=tool_host)
+    ours, theirs = socket.socketpair()
+
+    async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.Client(daemon, stream, stream, "acp", queue_bytes).run)  # a socket (pair)
+            async with AcpClient.over(await anyio.abc.UNIXSocketStream.from_socket(ours)) as client:
+                await serve_stdio(client, index, default_provider)
+            daemon.request_shutdown()  # the editor went away: settle and stop the bridges
+
+    try:
+        faces: list[server.Face] = [face]
+        trio.run(_serving, daemon, faces, tool_host)
+    finally:
+        if tool_host is not None:
+            tool_host.close()
+    return 0
 
 
 def _config_check(args: argparse.Namespace) -> int:
@@ -633,6 +764,8 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "acp":
+            return _acp(args)
         if args.command == "run":
             return _run(args)
         if args.command in ("status", "tail", "pending", "respond", "stop"):

@@ -9,7 +9,8 @@
   with a `ws://` or `wss://` URL (a `str`) reaches a `bbridge serve --listen` over WebSocket instead
   (`ca_file`: the certificates a `wss://` server's is checked against, else the system's; the token goes both
   as `Authorization: Bearer` on the upgrade and in `initialize`); `Client.spawn(argv)` runs `bbridge serve` (or
-  anything speaking the API) on its stdio, its stderr this process's. An error comes out of each block as
+  anything speaking the API) on its stdio, its stderr this process's; `Client.over(stream)` talks to a daemon
+  already connected on a byte stream (an in-process daemon's end of a socket pair). An error comes out of each block as
   itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when `initialize` or the
   WebSocket upgrade is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
 * Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status`,
@@ -183,6 +184,20 @@ class Client:
         finally:
             with anyio.CancelScope(shield=True):
                 await process.aclose()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def over(
+        cls, stream: anyio.abc.ByteStream, *, token: str | None = None, on_request: Handler | None = None
+    ) -> AsyncIterator[Client]:
+        """A daemon already connected on `stream` (an in-process daemon's end of a socket pair, as `bbridge acp`
+        runs it); the block ends with the connection, which is never reopened."""
+
+        async def opener() -> anyio.abc.ByteStream:
+            return stream
+
+        async with cls._session(opener, token, on_request, reconnects=False) as client:
+            yield client
 
     @classmethod
     @contextlib.asynccontextmanager

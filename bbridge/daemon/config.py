@@ -103,8 +103,8 @@ def config_path(given: Path | None) -> Path | None:
 
 
 # The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
-# `tool_rules`, `tool_audit`, `mcp_servers`).
-KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers"})
+# `tool_rules`, `tool_audit`, `mcp_servers`) and `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults).
+KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "acp"})
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -157,6 +157,9 @@ class HostedToolsStatus(Wire, kw_only=True):
     client declarations shadowed."""
 
     shadowedByClients: list[ShadowedTool]
+    clientMcpServers: bool = (
+        False  # a construction may bring its thread's MCP servers (serve --allow-client-mcp-servers)
+    )
 
 
 class DaemonStatus(Wire, kw_only=True):
