@@ -18,6 +18,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -545,3 +546,18 @@ async def test_a_thread_without_tools_offers_no_server(tmp_path: Path) -> None:
         await runtime.call("thread/start", {"threadId": THREAD, "cwd": str(tmp_path), "options": FULL})
         (new,) = [e["sessionNew"] for e in agent_log(log) if "sessionNew" in e]
         assert new["mcpServers"] == []
+
+
+async def test_a_long_tmpdir_puts_the_hosts_socket_under_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket's path has room for ~100 bytes: under a TMPDIR too deep for that (an agent's own home in a test's
+    temporary directory), the host's socket goes to /tmp instead of failing the thread's construction."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    async with hosting(Calls()) as host:
+        assert host.path is not None and host.path.startswith("/tmp/") and len(host.path.encode()) <= 100
+        stream, answer = await hello(host)
+        assert answer == b"ok\n"
+        await stream.aclose()
+    assert not list(deep.iterdir())  # nothing was left in the deep TMPDIR

@@ -59,6 +59,7 @@ SERVER_NAME = "bb-bridge"
 SERVER_INFO = {"name": SERVER_NAME, "version": "1.0.0"}
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 HELLO_TIMEOUT_S = 10.0
+MAX_SOCKET_PATH = 100  # bytes: sun_path holds 108 on Linux, 104 on macOS, its NUL included
 RELAY = str(Path(mcp_relay.__file__).resolve())
 _DATA_URL = re.compile(r"data:([^;,]+);base64,(.*)", re.DOTALL)
 
@@ -140,6 +141,10 @@ class McpHost:
         """Create the directory (0700) and the listening socket in it (0600)."""
         self.directory = tempfile.mkdtemp(prefix="bb-acp-mcp-")
         path = os.path.join(self.directory, "mcp.sock")
+        if len(path.encode()) > MAX_SOCKET_PATH:  # a long TMPDIR: a socket's path has room for ~100 bytes
+            os.rmdir(self.directory)
+            self.directory = tempfile.mkdtemp(prefix="bb-acp-mcp-", dir="/tmp")
+            path = os.path.join(self.directory, "mcp.sock")
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket = sock
         try:
