@@ -8,6 +8,7 @@ import gc
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -30,6 +31,8 @@ from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
     from bbridge.daemon import server
+    from bbridge.replay.recording import MadeBy
+    from bbridge.wire.redact import Pattern
     from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
     from bbridge.toolhost.host import Host
@@ -78,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
+    _redact_options(serve)
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     serve.add_argument(
         "--log-format", choices=("console", "json"), help="stderr logs (default: console on a terminal, else json)"
@@ -164,6 +168,14 @@ def _parser() -> argparse.ArgumentParser:
         help="give up on a turn that has not settled after SECONDS (default 300), saying what it waits on",
     )
     run.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record the session: one cell per thread, DIR/bridge/<cell>/, with a README (the layout parity reads)",
+    )
+    run.add_argument("--cell", metavar="NAME", help="with --record: name the thread's cell NAME (default: its id)")
+    _redact_options(run)
+    run.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when the daemon noted a bridge mistake in the thread (a dropped event, a suspect close)",
@@ -238,6 +250,36 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
     return parser
+
+
+def _redact_options(command: argparse.ArgumentParser) -> None:
+    """`--redact` and `--no-default-redactions`: what is replaced in every recorded lane line before it is written."""
+    command.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="with --record: replace what REGEX matches in every recorded string by [redacted:pattern-N] "
+        "(repeatable; the README lists the patterns and counts)",
+    )
+    command.add_argument(
+        "--no-default-redactions",
+        action="store_true",
+        help="with --record: drop the built-ins (home directory, API-key shapes, bearer tokens, secret-named fields)",
+    )
+
+
+def _redactions(args: argparse.Namespace) -> list[Pattern]:
+    """The patterns a recording is redacted with; ValueError names a pattern that does not compile."""
+    from bbridge.wire.redact import default_redactions, user_redactions
+
+    return [*([] if args.no_default_redactions else default_redactions()), *user_redactions(args.redact)]
+
+
+def _made_by(providers: dict[str, str]) -> MadeBy:
+    from bbridge.replay.recording import MadeBy
+
+    return MadeBy("bbridge " + shlex.join(sys.argv[1:]), providers, _version())
 
 
 def _daemon_address(command: argparse.ArgumentParser, *, required: bool) -> None:
@@ -329,6 +371,11 @@ def _serve(args: argparse.Namespace) -> int:
         print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
+    try:
+        redactions = _redactions(args)
+    except ValueError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
     providers, report = load_config(config_path(args.config))
     try:
         tool_host = _tool_host(config_path(args.config), args.tools_dir, args.journal)
@@ -348,10 +395,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
+    record_dir = args.record or record_dir_from_env()
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
-        record_dir=args.record or record_dir_from_env(),
+        record_dir=record_dir,
+        record_redactions=redactions if record_dir is not None else (),
         token=token,
         config=report,
         text_delta_flush_ms=args.flush_ms,
@@ -370,6 +419,10 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if tool_host is not None:
             tool_host.close()
+        if record_dir is not None:
+            from bbridge.replay.recording import finish
+
+            finish(record_dir, _made_by({k: shlex.join(v.command) for k, v in providers.items()}), redactions)
     return 0
 
 
@@ -475,7 +528,7 @@ def _run(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import command_from_string
     from bbridge.ops import read_token
     from bbridge.run import Remote as RunRemote
-    from bbridge.run import RunTool, read_tools, run_once
+    from bbridge.run import RunTool, new_thread_id, read_tools, run_once
 
     logs.configure(args.log_level)
     if (refused := _address_refusal(args)) is not None:
@@ -512,8 +565,35 @@ def _run(args: argparse.Namespace) -> int:
             print(f"bbridge run: --env {pair!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
         env[name] = value
-    one_run = functools.partial(run_once, env=env, strict=args.strict, remote=remote)
-    return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout)
+    if (args.record is not None and remote is not None) or (args.cell and args.record is None):
+        print("bbridge run: --record records a daemon of its own (--provider-cmd); --cell needs --record",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        redactions = _redactions(args)
+    except ValueError as exc:
+        print(f"bbridge run: {exc}", file=sys.stderr)
+        return 2
+    thread_id = new_thread_id()
+    serve_options: list[str] = []
+    if args.record is not None:
+        serve_options = ["--record", str(args.record.resolve())]
+        serve_options += ["--no-default-redactions"] if args.no_default_redactions else []
+        serve_options += [option for regex in args.redact for option in ("--redact", regex)]
+    one_run = functools.partial(
+        run_once, env=env, strict=args.strict, remote=remote, thread_id=thread_id, serve_options=serve_options
+    )
+    status = trio.run(
+        one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout
+    )
+    if args.record is not None:
+        from bbridge.replay.recording import finish
+        from bbridge.wire.lanes import sanitize_scope
+
+        names = {sanitize_scope(thread_id): args.cell} if args.cell else {}
+        for cell in finish(args.record, _made_by({"bridge": shlex.join(command)}), redactions, names):
+            print(f"bbridge run: recorded {cell}", file=sys.stderr)
+    return status
 
 
 def _ops(args: argparse.Namespace) -> int:
