@@ -235,6 +235,18 @@ def _parser() -> argparse.ArgumentParser:
     conf.add_argument("--wait-ms", type=int, metavar="N", help="bound of every scripted wait (fixture default 5000)")
     conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
 
+    golden = commands.add_parser(
+        "golden",
+        help="bless recorded cells: write their expected events and pinned counts",
+        description="Write each cell's goldens with bbridge's own assembler, in the layout of the reference's: "
+        "GOLDEN_ROOT/<provider>/<cell>/raw-events.ndjson (coalescing off), raw-events.coalesced.ndjson (100 ms, the "
+        "recorded clock), grammar-drops.json, and the cell's {events, unhandled, grammarDrops} in "
+        "GOLDEN_ROOT/row-counts.json. <provider> is the cell folder's parent's name. Exit status: 0 written, "
+        "2 a cell that cannot be read.",
+    )
+    golden.add_argument("cells", type=Path, nargs="+", metavar="CELL_DIR")
+    golden.add_argument("--out", type=Path, required=True, metavar="GOLDEN_ROOT")
+
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
     kinds = par.add_subparsers(dest="kind", required=True)
     rec = kinds.add_parser("recordings", help="recorded cells against golden/<provider>/<cell>/")
@@ -246,6 +258,12 @@ def _parser() -> argparse.ArgumentParser:
     live.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
     live.add_argument("--allowlist", type=Path, metavar="FILE", help="default: conformance/acp-parity-allowlist.json")
     live.add_argument("--dump-dir", type=Path, metavar="DIR", help="write each cell's replayed events and stderr here")
+    live.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the goldens (raw events, drops, pins) of each cell that would fail on its events, and print "
+        "the diff accepted (UPDATED); a cell that stalled still fails",
+    )
     cases = kinds.add_parser("cases", help="synthetic differential cases")
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
@@ -330,13 +348,32 @@ def _parity_bridge(args: argparse.Namespace) -> int:
     logs.configure("warning")
     allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
     command = command_from_string(args.provider_cmd)
-    checks = bridge_parity.check_cells(command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir)
-    passed = failed = 0
+    checks = bridge_parity.check_cells(
+        command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir, update=args.update
+    )
+    passed = failed = updated = 0
     for check in checks:
         print(check.line(), flush=True)
-        passed, failed = passed + check.ok, failed + (not check.ok)
+        passed, failed, updated = passed + check.ok, failed + (not check.ok), updated + check.updated
+    if updated:
+        print(f"updated the goldens of {updated} cell(s) in {args.golden}: review the diffs above, then commit them")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def _golden(args: argparse.Namespace) -> int:
+    from bbridge.replay.golden import bless
+
+    missing = [cell for cell in args.cells if not cell.is_dir()]
+    if missing:
+        print(f"bbridge golden: {missing[0]}: not a cell folder (a recording's <provider>/<cell>)", file=sys.stderr)
+        return 2
+    for blessed in bless(args.cells, args.out):
+        counts = ", ".join(f"{k} {v}" for k, v in blessed.counts.items())
+        print(f"blessed {blessed.name}: {counts} -> {blessed.folder}")
+        for reason in blessed.rejected:
+            print(f"  skipped an invalid thread/delta notification: {reason}")
+    return 0
 
 
 def _parity_cases(args: argparse.Namespace) -> int:
@@ -704,6 +741,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return _config_check(args)
         if args.command == "tools":
             return _tools_check(args)
+        if args.command == "golden":
+            return _golden(args)
         if args.kind == "bridge":
             return _parity_bridge(args)
         if args.kind == "recordings":
