@@ -11,7 +11,9 @@ import re
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -24,7 +26,7 @@ from bbridge.core import native
 from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
 from bbridge.listen import options as listen_options
-from bbridge.replay import parity
+from bbridge.replay import junit, parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
@@ -233,6 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     conf.add_argument("--recordings", type=Path, metavar="DIR", help="also replay recorded cells (one provider's)")
     conf.add_argument("--wait-ms", type=int, metavar="N", help="bound of every scripted wait (fixture default 5000)")
+    _junit_option(conf, "one test case per rule id, the reason in a failure; SKIP as skipped")
     conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
 
     golden = commands.add_parser(
@@ -258,6 +261,7 @@ def _parser() -> argparse.ArgumentParser:
     live.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
     live.add_argument("--allowlist", type=Path, metavar="FILE", help="default: conformance/acp-parity-allowlist.json")
     live.add_argument("--dump-dir", type=Path, metavar="DIR", help="write each cell's replayed events and stderr here")
+    _junit_option(live, "one test case per cell, its diff in the failure")
     live.add_argument(
         "--update",
         action="store_true",
@@ -268,6 +272,16 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
     return parser
+
+
+def _junit_option(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help=f"also write a JUnit XML report to FILE ({what}); with GITHUB_ACTIONS=true each failure is also "
+        "printed as an ::error annotation",
+    )
 
 
 def _redact_options(command: argparse.ArgumentParser) -> None:
@@ -352,13 +366,32 @@ def _parity_bridge(args: argparse.Namespace) -> int:
         command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir, update=args.update
     )
     passed = failed = updated = 0
+    cases: list[junit.Case] = []
+    started, clock = datetime.now(UTC), time.monotonic()
+    last = clock
     for check in checks:
         print(check.line(), flush=True)
         passed, failed, updated = passed + check.ok, failed + (not check.ok), updated + check.updated
+        now = time.monotonic()
+        cases.append(_parity_case(check, now - last))
+        last = now
     if updated:
         print(f"updated the goldens of {updated} cell(s) in {args.golden}: review the diffs above, then commit them")
+    junit.annotate(cases)
+    if args.junit is not None:
+        junit.write(args.junit, "bbridge parity bridge", cases, time.monotonic() - clock, started)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def _parity_case(check: parity.Check, seconds: float) -> junit.Case:
+    """A cell's check as a JUnit test case: classname `parity.<provider>`, the diff in the failure."""
+    name = check.case or check.name
+    provider = name.split("/", 1)[0] if check.case else "allowlist"
+    if check.ok:
+        return junit.Case(name, f"parity.{provider}", "passed", time=seconds)
+    text = "\n\n".join(part for part in (check.detail, check.diff) if part)
+    return junit.Case(name, f"parity.{provider}", "failed", check.name, text, seconds)
 
 
 def _golden(args: argparse.Namespace) -> int:
@@ -696,7 +729,7 @@ def _conformance(args: argparse.Namespace) -> int:
     if args.wait_ms is not None and args.wait_ms < 1:
         print("bbridge conformance: --wait-ms must be at least 1", file=sys.stderr)
         return 2
-    return conformance.main(command, args.fixture, args.recordings, args.wait_ms)
+    return conformance.main(command, args.fixture, args.recordings, args.wait_ms, junit_path=args.junit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -187,7 +187,7 @@ def compare(name: str, golden: list[str], live: Run, entries: list[AllowEntry]) 
     summary = f"{name}: {len(live.events)} events, golden {len(golden)}, grammar drops {live.drops}"
     if named:
         summary += f"; allowlisted: {', '.join(named)}"
-    return Check(summary, not detail, "\n".join(detail), diff=diff)
+    return Check(summary, not detail, "\n".join(detail), diff=diff, case=name)
 
 
 DIFF_LINES = 400  # a unified diff longer than this is cut (the first lines say where the streams part)
@@ -240,7 +240,7 @@ def check_cells(
         name = f"{provider}/{cell.resolve().name}"
         golden_path = golden_root / name / RAW
         if not golden_path.exists() and not update:
-            yield Check(name, False, f"  no golden at {golden_path} (bless the cell: bbridge golden {cell} --out "
+            yield Check(name, False, case=name, detail=f"  no golden at {golden_path} (bless the cell: bbridge golden {cell} --out "
                         f"{golden_root})")  # fmt: skip
             continue
         golden = (
@@ -271,7 +271,7 @@ def accept(check: Check, name: str, live: Run, golden_root: Path) -> Check:
     write_events(golden_root / name, live.events, live.dropped, None)
     write_counts(golden_root, {name: counts_of(live.events, live.dropped)})
     diff = check.diff or check.detail
-    return Check(check.name, True, diff, diff=check.diff, updated=True)
+    return Check(check.name, True, diff, diff=check.diff, updated=True, case=check.case)
 
 
 async def _replay(command: list[str], cell: Path, pacing: Pacing) -> Replay:

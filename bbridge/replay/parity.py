@@ -34,6 +34,7 @@ class Check:
     detail: str = ""
     diff: str = ""
     updated: bool = False
+    case: str = ""  # the test case's name in a JUnit report (the cell), when `name` is longer
 
     def line(self) -> str:
         if self.updated:
