@@ -365,13 +365,15 @@ def _parity_bridge(args: argparse.Namespace) -> int:
     checks = bridge_parity.check_cells(
         command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir, update=args.update
     )
-    passed = failed = updated = 0
+    passed = failed = updated = skipped = 0
     cases: list[junit.Case] = []
     started, clock = datetime.now(UTC), time.monotonic()
     last = clock
     for check in checks:
         print(check.line(), flush=True)
-        passed, failed, updated = passed + check.ok, failed + (not check.ok), updated + check.updated
+        skipped += check.skipped
+        passed, failed = passed + (check.ok and not check.skipped), failed + (not check.ok)
+        updated += check.updated
         now = time.monotonic()
         cases.append(_parity_case(check, now - last))
         last = now
@@ -380,7 +382,7 @@ def _parity_bridge(args: argparse.Namespace) -> int:
     junit.annotate(cases)
     if args.junit is not None:
         junit.write(args.junit, "bbridge parity bridge", cases, time.monotonic() - clock, started)
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
 
@@ -388,6 +390,8 @@ def _parity_case(check: parity.Check, seconds: float) -> junit.Case:
     """A cell's check as a JUnit test case: classname `parity.<provider>`, the diff in the failure."""
     name = check.case or check.name
     provider = name.split("/", 1)[0] if check.case else "allowlist"
+    if check.skipped:
+        return junit.Case(name, f"parity.{provider}", "skipped", check.detail)
     if check.ok:
         return junit.Case(name, f"parity.{provider}", "passed", time=seconds)
     text = "\n\n".join(part for part in (check.detail, check.diff) if part)

@@ -35,8 +35,11 @@ class Check:
     diff: str = ""
     updated: bool = False
     case: str = ""  # the test case's name in a JUnit report (the cell), when `name` is longer
+    skipped: bool = False  # not run (a process-scoped cell): neither passed nor failed
 
     def line(self) -> str:
+        if self.skipped:
+            return f"SKIP {self.name}" + (f" — {self.detail}" if self.detail else "")
         if self.updated:
             return f"UPDATED {self.name}" + (f"\n{self.detail}" if self.detail else "")
         head = f"{'PASS' if self.ok else 'FAIL'} {self.name}"
