@@ -33,12 +33,12 @@ from bbridge.wire.lanes import RecordingError
 
 if TYPE_CHECKING:
     from bbridge.daemon import server
-    from bbridge.replay.recording import MadeBy
-    from bbridge.wire.redact import Pattern
     from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
+    from bbridge.replay.recording import MadeBy
     from bbridge.toolhost.host import Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
+    from bbridge.wire.redact import Pattern
 
 
 def _version() -> str:

@@ -41,7 +41,9 @@ def test_blessing_merges_the_pins_in_the_layout_parity_recordings_reads(tmp_path
     assert golden(cells[0], "--out", tmp_path).returncode == 0
     assert golden(*cells[1:], "--out", tmp_path).returncode == 0
     text = (tmp_path / "row-counts.json").read_text()
-    assert text.endswith("}\n") and json.loads(text) == json.loads((REPO / "recordings" / "row-counts.json").read_text())
+    assert text.endswith("}\n") and json.loads(text) == json.loads(
+        (REPO / "recordings" / "row-counts.json").read_text()
+    )
     checked = subprocess.run(
         [sys.executable, "-m", "bbridge", "parity", "recordings", str(REPO / "recordings"), "--golden", str(tmp_path)],
         capture_output=True, text=True, timeout=120,

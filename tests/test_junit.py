@@ -73,4 +73,8 @@ def test_conformance_writes_one_case_per_rule_and_annotates_failures(tmp_path: P
     assert suite.get("skipped") == str(sum(status == "SKIP" for status, _, _ in results))
     failure = suite.find("testcase[@name='rpc/unknown-method']/failure")
     assert failure is not None and failure.text and "silently dropped" in failure.text
-    assert [line for line in done.stdout.splitlines() if line.startswith("::error title=conformance.rpc%3A rpc/unknown-method::")]
+    assert [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith("::error title=conformance.rpc%3A rpc/unknown-method::")
+    ]

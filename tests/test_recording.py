@@ -38,7 +38,11 @@ def test_a_json_line_stays_json_whatever_the_pattern_matches() -> None:
     line = json.dumps({"params": {"text": 'say "hi" \\ to /home/someone/w', "apiKey": "abc", "n": 1.5}})
     out = redactor(r'"hi" \\').line(line, counts)
     assert json.loads(out) == {
-        "params": {"text": "say [redacted:pattern-1] to [redacted:home]/w", "apiKey": "[redacted:secret-field]", "n": 1.5}
+        "params": {
+            "text": "say [redacted:pattern-1] to [redacted:home]/w",
+            "apiKey": "[redacted:secret-field]",
+            "n": 1.5,
+        }
     }
     assert counts == {"pattern-1": 1, "home": 1, "secret-field": 1}
 

@@ -80,7 +80,9 @@ def bridge_env(
 
 # `BB_*` names a bridge's text may mention that the runtime sets itself (§9.6: the record dir; the per-thread shell
 # identity variables): no user sets them, so no advice names them.
-RUNTIME_SET_ENV = frozenset({RECORD_ENV, redact.REDACT_ENV, "BB_PROJECT_ID", "BB_THREAD_STORAGE", "BB_THREAD_ID", "BB_ENVIRONMENT_ID"})
+RUNTIME_SET_ENV = frozenset(
+    {RECORD_ENV, redact.REDACT_ENV, "BB_PROJECT_ID", "BB_THREAD_STORAGE", "BB_THREAD_ID", "BB_ENVIRONMENT_ID"}
+)
 _BB_NAME = re.compile(r"\bBB_[A-Z0-9_]+\b")
 
 

@@ -36,8 +36,8 @@ from bbridge.core.events import Event, encode_event
 from bbridge.daemon.config import ConfigError
 from bbridge.replay.bridge_client import GOLDEN_LANE
 from bbridge.replay.cells import Drop
-from bbridge.replay.golden import RAW, counts_of, write_counts, write_events
 from bbridge.replay.driver import Pacing, Replay, replay_cell
+from bbridge.replay.golden import RAW, counts_of, write_counts, write_events
 from bbridge.replay.parity import Check
 from bbridge.wire.lanes import PROCESS_SCOPE
 

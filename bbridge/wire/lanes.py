@@ -139,9 +139,7 @@ class Recorder:
     `.redacted-<run>-<pid>.json` file beside the scope's lanes (what the recording's README reports).
     """
 
-    def __init__(
-        self, root: Path, clock: Callable[[], float] = time.time, redactor: Redactor | None = None
-    ) -> None:
+    def __init__(self, root: Path, clock: Callable[[], float] = time.time, redactor: Redactor | None = None) -> None:
         self.root = root
         self._redactor = redactor if redactor else None
         self._redacted: dict[str, Counter[str]] = {}

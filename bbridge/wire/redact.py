@@ -17,6 +17,7 @@ Bridges written with the kit redact their provider lanes the same way: the daemo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -145,10 +146,8 @@ def read_counts(folder: Path, remove: bool = False) -> Counter[str]:
     """Every writer's counts in a cell folder, summed (and the files removed, with `remove`)."""
     total: Counter[str] = Counter()
     for path in sorted(folder.glob(SIDECAR_GLOB)):
-        try:
+        with contextlib.suppress(ValueError, AttributeError, OSError):
             total.update({str(k): int(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()})
-        except (ValueError, AttributeError, OSError):
-            pass
         if remove:
             path.unlink(missing_ok=True)
     return total
