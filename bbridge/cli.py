@@ -11,9 +11,7 @@ import re
 import shlex
 import signal
 import sys
-import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, get_args
@@ -21,12 +19,13 @@ from typing import TYPE_CHECKING, get_args
 import msgspec
 import trio
 
+from bbridge import ci
 from bbridge.bench import report as bench_report
 from bbridge.core import native
 from bbridge.core.events import encode_lines
 from bbridge.daemon.config import ConfigError
 from bbridge.listen import options as listen_options
-from bbridge.replay import junit, parity
+from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell
 from bbridge.wire.interactions import Decision
 from bbridge.wire.lanes import RecordingError
@@ -35,10 +34,8 @@ if TYPE_CHECKING:
     from bbridge.daemon import server
     from bbridge.daemon.router import Daemon
     from bbridge.ops import Where
-    from bbridge.replay.recording import MadeBy
     from bbridge.toolhost.host import Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
-    from bbridge.wire.redact import Pattern
 
 
 def _version() -> str:
@@ -83,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
-    _redact_options(serve)
+    ci.add_redact_options(serve)
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     serve.add_argument(
         "--log-format", choices=("console", "json"), help="stderr logs (default: console on a terminal, else json)"
@@ -176,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
         help="record the session: one cell per thread, DIR/bridge/<cell>/, with a README (the layout parity reads)",
     )
     run.add_argument("--cell", metavar="NAME", help="with --record: name the thread's cell NAME (default: its id)")
-    _redact_options(run)
+    ci.add_redact_options(run)
     run.add_argument(
         "--strict",
         action="store_true",
@@ -235,20 +232,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     conf.add_argument("--recordings", type=Path, metavar="DIR", help="also replay recorded cells (one provider's)")
     conf.add_argument("--wait-ms", type=int, metavar="N", help="bound of every scripted wait (fixture default 5000)")
-    _junit_option(conf, "one test case per rule id, the reason in a failure; SKIP as skipped")
+    ci.add_junit_option(conf, "one test case per rule id, the reason in a failure; SKIP as skipped")
     conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
 
-    golden = commands.add_parser(
-        "golden",
-        help="bless recorded cells: write their expected events and pinned counts",
-        description="Write each cell's goldens with bbridge's own assembler, in the layout of the reference's: "
-        "GOLDEN_ROOT/<provider>/<cell>/raw-events.ndjson (coalescing off), raw-events.coalesced.ndjson (100 ms, the "
-        "recorded clock), grammar-drops.json, and the cell's {events, unhandled, grammarDrops} in "
-        "GOLDEN_ROOT/row-counts.json. <provider> is the cell folder's parent's name. Exit status: 0 written, "
-        "2 a cell that cannot be read.",
-    )
-    golden.add_argument("cells", type=Path, nargs="+", metavar="CELL_DIR")
-    golden.add_argument("--out", type=Path, required=True, metavar="GOLDEN_ROOT")
+    ci.add_golden_parser(commands)
 
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
     kinds = par.add_subparsers(dest="kind", required=True)
@@ -261,7 +248,7 @@ def _parser() -> argparse.ArgumentParser:
     live.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
     live.add_argument("--allowlist", type=Path, metavar="FILE", help="default: conformance/acp-parity-allowlist.json")
     live.add_argument("--dump-dir", type=Path, metavar="DIR", help="write each cell's replayed events and stderr here")
-    _junit_option(live, "one test case per cell, its diff in the failure")
+    ci.add_junit_option(live, "one test case per cell, its diff in the failure")
     live.add_argument(
         "--update",
         action="store_true",
@@ -272,46 +259,6 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
     return parser
-
-
-def _junit_option(command: argparse.ArgumentParser, what: str) -> None:
-    command.add_argument(
-        "--junit",
-        type=Path,
-        metavar="FILE",
-        help=f"also write a JUnit XML report to FILE ({what}); with GITHUB_ACTIONS=true each failure is also "
-        "printed as an ::error annotation",
-    )
-
-
-def _redact_options(command: argparse.ArgumentParser) -> None:
-    """`--redact` and `--no-default-redactions`: what is replaced in every recorded lane line before it is written."""
-    command.add_argument(
-        "--redact",
-        action="append",
-        default=[],
-        metavar="REGEX",
-        help="with --record: replace what REGEX matches in every recorded string by [redacted:pattern-N] "
-        "(repeatable; the README lists the patterns and counts)",
-    )
-    command.add_argument(
-        "--no-default-redactions",
-        action="store_true",
-        help="with --record: drop the built-ins (home directory, API-key shapes, bearer tokens, secret-named fields)",
-    )
-
-
-def _redactions(args: argparse.Namespace) -> list[Pattern]:
-    """The patterns a recording is redacted with; ValueError names a pattern that does not compile."""
-    from bbridge.wire.redact import default_redactions, user_redactions
-
-    return [*([] if args.no_default_redactions else default_redactions()), *user_redactions(args.redact)]
-
-
-def _made_by(providers: dict[str, str]) -> MadeBy:
-    from bbridge.replay.recording import MadeBy
-
-    return MadeBy("bbridge " + shlex.join(sys.argv[1:]), providers, _version())
 
 
 def _daemon_address(command: argparse.ArgumentParser, *, required: bool) -> None:
@@ -354,65 +301,6 @@ def _parity_recordings(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _parity_bridge(args: argparse.Namespace) -> int:
-    from bbridge import logs
-    from bbridge.daemon.config import command_from_string
-    from bbridge.replay import bridge_parity
-
-    logs.configure("warning")
-    allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
-    command = command_from_string(args.provider_cmd)
-    checks = bridge_parity.check_cells(
-        command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir, update=args.update
-    )
-    passed = failed = updated = skipped = 0
-    cases: list[junit.Case] = []
-    started, clock = datetime.now(UTC), time.monotonic()
-    last = clock
-    for check in checks:
-        print(check.line(), flush=True)
-        skipped += check.skipped
-        passed, failed = passed + (check.ok and not check.skipped), failed + (not check.ok)
-        updated += check.updated
-        now = time.monotonic()
-        cases.append(_parity_case(check, now - last))
-        last = now
-    if updated:
-        print(f"updated the goldens of {updated} cell(s) in {args.golden}: review the diffs above, then commit them")
-    junit.annotate(cases)
-    if args.junit is not None:
-        junit.write(args.junit, "bbridge parity bridge", cases, time.monotonic() - clock, started)
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-    return 1 if failed else 0
-
-
-def _parity_case(check: parity.Check, seconds: float) -> junit.Case:
-    """A cell's check as a JUnit test case: classname `parity.<provider>`, the diff in the failure."""
-    name = check.case or check.name
-    provider = name.split("/", 1)[0] if check.case else "allowlist"
-    if check.skipped:
-        return junit.Case(name, f"parity.{provider}", "skipped", check.detail)
-    if check.ok:
-        return junit.Case(name, f"parity.{provider}", "passed", time=seconds)
-    text = "\n\n".join(part for part in (check.detail, check.diff) if part)
-    return junit.Case(name, f"parity.{provider}", "failed", check.name, text, seconds)
-
-
-def _golden(args: argparse.Namespace) -> int:
-    from bbridge.replay.golden import bless
-
-    missing = [cell for cell in args.cells if not cell.is_dir()]
-    if missing:
-        print(f"bbridge golden: {missing[0]}: not a cell folder (a recording's <provider>/<cell>)", file=sys.stderr)
-        return 2
-    for blessed in bless(args.cells, args.out):
-        counts = ", ".join(f"{k} {v}" for k, v in blessed.counts.items())
-        print(f"blessed {blessed.name}: {counts} -> {blessed.folder}")
-        for reason in blessed.rejected:
-            print(f"  skipped an invalid thread/delta notification: {reason}")
-    return 0
-
-
 def _parity_cases(args: argparse.Namespace) -> int:
     passed = failed = 0
     shown = False
@@ -446,7 +334,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
     try:
-        redactions = _redactions(args)
+        redactions = ci.redactions(args)
     except ValueError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
@@ -494,9 +382,8 @@ def _serve(args: argparse.Namespace) -> int:
         if tool_host is not None:
             tool_host.close()
         if record_dir is not None:
-            from bbridge.replay.recording import finish
-
-            finish(record_dir, _made_by({k: shlex.join(v.command) for k, v in providers.items()}), redactions)
+            commands = {k: shlex.join(v.command) for k, v in providers.items()}
+            ci.finish_serve(record_dir, commands, redactions, _version())
     return 0
 
 
@@ -644,16 +531,14 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        redactions = _redactions(args)
+        redactions = ci.redactions(args)
     except ValueError as exc:
         print(f"bbridge run: {exc}", file=sys.stderr)
         return 2
     thread_id = new_thread_id()
     serve_options: list[str] = []
     if args.record is not None:
-        serve_options = ["--record", str(args.record.resolve())]
-        serve_options += ["--no-default-redactions"] if args.no_default_redactions else []
-        serve_options += [option for regex in args.redact for option in ("--redact", regex)]
+        serve_options = ci.record_options(args)
     one_run = functools.partial(
         run_once, env=env, strict=args.strict, remote=remote, thread_id=thread_id, serve_options=serve_options
     )
@@ -661,12 +546,7 @@ def _run(args: argparse.Namespace) -> int:
         one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout
     )
     if args.record is not None:
-        from bbridge.replay.recording import finish
-        from bbridge.wire.lanes import sanitize_scope
-
-        names = {sanitize_scope(thread_id): args.cell} if args.cell else {}
-        for cell in finish(args.record, _made_by({"bridge": shlex.join(command)}), redactions, names):
-            print(f"bbridge run: recorded {cell}", file=sys.stderr)
+        ci.finish_run(args, command, thread_id, redactions, _version())
     return status
 
 
@@ -779,9 +659,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "tools":
             return _tools_check(args)
         if args.command == "golden":
-            return _golden(args)
+            return ci.golden(args)
         if args.kind == "bridge":
-            return _parity_bridge(args)
+            return ci.parity_bridge(args)
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)

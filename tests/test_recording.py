@@ -47,6 +47,12 @@ def test_a_json_line_stays_json_whatever_the_pattern_matches() -> None:
     assert counts == {"pattern-1": 1, "home": 1, "secret-field": 1}
 
 
+def test_the_home_directory_is_redacted_as_a_whole_path_segment() -> None:
+    counts: Counter[str] = Counter()
+    text = redactor(home="/home/u").line("/home/u/w and /home/user2 and /home/u", counts)
+    assert text == "[redacted:home]/w and /home/user2 and [redacted:home]"
+
+
 def test_a_line_nothing_matched_is_kept_byte_for_byte_and_text_lines_are_redacted_as_text() -> None:
     counts: Counter[str] = Counter()
     line = '{"b": 1,   "a": "x", "inputTokens": 12}'

@@ -49,7 +49,7 @@ class Pattern:
 def default_redactions(home: str | None = None) -> list[Pattern]:
     """The built-ins: the home directory (when it is not `/`), API-key shapes, bearer tokens, secret-named fields."""
     home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
-    found = [Pattern("home", re.escape(home))] if home else []
+    found = [Pattern("home", re.escape(home) + r"(?![\w.-])")] if home else []  # not /home/u in /home/user2
     bearer = Pattern("bearer", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{16,}")
     return [*found, Pattern("api-key", _KEY_SHAPES), bearer, Pattern(SECRET_FIELD, _SECRET_KEY)]
 
