@@ -61,6 +61,12 @@ def test_a_line_nothing_matched_is_kept_byte_for_byte_and_text_lines_are_redacte
     assert counts == {"api-key": 1}
 
 
+def test_numbers_json_cannot_carry_as_doubles_fall_back_to_text() -> None:
+    counts: Counter[str] = Counter()
+    assert redactor("x").line('{"a":"x","n":1e400}', counts) == '{"a":"[redacted:pattern-1]","n":1e400}'
+    assert counts == {"pattern-1": 1}
+
+
 def test_a_pattern_that_does_not_compile_is_named() -> None:
     try:
         redact.user_redactions(["ok", "(unclosed"])

@@ -86,6 +86,11 @@ def from_env(env: Mapping[str, str] = os.environ) -> list[Pattern]:
         return []
 
 
+def _not_json(constant: str) -> Any:
+    """`NaN`/`Infinity` are Python's, not JSON's: such a line is redacted as text."""
+    raise ValueError(constant)
+
+
 class Redactor:
     """Applies the patterns (and the secret-field rule) to lines; counts what it replaced, per name."""
 
@@ -101,15 +106,19 @@ class Redactor:
     def line(self, text: str, counts: Counter[str]) -> str:
         """`text` redacted (valid JSON stays valid JSON), matches added to `counts`; unchanged text is returned as is."""
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_not_json)
         except ValueError:
             return self._text(text, counts)
         found: Counter[str] = Counter()
         redacted = self._value(value, found)
         if not found:
             return text
+        try:
+            encoded = json.dumps(redacted, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a number beyond a double (1e400) decodes as inf, which JSON cannot spell: as text
+            return self._text(text, counts)
         counts.update(found)
-        return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"))
+        return encoded
 
     def _text(self, text: str, counts: Counter[str]) -> str:
         for name, regex in self._compiled:
