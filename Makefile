@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx
+.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -28,7 +28,7 @@ run: install
 # installed first, once (two workers must not both run npm into one cache); when the registry cannot be reached
 # that step fails, and the live tests say so as they skip.
 test: install
-	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers browser acpx
+	-@$(MAKE) -s live-agents acp-agents openrpc-meta ts-client mcp-servers junit-schema browser acpx
 	$(PY) -m pytest -n 2
 
 # Debian's Chromium and its WebDriver, for the page's tests in a real browser (tests/browser) and the bench's page
@@ -111,6 +111,23 @@ $(MCP_STAMP):
 	rm -rf $(MCP_CACHE) && mkdir -p $(MCP_CACHE)
 	npm install --prefix $(MCP_CACHE) --no-save --no-audit --no-fund --loglevel=error \
 		@modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION)
+	touch $@
+
+# The JUnit XML schema CI systems read (Jenkins' junit-10.xsd, MIT), for the tests that validate `--junit` reports:
+# pytest's source distribution ships it (its own JUnit reports are tested against it), so it comes from PyPI, pinned.
+JUNIT_CACHE := .cache/junit
+JUNIT_PYTEST_VERSION := 9.2.0
+JUNIT_XSD := $(JUNIT_CACHE)/junit-10.xsd
+JUNIT_STAMP := $(JUNIT_CACHE)/.installed-pytest-$(JUNIT_PYTEST_VERSION)
+
+junit-schema: $(JUNIT_STAMP)
+
+$(JUNIT_STAMP): | $(VENV)/.installed
+	rm -rf $(JUNIT_CACHE) && mkdir -p $(JUNIT_CACHE)
+	$(PY) -m pip download -q --no-deps --no-binary :all: pytest==$(JUNIT_PYTEST_VERSION) -d $(JUNIT_CACHE)
+	tar -xzf $(JUNIT_CACHE)/pytest-$(JUNIT_PYTEST_VERSION).tar.gz -O \
+		pytest-$(JUNIT_PYTEST_VERSION)/testing/example_scripts/junit-10.xsd > $(JUNIT_XSD)
+	rm $(JUNIT_CACHE)/pytest-$(JUNIT_PYTEST_VERSION).tar.gz
 	touch $@
 
 # acpx, a headless ACP client (npm, pinned), for the tests of `bbridge acp` (tests/live/ACPX_NOTES.md): it needs

@@ -8,6 +8,7 @@ import gc
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, get_args
 import msgspec
 import trio
 
+from bbridge import ci
 from bbridge.bench import report as bench_report
 from bbridge.core import native
 from bbridge.core.events import encode_lines
@@ -81,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--record", type=Path, metavar="DIR", help="record bridge traffic (BB_PROVIDER_BRIDGE_RECORD_DIR)"
     )
+    ci.add_redact_options(serve)
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     serve.add_argument(
         "--log-format", choices=("console", "json"), help="stderr logs (default: console on a terminal, else json)"
@@ -199,6 +202,14 @@ def _parser() -> argparse.ArgumentParser:
         help="give up on a turn that has not settled after SECONDS (default 300), saying what it waits on",
     )
     run.add_argument(
+        "--record",
+        type=Path,
+        metavar="DIR",
+        help="record the session: one cell per thread, DIR/bridge/<cell>/, with a README (the layout parity reads)",
+    )
+    run.add_argument("--cell", metavar="NAME", help="with --record: name the thread's cell NAME (default: its id)")
+    ci.add_redact_options(run)
+    run.add_argument(
         "--strict",
         action="store_true",
         help="exit 1 when the daemon noted a bridge mistake in the thread (a dropped event, a suspect close)",
@@ -256,7 +267,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     conf.add_argument("--recordings", type=Path, metavar="DIR", help="also replay recorded cells (one provider's)")
     conf.add_argument("--wait-ms", type=int, metavar="N", help="bound of every scripted wait (fixture default 5000)")
+    ci.add_junit_option(conf, "one test case per rule id, the reason in a failure; SKIP as skipped")
     conf.add_argument("bridge", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the bridge command line")
+
+    ci.add_golden_parser(commands)
 
     par = commands.add_parser("parity", help="byte-parity checks against golden outputs")
     kinds = par.add_subparsers(dest="kind", required=True)
@@ -269,6 +283,13 @@ def _parser() -> argparse.ArgumentParser:
     live.add_argument("--golden", type=Path, required=True, metavar="GOLDEN_ROOT")
     live.add_argument("--allowlist", type=Path, metavar="FILE", help="default: conformance/acp-parity-allowlist.json")
     live.add_argument("--dump-dir", type=Path, metavar="DIR", help="write each cell's replayed events and stderr here")
+    ci.add_junit_option(live, "one test case per cell, its diff in the failure")
+    live.add_argument(
+        "--update",
+        action="store_true",
+        help="rewrite the goldens (raw events, drops, pins) of each cell that would fail on its events, and print "
+        "the diff accepted (UPDATED); a cell that stalled still fails",
+    )
     cases = kinds.add_parser("cases", help="synthetic differential cases")
     cases.add_argument("files", type=Path, nargs="+", metavar="FILE")
     cases.add_argument("--first-failure", action="store_true", help="print the first differing step in full")
@@ -315,23 +336,6 @@ def _parity_recordings(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _parity_bridge(args: argparse.Namespace) -> int:
-    from bbridge import logs
-    from bbridge.daemon.config import command_from_string
-    from bbridge.replay import bridge_parity
-
-    logs.configure("warning")
-    allowlist = args.allowlist or bridge_parity.DEFAULT_ALLOWLIST
-    command = command_from_string(args.provider_cmd)
-    checks = bridge_parity.check_cells(command, args.cells, args.golden, allowlist, dump_dir=args.dump_dir)
-    passed = failed = 0
-    for check in checks:
-        print(check.line(), flush=True)
-        passed, failed = passed + check.ok, failed + (not check.ok)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 def _parity_cases(args: argparse.Namespace) -> int:
     passed = failed = 0
     shown = False
@@ -365,6 +369,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logs.configure(args.log_level, fmt=args.log_format)
     try:
+        redactions = ci.redactions(args)
+    except ValueError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    try:
         providers, report, tool_host = _served(args, client_servers=args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
@@ -382,10 +391,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
+    record_dir = args.record or record_dir_from_env()
     daemon = Daemon(
         providers,
         journal=Journal(args.journal_bound, args.journal),
-        record_dir=args.record or record_dir_from_env(),
+        record_dir=record_dir,
+        record_redactions=redactions if record_dir is not None else (),
         token=token,
         config=report,
         text_delta_flush_ms=args.flush_ms,
@@ -409,6 +420,9 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if tool_host is not None:
             tool_host.close()
+        if record_dir is not None:
+            commands = {k: shlex.join(v.command) for k, v in providers.items()}
+            ci.finish_serve(record_dir, commands, redactions, _version())
     return 0
 
 
@@ -631,7 +645,7 @@ def _run(args: argparse.Namespace) -> int:
     from bbridge.daemon.config import command_from_string
     from bbridge.ops import read_token
     from bbridge.run import Remote as RunRemote
-    from bbridge.run import RunTool, read_tools, run_once
+    from bbridge.run import RunTool, new_thread_id, read_tools, run_once
 
     logs.configure(args.log_level)
     if (refused := _address_refusal(args)) is not None:
@@ -668,8 +682,28 @@ def _run(args: argparse.Namespace) -> int:
             print(f"bbridge run: --env {pair!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
         env[name] = value
-    one_run = functools.partial(run_once, env=env, strict=args.strict, remote=remote)
-    return trio.run(one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout)
+    if (args.record is not None and remote is not None) or (args.cell and args.record is None):
+        print("bbridge run: --record records a daemon of its own (--provider-cmd); --cell needs --record",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        redactions = ci.redactions(args)
+    except ValueError as exc:
+        print(f"bbridge run: {exc}", file=sys.stderr)
+        return 2
+    thread_id = new_thread_id()
+    serve_options: list[str] = []
+    if args.record is not None:
+        serve_options = ci.record_options(args)
+    one_run = functools.partial(
+        run_once, env=env, strict=args.strict, remote=remote, thread_id=thread_id, serve_options=serve_options
+    )
+    status = trio.run(
+        one_run, command, args.prompt, args.cwd, args.json, sys.stdout, tools, args.log_level, args.timeout
+    )
+    if args.record is not None:
+        ci.finish_run(args, command, thread_id, redactions, _version())
+    return status
 
 
 def _ops(args: argparse.Namespace) -> int:
@@ -735,7 +769,7 @@ def _conformance(args: argparse.Namespace) -> int:
     if args.wait_ms is not None and args.wait_ms < 1:
         print("bbridge conformance: --wait-ms must be at least 1", file=sys.stderr)
         return 2
-    return conformance.main(command, args.fixture, args.recordings, args.wait_ms)
+    return conformance.main(command, args.fixture, args.recordings, args.wait_ms, junit_path=args.junit)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -782,8 +816,10 @@ def _main(argv: Sequence[str] | None) -> int:
             return _config_check(args)
         if args.command == "tools":
             return _tools_check(args)
+        if args.command == "golden":
+            return ci.golden(args)
         if args.kind == "bridge":
-            return _parity_bridge(args)
+            return ci.parity_bridge(args)
         if args.kind == "recordings":
             return _parity_recordings(args)
         return _parity_cases(args)

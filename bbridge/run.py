@@ -21,7 +21,7 @@ import re
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -312,9 +312,10 @@ def write_config(directory: Path, command: list[str], cwd: str | None, env: dict
     return path
 
 
-def serve_command(config: Path, log_level: str) -> list[str]:
-    """`bbridge serve` on stdio as `bbridge run` needs it: no coalescing, any extension kind shown."""
-    options = ["--flush-ms", "0", "--open-extensions", "--log-level", log_level]
+def serve_command(config: Path, log_level: str, extra: Sequence[str] = ()) -> list[str]:
+    """`bbridge serve` on stdio as `bbridge run` needs it: no coalescing, any extension kind shown; `extra` are
+    more of serve's options (`--record DIR` and its redactions)."""
+    options = ["--flush-ms", "0", "--open-extensions", "--log-level", log_level, *extra]
     return [sys.executable, "-m", "bbridge", "serve", "--config", str(config), *options]
 
 
@@ -383,6 +384,10 @@ async def _settle(
     return [str(m["message"]) for m in (thread or {}).get("bridgeMistakes", [])] if strict else []
 
 
+def new_thread_id() -> str:
+    return "thr_run" + uuid.uuid4().hex[:8]
+
+
 @dataclass(frozen=True)
 class Remote:
     """A running daemon `bbridge run --url` drives: its URL, token, CA file and the provider to use."""
@@ -396,7 +401,7 @@ class Remote:
 @contextlib.asynccontextmanager
 async def _daemon(
     remote: Remote | None, command: list[str], cwd: str | None, env: dict[str, str] | None, log_level: str,
-    answer: Callable[[str, dict[str, Any]], Awaitable[Any]],
+    answer: Callable[[str, dict[str, Any]], Awaitable[Any]], serve_options: Sequence[str] = (),
 ) -> AsyncIterator[Client]:  # fmt: skip
     """A client of the remote daemon, or of a daemon of its own (the bridge its one provider) on stdio."""
     if remote is not None:
@@ -404,7 +409,7 @@ async def _daemon(
             yield c
         return
     with tempfile.TemporaryDirectory(prefix="bbridge-run-") as directory:
-        serve = serve_command(write_config(Path(directory), command, cwd, env), log_level)
+        serve = serve_command(write_config(Path(directory), command, cwd, env), log_level, serve_options)
         async with Client.spawn(serve, on_request=answer) as client:
             yield client
 
@@ -422,8 +427,12 @@ async def run_once(
     env: dict[str, str] | None = None,
     strict: bool = False,
     remote: Remote | None = None,
+    thread_id: str | None = None,
+    serve_options: Sequence[str] = (),
 ) -> int:
-    thread_id = "thr_run" + uuid.uuid4().hex[:8]
+    """One turn; `thread_id` names the thread (default: a new `thr_run…`), `serve_options` are passed to the daemon
+    of its own (`--record DIR`, `--redact …`)."""
+    thread_id = thread_id or new_thread_id()
     mistakes: list[str] = []
     provider = remote.provider if remote is not None else PROVIDER
     timeline = Timeline(thread_id, out, as_json, provider, tools={tool.name: tool for tool in tools or []})
@@ -441,7 +450,7 @@ async def run_once(
 
     try:
         async with (
-            _daemon(remote, command, cwd, env, log_level, answer) as client,
+            _daemon(remote, command, cwd, env, log_level, answer, serve_options) as client,
             anyio.create_task_group() as group,
         ):
             group.start_soon(follow, client)

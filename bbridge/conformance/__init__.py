@@ -15,7 +15,9 @@ import dataclasses
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,7 +26,8 @@ import trio
 from bbridge.conformance import assembled, recorded, scripted
 from bbridge.conformance.fixture import Fixture, FixtureError, load_fixture
 from bbridge.conformance.recorded import UsageError
-from bbridge.conformance.results import Result, summary
+from bbridge.conformance.results import Result, junit_case, summary
+from bbridge.replay import junit
 from bbridge.replay.bridge_client import BridgeClient, with_client
 
 __all__ = ["FixtureError", "Result", "UsageError", "load_fixture", "main", "run_conformance"]
@@ -81,8 +84,17 @@ async def run_conformance(command: Sequence[str], fixture: Fixture, recordings: 
     return ordered + [r for cell in cells for r in replays[cell]]
 
 
-def main(command: Sequence[str], fixture_path: Path | None, recordings: Path | None, wait_ms: int | None = None) -> int:
-    """The CLI: print the report; 0 when nothing failed, 1 on a failure, 2 on a usage error."""
+def main(
+    command: Sequence[str],
+    fixture_path: Path | None,
+    recordings: Path | None,
+    wait_ms: int | None = None,
+    *,
+    junit_path: Path | None = None,
+) -> int:
+    """The CLI: print the report (and with `junit_path` write it as JUnit XML; on GitHub Actions annotate each
+    failure); 0 when nothing failed, 1 on a failure, 2 on a usage error."""
+    started, clock = datetime.now(UTC), time.monotonic()
     try:
         fixture = load_fixture(fixture_path)
         if wait_ms is not None:  # real agents take longer than the kit's 5 s per wait
@@ -93,6 +105,10 @@ def main(command: Sequence[str], fixture_path: Path | None, recordings: Path | N
         return 2
     for result in results:
         print(result.line())
+    cases = [junit_case(result) for result in results]
+    junit.annotate(cases)
+    if junit_path is not None:
+        junit.write(junit_path, "bbridge conformance", cases, time.monotonic() - clock, started)
     passed, failed = summary(results)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,7 +28,7 @@ from bbridge.core.guard import Guard
 from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
-from bbridge.wire import errors, process, protocol, rpc, tee
+from bbridge.wire import errors, process, protocol, redact, rpc, tee
 from bbridge.wire.delta_decoder import DELTA_LINES
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RECORD_ENV, RUNTIME_TO_BRIDGE, Recorder, RuntimeScoper
 
@@ -56,9 +56,14 @@ RUNTIME_GRAMMAR = (3, 3)
 
 
 def bridge_env(
-    provider_id: str, config: ProviderConfig, base: Mapping[str, str], record_dir: Path | None
+    provider_id: str,
+    config: ProviderConfig,
+    base: Mapping[str, str],
+    record_dir: Path | None,
+    redactions: Sequence[redact.Pattern] = (),
 ) -> dict[str, str]:
-    """The environment of protocol.md §9.6, then the provider's own `env` table."""
+    """The environment of protocol.md §9.6, then the provider's own `env` table; in record mode the redaction
+    list too, so a kit bridge redacts its provider lanes as the daemon redacts the runtime lanes."""
     env = {k: v for k, v in base.items() if k != "NODE_ENV" and not k.startswith("BB_")}
     for name in config.env_passthrough:
         value = base.get(name)
@@ -66,6 +71,7 @@ def bridge_env(
             env[name] = value
     if record_dir is not None:
         env[RECORD_ENV] = str(record_dir / provider_id)
+        env[redact.REDACT_ENV] = redact.to_env(redactions)
     else:
         env.pop(RECORD_ENV, None)
     env.update(config.env)
@@ -74,7 +80,9 @@ def bridge_env(
 
 # `BB_*` names a bridge's text may mention that the runtime sets itself (§9.6: the record dir; the per-thread shell
 # identity variables): no user sets them, so no advice names them.
-RUNTIME_SET_ENV = frozenset({RECORD_ENV, "BB_PROJECT_ID", "BB_THREAD_STORAGE", "BB_THREAD_ID", "BB_ENVIRONMENT_ID"})
+RUNTIME_SET_ENV = frozenset(
+    {RECORD_ENV, redact.REDACT_ENV, "BB_PROJECT_ID", "BB_THREAD_STORAGE", "BB_THREAD_ID", "BB_ENVIRONMENT_ID"}
+)
 _BB_NAME = re.compile(r"\bBB_[A-Z0-9_]+\b")
 
 
@@ -172,6 +180,7 @@ class BridgeProcess:
         host: BridgeHost,
         *,
         record_dir: Path | None = None,
+        redactions: Sequence[redact.Pattern] = (),
         text_delta_flush_ms: float = 100,
         entropy_prefix: str | None = None,
     ) -> None:
@@ -179,6 +188,7 @@ class BridgeProcess:
         self.config = config
         self.host = host
         self.record_dir = record_dir
+        self.redactions = list(redactions)
         self.state = "starting"
         self.reason: str | None = None
         self.pid: int | None = None
@@ -212,7 +222,7 @@ class BridgeProcess:
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn and handshake; raises RpcError (start failure or refusal) after cleaning up."""
-        env = bridge_env(self.provider_id, self.config, os.environ, self.record_dir)
+        env = bridge_env(self.provider_id, self.config, os.environ, self.record_dir, self.redactions)
         self.stripped = stripped_env(os.environ, env)
         self._given_bb = frozenset(name for name in env if name.startswith("BB_"))
         if self.stripped:  # names only: a value may be a secret
@@ -238,7 +248,8 @@ class BridgeProcess:
         if isinstance(receive, trio.lowlevel.FdStream):
             receive = _PipeReceive(receive)
         if self.record_dir is not None:
-            self._recorder = Recorder(self.record_dir / self.provider_id)
+            redactor = redact.Redactor(self.redactions)
+            self._recorder = Recorder(self.record_dir / self.provider_id, redactor=redactor)
             send, receive = tee.tee(
                 send,
                 receive,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from bbridge.daemon.status import StatusMixin
 from bbridge.daemon.threads import Cause, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import client_api, errors, protocol, rpc
+from bbridge.wire.redact import Pattern
 
 __all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
 
@@ -54,6 +55,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         *,
         journal: Journal | None = None,
         record_dir: Path | None = None,
+        record_redactions: Sequence[Pattern] = (),
         token: str | None = None,
         text_delta_flush_ms: float = 100,
         entropy_prefix: str | None = None,
@@ -70,6 +72,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.request_timeout_s = request_timeout_s
         self.journal = journal or Journal()
         self.record_dir = record_dir
+        self.record_redactions = list(record_redactions)  # what every lane of the recording is redacted with
         self.token = token
         self.text_delta_flush_ms = text_delta_flush_ms
         self.counters = Counters()
@@ -168,6 +171,7 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
                 config,
                 self,
                 record_dir=self.record_dir,
+                redactions=self.record_redactions,
                 text_delta_flush_ms=self.text_delta_flush_ms,
                 entropy_prefix=self.entropy_prefix,
             )

@@ -22,6 +22,8 @@ import trio
 from bbridge.wire import framing, process, tee
 from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Recorder, record_dir_from_env, sanitize_scope
 from bbridge.wire.process import StderrTail, StopPlan
+from bbridge.wire.redact import REDACT_ENV, Redactor
+from bbridge.wire.redact import from_env as redactions_from_env
 
 __all__ = [
     "Child",
@@ -34,7 +36,7 @@ __all__ = [
     "run_once",
 ]
 
-RUNTIME_ONLY_ENV = ("BB_PROVIDER_BRIDGE_RECORD_DIR", "ELECTRON_RUN_AS_NODE")
+RUNTIME_ONLY_ENV = ("BB_PROVIDER_BRIDGE_RECORD_DIR", REDACT_ENV, "ELECTRON_RUN_AS_NODE")
 
 
 # -- record mode (provider lanes) ---------------------------------------------
@@ -47,9 +49,10 @@ def env_without_runtime(env: Mapping[str, str]) -> dict[str, str]:
 
 @functools.cache
 def process_recorder() -> Recorder | None:
-    """The process-wide recorder (one `run`, one `seq` for every lane), or None when recording is off."""
+    """The process-wide recorder (one `run`, one `seq` for every lane), or None when recording is off; it redacts
+    with the list the daemon handed down (`BB_PROVIDER_BRIDGE_RECORD_REDACT`)."""
     root = record_dir_from_env()
-    return Recorder(root) if root is not None else None
+    return Recorder(root, redactor=Redactor(redactions_from_env())) if root is not None else None
 
 
 def record_child_io(

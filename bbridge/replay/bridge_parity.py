@@ -35,8 +35,11 @@ import trio
 from bbridge.core.events import Event, encode_event
 from bbridge.daemon.config import ConfigError
 from bbridge.replay.bridge_client import GOLDEN_LANE
+from bbridge.replay.cells import Drop
 from bbridge.replay.driver import Pacing, Replay, replay_cell
+from bbridge.replay.golden import RAW, counts_of, write_counts, write_events
 from bbridge.replay.parity import Check
+from bbridge.wire.lanes import PROCESS_SCOPE
 
 DEFAULT_PACING = Pacing()
 DEFAULT_ALLOWLIST = Path(__file__).resolve().parents[2] / "conformance" / "acp-parity-allowlist.json"
@@ -51,18 +54,23 @@ class Run:
     stalls: list[str] = field(default_factory=list)
     stderr: str = ""
     control: list[Any] = field(default_factory=list)  # every other message the bridge wrote, in order
+    dropped: list[Drop] = field(default_factory=list)  # the grammar drops, as `grammar-drops.json` lists them
 
     @classmethod
     def of(cls, replay: Replay) -> Run:
         events = [e for e in replay.log if e.kind == "event"]
         invalid = [f"invalid thread/delta: {e.reason}" for e in replay.log if e.kind == "invalid-delta"]
-        drops = sum(e.violation is not None for e in events)
+        dropped = [
+            Drop(index, e.violation.rule, e.violation.reason, e.event["type"])
+            for index, e in enumerate(events)
+            if e.violation is not None
+        ]
         control = [
             e.message
             for e in replay.log
             if e.kind in ("response", "request", "notification") and e.message.get("method") != "thread/delta"
         ]
-        return cls([e.event for e in events], drops, replay.stalls + invalid, replay.stderr, control)
+        return cls([e.event for e in events], len(dropped), replay.stalls + invalid, replay.stderr, control, dropped)
 
 
 # -- the allowlist -------------------------------------------------------------
@@ -173,12 +181,27 @@ def compare(name: str, golden: list[str], live: Run, entries: list[AllowEntry]) 
     expected = [encode_event(e).decode() for e in want] if masked_golden else golden
     actual = [encode_event(e).decode() for e in got]
     detail = [f"  stall: {s}" for s in live.stalls] + stale
+    diff = ""
     if expected != actual:
         detail.append(_difference(expected, actual))
+        diff = unified_diff(expected, actual, name)
     summary = f"{name}: {len(live.events)} events, golden {len(golden)}, grammar drops {live.drops}"
     if named:
         summary += f"; allowlisted: {', '.join(named)}"
-    return Check(summary, not detail, "\n".join(detail))
+    return Check(summary, not detail, "\n".join(detail), diff=diff, case=name)
+
+
+DIFF_LINES = 400  # a unified diff longer than this is cut (the first lines say where the streams part)
+
+
+def unified_diff(expected: list[str], actual: list[str], name: str) -> str:
+    """The golden and replayed event streams as a unified diff (one event a line), at most `DIFF_LINES` lines."""
+    lines = list(
+        difflib.unified_diff(expected, actual, f"golden/{name}/raw-events.ndjson", f"replay/{name}", n=2, lineterm="")
+    )
+    if len(lines) > DIFF_LINES:
+        lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more diff lines"]
+    return "\n".join(lines)
 
 
 def _difference(expected: list[str], actual: list[str]) -> str:
@@ -203,21 +226,33 @@ def check_cells(
     settle: float = DEFAULT_PACING.settle,
     dump_dir: Path | None = None,
     on_run: Callable[[Path, Run], None] | None = None,
+    update: bool = False,
 ) -> Iterator[Check]:
     """One check per cell, then one per wildcard allowlist entry that masked nothing anywhere it applied.
 
-    `on_run` sees each cell's run, for checks beyond the events (e.g. the bridge's other lines).
+    `on_run` sees each cell's run, for checks beyond the events (e.g. the bridge's other lines). With `update`,
+    a cell that would fail only on its events (no stall) has its goldens rewritten from the replay instead, and
+    passes as UPDATED with the diff it accepted (`accept`).
     """
     entries = read_allowlist(allowlist)
     pacing = Pacing(drain=drain, settle=settle)
     for cell in cells:
         provider = cell.resolve().parent.name
         name = f"{provider}/{cell.resolve().name}"
-        golden_path = golden_root / provider / cell.resolve().name / "raw-events.ndjson"
-        if not golden_path.exists():
-            yield Check(name, False, f"  no golden at {golden_path}")
+        if cell.resolve().name == PROCESS_SCOPE:
+            yield Check(name, True, "process-scoped cell (initialize, process-wide calls): not replayed", case=name,
+                        skipped=True)  # fmt: skip
             continue
-        golden = [line for line in golden_path.read_text(encoding="utf-8").split("\n") if line]
+        golden_path = golden_root / name / RAW
+        if not golden_path.exists() and not update:
+            yield Check(name, False, case=name, detail=f"  no golden at {golden_path} (bless the cell: bbridge golden {cell} --out "
+                        f"{golden_root})")  # fmt: skip
+            continue
+        golden = (
+            [line for line in golden_path.read_text(encoding="utf-8").split("\n") if line]
+            if golden_path.exists()
+            else []
+        )
         live = Run.of(trio.run(_replay, command, cell, pacing))
         if dump_dir is not None:
             dump_dir.mkdir(parents=True, exist_ok=True)
@@ -227,10 +262,21 @@ def check_cells(
             (dump_dir / f"{provider}-{cell.name}.stderr").write_text(live.stderr, encoding="utf-8")
         if on_run is not None:
             on_run(cell, live)
-        yield compare(name, golden, live, entries)
+        check = compare(name, golden, live, entries)
+        yield accept(check, name, live, golden_root) if update and not check.ok and not live.stalls else check
     for entry in entries:
         if entry.cell == "*" and entry.matched and not entry.masked:
             yield Check(f"{entry.describe()} masks nothing in {entry.matched} cell(s) (stale)", False)
+
+
+def accept(check: Check, name: str, live: Run, golden_root: Path) -> Check:
+    """The replay blessed as the cell's goldens (`raw-events.ndjson`, `grammar-drops.json`, its pins): UPDATED,
+    with the diff accepted. `raw-events.coalesced.ndjson` is left as it was: it needs the recorded clock, which a
+    live replay does not have (re-record and `bbridge golden` renew it)."""
+    write_events(golden_root / name, live.events, live.dropped, None)
+    write_counts(golden_root, {name: counts_of(live.events, live.dropped)})
+    diff = check.diff or check.detail
+    return Check(check.name, True, diff, diff=check.diff, updated=True, case=check.case)
 
 
 async def _replay(command: list[str], cell: Path, pacing: Pacing) -> Replay:

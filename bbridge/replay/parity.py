@@ -20,16 +20,28 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay.cells import GOLDEN_ENTROPY, Replay, replay_cell
+from bbridge.replay.golden import COUNTS, counts_of, drops_json
 from bbridge.wire.lanes import find_cells
 
 
 @dataclass
 class Check:
+    """One result; `diff` is a unified diff of what differed (for JUnit and `--update`), `updated` a failure
+    whose goldens were rewritten (`parity bridge --update`)."""
+
     name: str
     ok: bool
     detail: str = ""
+    diff: str = ""
+    updated: bool = False
+    case: str = ""  # the test case's name in a JUnit report (the cell), when `name` is longer
+    skipped: bool = False  # not run (a process-scoped cell): neither passed nor failed
 
     def line(self) -> str:
+        if self.skipped:
+            return f"SKIP {self.name}" + (f" — {self.detail}" if self.detail else "")
+        if self.updated:
+            return f"UPDATED {self.name}" + (f"\n{self.detail}" if self.detail else "")
         head = f"{'PASS' if self.ok else 'FAIL'} {self.name}"
         return head if self.ok or not self.detail else f"{head}\n{self.detail}"
 
@@ -49,10 +61,6 @@ def _compare_lines(name: str, golden: Path, events: list[dict[str, Any]]) -> Che
     return Check(name, expected == got, _first_difference(expected, got))
 
 
-def _drops_json(replay: Replay) -> list[dict[str, Any]]:
-    return [{"index": d.index, "rule": d.rule, "reason": d.reason, "eventType": d.event_type} for d in replay.drops]
-
-
 def _check_golden(cell: Path, name: str, provider_id: str, golden: Path, raw: Replay) -> Iterator[Check]:
     if (golden / "raw-events.ndjson").exists():
         yield _compare_lines(f"{name} raw-events", golden / "raw-events.ndjson", raw.events)
@@ -63,7 +71,7 @@ def _check_golden(cell: Path, name: str, provider_id: str, golden: Path, raw: Re
     drops_path = golden / "grammar-drops.json"
     if drops_path.exists():
         want = json.loads(drops_path.read_text(encoding="utf-8"))
-        got = _drops_json(raw)
+        got = drops_json(raw.drops)
         detail = "" if want == got else f"  expected: {json.dumps(want)}\n  got:      {json.dumps(got)}"
         yield Check(f"{name} grammar-drops", want == got, detail)
 
@@ -76,12 +84,7 @@ def check_cell(
     if golden is not None:
         yield from _check_golden(cell, name, provider_id, golden, raw)
     if pins is not None:
-        accepted = raw.accepted
-        counts = {
-            "events": len(accepted),
-            "unhandled": sum(1 for e in accepted if e["type"] == "provider/unhandled"),
-            "grammarDrops": len(raw.drops),
-        }
+        counts = counts_of(raw.events, raw.drops)
         for key, value in counts.items():
             if key in pins:
                 ok = pins[key] == value
@@ -89,7 +92,8 @@ def check_cell(
 
 
 def check_recordings(root: Path, golden_root: Path) -> Iterator[Check]:
-    counts_path = root / "row-counts.json"
+    """Pins from `ROOT/row-counts.json`, else from `GOLDEN_ROOT/row-counts.json` (where `bbridge golden` writes)."""
+    counts_path = root / COUNTS if (root / COUNTS).exists() else golden_root / COUNTS
     pinned = json.loads(counts_path.read_text(encoding="utf-8")) if counts_path.exists() else {}
     for cell in find_cells(root):
         name = cell.relative_to(root).as_posix()

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
@@ -21,6 +22,7 @@ from typing import IO
 import msgspec
 
 from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
+from bbridge.wire.redact import Redactor, write_counts
 
 RUNTIME_TO_BRIDGE = "runtime→bridge"
 BRIDGE_TO_RUNTIME = "bridge→runtime"
@@ -131,10 +133,16 @@ class _Written(msgspec.Struct):
 
 
 class Recorder:
-    """One per process: a shared `seq` over every lane and scope, `run` fixed at creation."""
+    """One per process: a shared `seq` over every lane and scope, `run` fixed at creation.
 
-    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
+    With a `redactor`, each line is redacted before it is written and the matches are counted per scope, in a
+    `.redacted-<run>-<pid>.json` file beside the scope's lanes (what the recording's README reports).
+    """
+
+    def __init__(self, root: Path, clock: Callable[[], float] = time.time, redactor: Redactor | None = None) -> None:
         self.root = root
+        self._redactor = redactor if redactor else None
+        self._redacted: dict[str, Counter[str]] = {}
         self._clock = clock
         self.run = int(clock() * 1000)
         self._seq = 0
@@ -146,6 +154,12 @@ class Recorder:
         if self._closed:
             return
         text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
+        if self._redactor is not None:
+            counts = self._redacted.setdefault(scope, Counter())
+            before = counts.total()
+            text = self._redactor.line(text, counts)
+            if counts.total() != before:
+                self._write_counts(scope, counts)
         self._seq += 1
         entry = _Written(int(self._clock() * 1000), self.run, self._seq, direction, text)
         try:
@@ -158,6 +172,14 @@ class Recorder:
             handle.flush()
         except OSError as exc:
             print(f"provider bridge recorder: failed to append to {self.root}: {exc}", file=sys.stderr)
+
+    def _write_counts(self, scope: str, counts: Counter[str]) -> None:
+        try:
+            folder = self.root / scope
+            folder.mkdir(parents=True, exist_ok=True)
+            write_counts(folder, f"{self.run}-{os.getpid()}-{id(self):x}", counts)
+        except OSError as exc:
+            print(f"provider bridge recorder: failed to write redaction counts to {self.root}: {exc}", file=sys.stderr)
 
     def close(self) -> None:
         self._closed = True
