@@ -13,10 +13,12 @@ in between.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar, TextIO, get_args
 
@@ -26,6 +28,7 @@ from msgspec import UNSET
 
 from bbridge import logs
 from bbridge.client import Client, DaemonError, Disconnected, unreachable
+from bbridge.core import native
 from bbridge.daemon.base import DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import client_api as api
@@ -527,3 +530,23 @@ def stop_main(where: Where, token: str | None, thread_id: str, out: TextIO = sys
         out.write(f"stopped {thread_id} ({thread['providerId']}): {done}\n")
 
     return _run("stop", lambda: _session(where, token, stop))
+
+
+def version() -> str:
+    """What `bbridge --version` and a recording's README say: `bbridge 0.1.0 (core: compiled (mypyc))`, or `... (core: pure (why))`: which core this process runs."""
+    try:
+        version = metadata.version("bbridge")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"bbridge {version} (core: {native.describe()})"
+
+
+def address_refusal(args: argparse.Namespace) -> str | None:
+    """Why a command's `--url` and `--ca-file` cannot be used as given, or None."""
+    from bbridge.client import is_url
+
+    if args.url is not None and not is_url(args.url):
+        return f"--url {args.url!r}: expected ws://HOST:PORT or wss://HOST:PORT (serve --listen's address)"
+    if args.ca_file is not None and not (args.url or "").startswith("wss://"):
+        return "--ca-file is for a wss:// --url (the CA a TLS listener's certificate is checked against)"
+    return None

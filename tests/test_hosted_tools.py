@@ -9,7 +9,6 @@ listed in `daemon/status` while the others serve.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -21,6 +20,7 @@ from bbridge.ops import approval
 from bbridge.toolhost.host import load_host
 from bbridge.wire import rpc
 from tests.support import connect, fake_provider, running
+from tests.test_child_process import until_gone
 from tests.test_declared_tools import call_turn, completed
 from tests.test_hosting_daemon import THREAD, run_call, start, until
 
@@ -97,15 +97,7 @@ async def test_thread_stop_kills_a_running_tool_and_its_children(tmp_path: Path)
             await client.request("thread/stop", {"threadId": THREAD, "intent": "interrupt"})
             await client.wait_for(lambda: completed(client, THREAD))
     for pid in pids:
-        await until(lambda pid=pid: not _alive(pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+        assert await until_gone(pid), f"process {pid} outlived the stop"
 
 
 async def test_a_broken_bundle_is_refused_and_listed_while_the_others_serve(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ import trio
 
 from bbridge.wire import rpc
 from tests.live.processes import leftovers
-from tests.support import FULL, connect
+from tests.support import FULL, TestClient, connect
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]
 THREAD = "thr_serve_tools"
@@ -41,40 +43,46 @@ policy = "allow"
     return path
 
 
-async def call(client: object, text: str, request: str) -> None:
+async def call(client: TestClient, text: str, request: str) -> None:
     turn = {"input": [{"type": "text", "text": text}], "clientRequestId": request, "options": FULL}
-    await client.request("turn/start", {"threadId": THREAD, **turn})  # type: ignore[attr-defined]
+    await client.request("turn/start", {"threadId": THREAD, **turn})
 
 
-async def test_serve_offers_and_runs_declared_and_mcp_tools(tmp_path: Path) -> None:
-    sock = tmp_path / "d.sock"
-    command = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(config(tmp_path))]
+@asynccontextmanager
+async def serving(sock: Path, config_file: Path, *flags: str) -> AsyncIterator[TestClient]:
+    """`bbridge serve` on `sock` and a client of it; the daemon is stopped (SIGTERM) and must exit cleanly."""
+    command = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(config_file), *flags]
     proc = await trio.lowlevel.open_process(command, stderr=subprocess.DEVNULL)
     try:
         with trio.fail_after(60):
             while not sock.exists():
                 await trio.sleep(0.05)
             async with connect(sock) as client:
-                status = await client.request("daemon/status", {})
-                hosted = {tool["name"]: tool for tool in status["hostedTools"]["tools"]}
-                assert {"shout", "mini__echo"} <= set(hosted)
-                assert "mcp_servers.mini" in hosted["mini__echo"]["source"]
-                start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": FULL}
-                await client.request("thread/start", start)
-                await call(client, 'tool:shout args:{"word":"$(id);x"}', "creq_abcdefghjm")
-                await client.wait_for(lambda: client.settled(THREAD))
-                await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjn")
-                await client.wait_for(lambda: client.settled(THREAD, 2))
-                tools = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
-                assert [tool["status"] for tool in tools] == ["completed", "completed"]
-                assert tools[0]["result"].strip() == "$(ID);X"
-                assert "hello" in tools[1]["result"]
-                assert client.requests == []  # no client was asked
+                yield client
     finally:
         proc.terminate()
         with trio.fail_after(20):
             await proc.wait()
     assert proc.returncode == 0
+
+
+async def test_serve_offers_and_runs_declared_and_mcp_tools(tmp_path: Path) -> None:
+    async with serving(tmp_path / "d.sock", config(tmp_path)) as client:
+        status = await client.request("daemon/status", {})
+        hosted = {tool["name"]: tool for tool in status["hostedTools"]["tools"]}
+        assert {"shout", "mini__echo"} <= set(hosted)
+        assert "mcp_servers.mini" in hosted["mini__echo"]["source"]
+        start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": FULL}
+        await client.request("thread/start", start)
+        await call(client, 'tool:shout args:{"word":"$(id);x"}', "creq_abcdefghjm")
+        await client.wait_for(lambda: client.settled(THREAD))
+        await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjn")
+        await client.wait_for(lambda: client.settled(THREAD, 2))
+        tools = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+        assert [tool["status"] for tool in tools] == ["completed", "completed"]
+        assert tools[0]["result"].strip() == "$(ID);X"
+        assert "hello" in tools[1]["result"]
+        assert client.requests == []  # no client was asked
 
 
 async def test_serve_starts_a_clients_mcp_server_only_when_allowed(tmp_path: Path) -> None:
@@ -86,29 +94,17 @@ async def test_serve_starts_a_clients_mcp_server_only_when_allowed(tmp_path: Pat
     brought = {"mcpServers": [{"name": "mini", "command": [sys.executable, str(SERVER)]}]}
     start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": {**FULL, "tools": brought}}
     for allowed in (False, True):
-        sock = tmp_path / f"d-{allowed}.sock"
         flag = ["--allow-client-mcp-servers"] if allowed else []
-        command = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(empty), *flag]
-        proc = await trio.lowlevel.open_process(command, stderr=subprocess.DEVNULL)
-        try:
-            with trio.fail_after(60):
-                while not sock.exists():
-                    await trio.sleep(0.05)
-                async with connect(sock) as client:
-                    if not allowed:
-                        with pytest.raises(rpc.RpcError) as refused:
-                            await client.request("thread/start", start)
-                        assert "--allow-client-mcp-servers" in refused.value.message
-                        continue
+        async with serving(tmp_path / f"d-{allowed}.sock", empty, *flag) as client:
+            if not allowed:
+                with pytest.raises(rpc.RpcError) as refused:
                     await client.request("thread/start", start)
-                    assert len(leftovers([tmp_path], lambda argv: str(SERVER) in argv)) == 1
-                    await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjm")
-                    await client.wait_for(lambda: client.settled(THREAD))
-                    [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
-                    assert tool["status"] == "completed" and "hello" in tool["result"]
-        finally:
-            proc.terminate()
-            with trio.fail_after(20):
-                await proc.wait()
-        assert proc.returncode == 0
+                assert "--allow-client-mcp-servers" in refused.value.message
+                continue
+            await client.request("thread/start", start)
+            assert len(leftovers([tmp_path], lambda argv: str(SERVER) in argv)) == 1
+            await call(client, 'tool:mini__echo args:{"text":"hello"}', "creq_abcdefghjm")
+            await client.wait_for(lambda: client.settled(THREAD))
+            [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
+            assert tool["status"] == "completed" and "hello" in tool["result"]
     assert leftovers([tmp_path], lambda argv: str(SERVER) in argv) == {}

@@ -247,7 +247,7 @@ def test_serve_strict_config_refuses_a_broken_rule(tmp_path: Path) -> None:
 
 
 def test_serve_hosts_nothing_without_tools(tmp_path: Path) -> None:
-    from bbridge.cli import _tool_host
+    from bbridge.serving import _tool_host
 
     assert _tool_host(None, None, tmp_path) is None
     config = tmp_path / "bbridge.toml"

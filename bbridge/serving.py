@@ -1,0 +1,295 @@
+"""The commands that run a daemon: `bbridge serve` (on stdio, a Unix socket, listeners) and `bbridge acp` (an ACP
+agent on stdio in front of its own daemon or a running one), the tools either hosts (`bbridge tools check`), and
+the MCP servers they start."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import shlex
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import trio
+
+from bbridge import ci, ops
+from bbridge.daemon.config import ConfigError
+from bbridge.listen import options as listen_options
+
+if TYPE_CHECKING:
+    from bbridge.acp_face.index import Index
+    from bbridge.daemon import server
+    from bbridge.daemon.config import ConfigReport, ProviderConfig
+    from bbridge.daemon.router import Daemon
+    from bbridge.toolhost.host import Host
+    from bbridge.toolhost.mcp import McpServerConfig, McpServers
+
+
+def serve(args: argparse.Namespace) -> int:
+    from bbridge import logs
+    from bbridge.daemon import server
+    from bbridge.daemon.config import warn_refused
+    from bbridge.daemon.journal import Journal
+    from bbridge.daemon.router import Daemon
+    from bbridge.listen.admission import ListenError
+    from bbridge.listen.face import listen_face
+    from bbridge.wire.lanes import record_dir_from_env
+
+    if not math.isfinite(args.flush_ms) or args.flush_ms < 0:
+        print("bbridge serve: --flush-ms must be a finite number of milliseconds, at least 0", file=sys.stderr)
+        return 2
+    logs.configure(args.log_level, fmt=args.log_format)
+    try:
+        redactions = ci.redactions(args)
+    except ValueError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        providers, report, tool_host = _served(args, client_servers=args.allow_client_mcp_servers)
+    except ConfigError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    refused = [*report.refused, *(tool_host.refused if tool_host is not None else [])]
+    if refused and args.strict_config:
+        for refusal in refused:
+            print(f"bbridge serve: refused {refusal.line()}", file=sys.stderr)
+        print(f"bbridge serve: --strict-config: {len(refused)} refused, not starting", file=sys.stderr)
+        return 2
+    warn_refused(report)
+    token = server.read_or_make_token(args.token_file) if args.token_file else None
+    try:
+        listens = listen_options.settings_from(args, token is not None)
+    except ListenError as exc:
+        print(f"bbridge serve: {exc}", file=sys.stderr)
+        return 2
+    record_dir = args.record or record_dir_from_env()
+    daemon = Daemon(
+        providers,
+        journal=Journal(args.journal_bound, args.journal),
+        record_dir=record_dir,
+        record_redactions=redactions if record_dir is not None else (),
+        token=token,
+        config=report,
+        text_delta_flush_ms=args.flush_ms,
+        open_extensions=args.open_extensions,
+        tool_host=tool_host,
+    )
+    # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
+    # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
+    # 120 ms of stalled delivery at 1,000 streaming threads, two thirds of them the imports').
+    gc.collect()
+    gc.freeze()
+    # A young-generation collection every 10,000 net allocations, not 700: a streaming read's events and decoded
+    # deltas are freed by their counts within the read, and a collection every few reads only moved the live ones
+    # up a generation to be scanned again (1,000 streaming threads: 224 young and 19 middle collections, 84 ms in
+    # the collector, against 12 and none, 28 ms). Cyclic garbage waits at most that many allocations longer.
+    gc.set_threshold(10_000, 10, 10)
+    faces = [server.socket_face(args.socket)] if args.socket is not None else []
+    faces += [listen_face(settings) for settings in listens]
+    try:
+        trio.run(_serving, daemon, faces, tool_host)
+    finally:
+        if tool_host is not None:
+            tool_host.close()
+        if record_dir is not None:
+            commands = {k: shlex.join(v.command) for k, v in providers.items()}
+            ci.finish_serve(record_dir, commands, redactions, ops.version())
+    return 0
+
+
+async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | None) -> None:
+    """The daemon served on its faces (stdio when none), with the MCP servers of `[mcp_servers]` started first and
+    their tools hosted beside the declared ones (a server that fails to start is refused and logged), stopped after
+    it, as are the servers threads brought."""
+    from bbridge.daemon import server
+    from bbridge.toolhost.host import warn_refused
+    from bbridge.toolhost.mcp import mcp_servers
+
+    configs = tool_host.catalog.servers if tool_host is not None else []
+    async with mcp_servers(configs) as served, _hosting(tool_host):
+        if tool_host is not None and configs:
+            warn_refused(served.refused, tool_host.extend(served.tools, served.refused))
+        if faces:
+            await server.serve(daemon, faces)
+        else:
+            await server.serve_stdio(daemon)
+
+
+@asynccontextmanager
+async def _hosting(tool_host: Host | None) -> AsyncIterator[None]:
+    """The tool host serving threads' own MCP servers, if there is one."""
+    if tool_host is None:
+        yield
+        return
+    async with tool_host.serving():
+        yield
+
+
+def _served(
+    args: argparse.Namespace, *, client_servers: bool
+) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None]:
+    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, and the tool host (a
+    `ConfigError` when the file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its
+    thread's MCP servers."""
+    from bbridge.daemon.config import config_path, load_config
+
+    providers, report = load_config(config_path(args.config))
+    return providers, report, _tool_host(config_path(args.config), args.tools_dir, args.journal, client_servers)
+
+
+def _tool_host(
+    config: Path | None, tools_dir: Path | None, journal_dir: Path | None, client_servers: bool = False
+) -> Host | None:
+    """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit] and --tools-dir's bundles), their
+    refusals and shadowings logged once; None when there is nothing to host or report and no client may bring
+    its MCP servers."""
+    from bbridge.toolhost.host import load_host, warn_refused
+
+    host = load_host(config, tools_dir, journal_dir, client_servers=client_servers)
+    if not host.offered() and not host.refused and not host.catalog.servers and not client_servers:
+        host.close()
+        return None
+    warn_refused(host.refused, host.shadowed)
+    return host
+
+
+def acp(args: argparse.Namespace) -> int:
+    """`bbridge acp`: the agent on stdio, over its own daemon (a face of it, by a socket pair) or a running one."""
+    from bbridge import logs
+    from bbridge.acp_face.index import Index
+    from bbridge.acp_face.settings import read_settings
+    from bbridge.daemon.config import config_path
+    from bbridge.ops import read_token
+
+    logs.configure(args.log_level, fmt="json")
+    remote = args.socket if args.socket is not None else args.url
+    if args.socket is not None and args.url is not None:
+        print("bbridge acp: give --socket or --url, not both", file=sys.stderr)
+        return 2
+    if remote is None and (args.token_file is not None or args.ca_file is not None):
+        print("bbridge acp: --token-file and --ca-file are for a running daemon (--socket or --url)", file=sys.stderr)
+        return 2
+    if remote is not None and (args.journal is not None or args.tools_dir is not None):
+        print(
+            "bbridge acp: --journal and --tools-dir are for the in-process daemon, not --socket/--url", file=sys.stderr
+        )
+        return 2
+    if args.url is not None and (refused := ops.address_refusal(args)) is not None:
+        print(f"bbridge acp: {refused}", file=sys.stderr)
+        return 2
+    try:
+        default_provider = read_settings(config_path(args.config)).default_provider
+    except ConfigError as exc:
+        print(f"bbridge acp: {exc}", file=sys.stderr)
+        return 2
+    sessions = args.sessions
+    if sessions is None and args.journal is not None:
+        sessions = args.journal / "acp-sessions.json"
+    elif sessions is None and remote is not None:
+        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        sessions = state / "bbridge" / "acp-sessions.json"
+    index = Index(sessions)
+    if remote is not None:
+        token = read_token(args.token_file)
+        trio.run(_acp_remote, remote, token, args.ca_file, index, default_provider)
+        return 0
+    return _acp_in_process(args, index, default_provider)
+
+
+async def _acp_remote(
+    where: Path | str, token: str | None, ca_file: Path | None, index: Index, default: str | None
+) -> None:
+    from bbridge.acp_face.agent import AcpClient, serve_stdio
+
+    async with AcpClient.connect(where, token=token, ca_file=ca_file) as client:
+        await serve_stdio(client, index, default)
+
+
+def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: str | None) -> int:
+    """The daemon in this process, its one client the ACP face on the other end of a socket pair."""
+    import socket
+
+    import anyio
+
+    from bbridge.acp_face.agent import AcpClient, serve_stdio
+    from bbridge.daemon import server
+    from bbridge.daemon.config import warn_refused
+    from bbridge.daemon.journal import Journal
+    from bbridge.daemon.router import Daemon
+
+    try:
+        # the editor is this daemon's one client: the MCP servers it names in `session/new` are its own to start
+        providers, report, tool_host = _served(args, client_servers=True)
+    except ConfigError as exc:
+        print(f"bbridge acp: {exc}", file=sys.stderr)
+        return 2
+    warn_refused(report)
+    daemon = Daemon(providers, journal=Journal(args.journal_bound, args.journal), config=report, tool_host=tool_host)
+    ours, theirs = socket.socketpair()
+
+    async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.Client(daemon, stream, stream, "acp", queue_bytes).run)  # a socket (pair)
+            async with AcpClient.over(await anyio.abc.UNIXSocketStream.from_socket(ours)) as client:
+                await serve_stdio(client, index, default_provider)
+            daemon.request_shutdown()  # the editor went away: settle and stop the bridges
+
+    try:
+        faces: list[server.Face] = [face]
+        trio.run(_serving, daemon, faces, tool_host)
+    finally:
+        if tool_host is not None:
+            tool_host.close()
+    return 0
+
+
+def tools_check(args: argparse.Namespace) -> int:
+    from bbridge.daemon.config import config_path
+    from bbridge.toolhost.host import load_host
+    from bbridge.toolhost.mcp import McpServers
+
+    host = load_host(config_path(args.config), args.tools_dir, None)
+    catalog = host.catalog
+    for tool in catalog.tools:
+        print(f"{tool.name}: {tool.description}")
+        print(f"  from {tool.source}; policy {tool.policy}")
+        print(
+            f"  argv {msgspec.json.encode(tool.command).decode()}"
+            + "".join(f"; {{{k}}} = {v}" for k, v in tool.bound.items())
+        )
+    served = trio.run(_mcp_tools, catalog.servers) if catalog.servers else McpServers([], [])
+    for mcp_tool in served.tools:
+        print(f"{mcp_tool.name}: {mcp_tool.description}")
+        print(f"  from {mcp_tool.source}; policy {mcp_tool.policy}")
+    for rule in host.policies.rules:
+        conditions = "; ".join(f"{c.text} matches {c.pattern.pattern!r}" for c in rule.when)
+        print(f"rule {rule.name}" + (f" when {conditions}" if conditions else ""))
+    for shadowing in catalog.shadowed:
+        print(f"shadowed {shadowing.name}: {shadowing.shadowed} (kept: {shadowing.kept})")
+    for disabled in catalog.disabled:
+        print(f"disabled {disabled}")
+    refused = host.refused + served.refused
+    for refusal in refused:
+        print(f"refused {refusal.line()}")
+    count = len(catalog.tools) + len(served.tools)
+    if not refused:
+        print(f"ok: {count} tools")
+        return 0
+    print(f"{len(refused)} refused; {count} tools would be offered")
+    return 1
+
+
+async def _mcp_tools(servers: list[McpServerConfig]) -> McpServers:
+    """Each MCP server started (within its startup_timeout_s), its tools listed, and stopped again."""
+    from bbridge.toolhost.mcp import mcp_servers
+
+    async with mcp_servers(servers) as served:
+        return served
