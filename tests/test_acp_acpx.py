@@ -1,6 +1,8 @@
 """acpx (the pinned headless ACP client, `make acpx`) runs `bbridge acp` as its agent (issue 36), on the echo bridge
 behind the in-process daemon: a prompt whose approval acpx grants, a prompt acpx cancels on SIGINT, and every
-message `bbridge acp` writes in those sessions validates against the ACP JSON Schema (tests/acp_schema.py).
+message `bbridge acp` writes in those sessions validates against the ACP JSON Schema (tests/acp_schema.py). And on
+a running daemon's socket: a question an editor cannot show is answered with no answer, the turn goes on, and a
+socket client sees the `provider/warning` the answer put on the thread.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from tests.acp_schema import acpx_problems
 from tests.live.processes import no_leftovers
 from tests.live.runner import acpx_command, offline_env
+from tests.support import connect, fake_provider, running
 
 BBRIDGE_ACP = [sys.executable, "-m", "bbridge", "acp", "--config", os.devnull]  # the built-in echo provider only
 
@@ -75,3 +80,23 @@ def test_acpx_cancels_a_held_turn_on_sigint_and_the_prompt_answers_cancelled(tmp
     assert answers(lines, "stopReason") == ["cancelled"]
     problems, checked = acpx_problems(lines)
     assert problems == [] and checked >= 5  # initialize, session/new, the updates, the answer
+
+
+async def test_a_question_acpx_cannot_show_is_answered_and_a_provider_warning_is_on_the_thread(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    async with running(tmp_path, {"fake": fake_provider("ask")}) as (_, socket), connect(socket) as page:
+        acp = [*BBRIDGE_ACP[:-2], "--socket", str(socket), "--sessions", str(tmp_path / "sessions.json")]
+        with trio.fail_after(120):
+            done = await trio.run_process(acpx_command(acp, tmp_path, "Go?"), env=offline_env(tmp_path / "home"),
+                                          cwd=tmp_path, capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
+        lines = done.stdout.decode().splitlines()
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        [session] = answers(lines, "sessionId")
+        await page.wait_for(lambda: bool(page.of(session, "provider/warning")))
+    (warning,) = page.of(session, "provider/warning")
+    assert "the agent asked “Go?”; acpx cannot show it over ACP" in warning["summary"]
+    assert "cannot show it over ACP" in said(lines)  # the editor is told in the session
+    assert answers(lines, "stopReason") == ["end_turn"]  # the turn went on with the empty answer
+    assert [m for m in map(json.loads, lines) if m.get("method") == "session/request_permission"] == []
+    problems, checked = acpx_problems(lines)
+    assert problems == [] and checked >= 5

@@ -153,6 +153,32 @@ async def test_a_tool_call_with_nobody_connected_fails_readably(tmp_path: Path) 
     )
 
 
+async def test_an_answers_warning_goes_on_the_thread_as_a_provider_warning(tmp_path: Path) -> None:
+    """A client that cannot do what was asked (an editor that cannot show a question) answers with a `warning`:
+    the turn goes on with the answer, and every client's timeline shows the warning on the request's thread."""
+    async with running(tmp_path, {"fake": fake_provider("ask")}) as (_, path):
+        async with connect(path, answer=hang) as owner, connect(path) as other:
+            await owner.request("thread/start", START)
+            await owner.request("turn/start", TURN)
+            await owner.wait_for(lambda: bool(notes(owner, "interaction/opened")))
+            (opened,) = notes(owner, "interaction/opened")
+            said = "the editor cannot show “Go?”; answered with no answer"
+            answer = {"kind": "user_answer", "answers": {}}
+            respond = {"requestId": opened["requestId"], "result": answer, "warning": said}
+            assert await owner.request("interaction/respond", respond) == {"ok": True}
+            await owner.wait_for(lambda: owner.settled(THREAD))
+            await other.wait_for(lambda: bool(other.of(THREAD, "provider/warning")))
+            with pytest.raises(rpc.RpcError) as empty:
+                await owner.request("interaction/respond", {**respond, "warning": ""})
+            assert empty.value.code == rpc.INVALID_PARAMS
+    for client in (owner, other):
+        (warning,) = client.of(THREAD, "provider/warning")
+        assert warning["summary"] == said and warning["category"] == "general"
+        assert warning["scope"] == {"kind": "thread"} and warning["providerThreadId"] == f"prov-{THREAD}"
+    assert json.loads(turn_text(owner)) == answer  # the bridge got the answer itself
+    assert [e["status"] for e in owner.of(THREAD, "turn/completed")] == ["completed"]
+
+
 async def test_respond_refuses_what_it_cannot_use(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider()}) as (_, path), connect(path) as client:
         with pytest.raises(rpc.RpcError) as unknown:

@@ -9,7 +9,9 @@ session's requests the same way (the daemon's stop policy resolves the interacti
 Approvals: the decisions offered become the options (`allow_once`, `allow_for_session` as `allow_always`, `deny`
 as `reject_once`); the editor's `cancelled` outcome denies. Questions: one single-choice question with options is
 asked as options (and a `reject_once` "Skip"); any other question cannot be shown by an ACP editor, so it is
-answered with no answer at once and the editor is told so in the session (an `agent_message_chunk`).
+answered with no answer at once and the turn goes on: the editor is told so in the session (an
+`agent_message_chunk`), every other client and the journal by the answer's `warning` (a `provider/warning` on the
+thread).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import trio
 from bbridge.client import Client, DaemonError
 from bbridge.ops import approval
 from bbridge.wire import rpc
+from bbridge.wire.client_api import WARNING_MAX
 
 log = structlog.get_logger("bbridge.acp_face")
 
@@ -87,10 +90,11 @@ class Permissions:
         request_id = str(opened["requestId"])
         payload = (opened.get("params") or {}).get("payload") or {}
         if opened.get("kind") == "user_question" and question_options(payload) is None:
-            await self._send_update(session_id, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text",
-                "text": f"\n[bbridge: the agent asked {describe_questions(payload)}; {self.client_name} cannot show "
-                        "it over ACP, so it was answered with no answer]\n"}})  # fmt: skip
-            await self._respond(request_id, NO_ANSWER)
+            said = (f"the agent asked {describe_questions(payload)}; {self.client_name} cannot show it over ACP, so "
+                    "it was answered with no answer")  # fmt: skip
+            await self._send_update(session_id, {"sessionUpdate": "agent_message_chunk",
+                                                 "content": {"type": "text", "text": f"\n[bbridge: {said}]\n"}})  # fmt: skip
+            await self._respond(request_id, NO_ANSWER, warning=said[:WARNING_MAX])
             return
         ours = f"bbridge-permission-{next(self._ids)}"
         scope = trio.CancelScope()
@@ -111,9 +115,11 @@ class Permissions:
             return
         await self._respond(request_id, result_of(opened, payload, outcome or {}))
 
-    async def _respond(self, request_id: str, result: dict[str, Any]) -> None:
+    async def _respond(self, request_id: str, result: dict[str, Any], warning: str | None = None) -> None:
+        """The editor's answer; `warning` (why it is not what the agent asked) goes on the thread's timeline."""
+        answer = {"requestId": request_id, "result": result} | ({"warning": warning} if warning else {})
         try:
-            await self.client.request("interaction/respond", {"requestId": request_id, "result": result})
+            await self.client.request("interaction/respond", answer)
         except DaemonError as exc:  # answered first by another client or the daemon's policy
             log.info("the editor's answer came second", request=request_id, reason=str(exc))
 

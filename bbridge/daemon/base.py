@@ -16,6 +16,7 @@ import trio
 
 if TYPE_CHECKING:
     from collections import deque
+    from collections.abc import Callable
     from pathlib import Path
 
     from bbridge.daemon.bridge import BridgeProcess
@@ -131,3 +132,5 @@ class DaemonState:
     _flush_wake: trio.Event
     _nursery: trio.Nursery | None
     _started_at: float
+    # a `provider/warning` the daemon makes on a thread (bridge, thread id, summary, details): delivery.py's
+    _deliver_warning: Callable[[BridgeProcess, str, str, str | None], None]

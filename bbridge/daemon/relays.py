@@ -316,7 +316,8 @@ class RelayMixin(DaemonState):
     # -- client methods ---------------------------------------------------------------------------------------
 
     def respond(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
-        """`interaction/respond {requestId, result | error}`: answer a pending request; the first answer wins."""
+        """`interaction/respond {requestId, result | error, warning?}`: answer a pending request; the first answer
+        wins; its `warning` goes on the request's thread as a `provider/warning`."""
         try:
             answer = msgspec.json.decode(msgspec.json.encode(params), type=client_api.InteractionRespondParams)
         except msgspec.ValidationError as exc:
@@ -325,7 +326,10 @@ class RelayMixin(DaemonState):
             raise rpc.RpcError(rpc.INVALID_PARAMS, "interaction/respond needs exactly one of result and error")
         result = None if answer.result is UNSET else answer.result
         error = None if answer.error is UNSET else rpc.RpcError(answer.error.code, answer.error.message)
-        self.interactions.resolve(answer.requestId, client.name, result, error, self.client_info.get(client))
+        pending = self.interactions.resolve(answer.requestId, client.name, result, error, self.client_info.get(client))
+        bridge = self.bridges.get(pending.provider_id)
+        if answer.warning is not UNSET and pending.thread_id is not None and bridge is not None:
+            self._deliver_warning(bridge, pending.thread_id, answer.warning, None)
         return {"ok": True}
 
     def pending_requests(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,9 @@ requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. 
 
 * `thread/pending {threadId?}` → `{pending: [PendingRequest], resolved?: [Resolution]}` (a thread's recent
   resolutions when a thread is named);
-* `interaction/respond {requestId, result | error}` → `{ok: true}`; a request already resolved is refused
-  (-32020, naming who answered first), an unknown one too (-32021);
+* `interaction/respond {requestId, result | error, warning?}` → `{ok: true}`; a request already resolved is
+  refused (-32020, naming who answered first), an unknown one too (-32021); `warning`, what the answering client
+  could not do (e.g. show a question), goes on the request's thread as a `provider/warning` event;
 * notifications to every client: `interaction/opened` (a `PendingRequest` without `ageS`) and
   `interaction/resolved` (a `Resolution`).
 
@@ -30,6 +31,7 @@ from bbridge.core.scalars import NonEmpty, Wire
 from bbridge.wire import interactions, protocol
 
 RequestMethod = Literal["interaction/request", "item/tool/call"]
+WARNING_MAX = 2000  # `interaction/respond`'s `warning`: a sentence or two, not a document
 
 
 class ErrorBody(Wire, kw_only=True):
@@ -105,9 +107,14 @@ class ThreadPendingResult(Wire, kw_only=True):
 
 
 class InteractionRespondParams(Wire, kw_only=True, forbid_unknown_fields=True):
+    """The answer; `warning`: why it is not what the agent asked for (an editor that cannot show a question
+    answers it with no answer), said on the request's thread as a `provider/warning` (category `general`, this
+    text as its summary) once the answer is taken, so every client's timeline and the journal show it."""
+
     requestId: NonEmpty
     result: msgspec.Raw | UnsetType = UNSET
     error: ErrorBody | UnsetType = UNSET
+    warning: Annotated[str, msgspec.Meta(min_length=1, max_length=WARNING_MAX)] | UnsetType = UNSET
 
 
 class InteractionRespondResult(Wire, kw_only=True):
