@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bbridge.acp_face import messages, options, permissions
+from bbridge.acp_face.index import BadCursor, Record, page
 from bbridge.acp_face.settings import read_settings
 from bbridge.acp_face.updates import Updates, stop_reason, user_message
 from bbridge.daemon.config import ConfigError
@@ -192,3 +193,17 @@ def test_the_acp_section_is_read_and_a_bad_key_named(tmp_path: Path) -> None:
     config.write_text("[acp]\ndefault_provider = 3\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"acp: Expected `str \| null`, got `int` - at `\$.default_provider`"):
         read_settings(config)
+
+
+def test_session_list_pages_newest_first_and_a_session_updated_meanwhile_shifts_nothing() -> None:
+    records = [Record(sessionId=f"s{n}", cwd="/w", providerId="echo", updatedAt=float(n % 3)) for n in range(6)]
+    first, cursor = page(records, None, size=2)  # newest first, ties by id: s2 s5 | s1 s4 | s0 s3
+    assert [r.sessionId for r in first] == ["s2", "s5"] and cursor is not None
+    records[0].updatedAt = 9.0  # s0 is prompted between the pages: the next pages neither repeat nor skip
+    second, cursor = page(records, cursor, size=2)
+    assert [r.sessionId for r in second] == ["s1", "s4"] and cursor is not None
+    third, last = page(records, cursor, size=2)
+    assert [r.sessionId for r in third] == ["s3"] and last is None
+    assert page(records, None, size=6)[1] is None
+    with pytest.raises(BadCursor):
+        page(records, "not-a-cursor", size=2)

@@ -20,7 +20,7 @@ import trio
 from msgspec import UNSET
 
 from bbridge.acp_face import messages as m
-from bbridge.acp_face.index import Index, Record
+from bbridge.acp_face.index import BadCursor, Index, Record, page
 from bbridge.acp_face.options import MODEL, PROVIDER, REASONING, Choice, config_options, select
 from bbridge.acp_face.permissions import Permissions
 from bbridge.acp_face.sessions import DEFAULT_MODE, MODES, Prompt, Session, new_thread_id
@@ -184,11 +184,14 @@ class Face:
     async def _list(self, params: m.ListSessionsParams) -> dict[str, Any]:
         status = await self._status()
         threads = {t.get("threadId"): t for t in status.threads}
+        shown = [r for r in self.index.all() if r.sessionId in threads and params.cwd in (None, r.cwd)]
+        try:
+            records, cursor = page(shown, params.cursor)
+        except BadCursor as exc:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, str(exc)) from None
         listed = []
-        for record in sorted(self.index.all(), key=lambda r: r.updatedAt, reverse=True):
-            row = threads.get(record.sessionId)
-            if row is None or (params.cwd is not None and record.cwd != params.cwd):
-                continue
+        for record in records:
+            row = threads[record.sessionId]
             info: dict[str, Any] = {
                 "sessionId": record.sessionId,
                 "cwd": record.cwd,
@@ -198,7 +201,7 @@ class Face:
             if title:
                 info["title"] = title
             listed.append(info)
-        return {"sessions": listed}
+        return {"sessions": listed} | ({"nextCursor": cursor} if cursor else {})
 
     async def _set_option(self, params: m.SetConfigOptionParams) -> dict[str, Any]:
         session = self._session(params.sessionId)

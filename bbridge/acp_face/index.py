@@ -4,18 +4,25 @@ A daemon's thread has no `cwd` or provider in `daemon/status` once the daemon re
 session, its `cwd`, provider, model, mode and title in one JSON file (`--journal DIR`'s `acp-sessions.json` for an
 in-process daemon, `--sessions FILE` else), re-read before each write and replaced whole (written to a temporary
 file, then renamed), so several `bbridge acp` processes share it. Without a file the index lives in memory.
+
+`session/list` pages through the records newest first (`page`): the cursor names the last record of the previous
+page, so a session updated meanwhile moves to the front without shifting or repeating the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
 import msgspec
 import structlog
 
 log = structlog.get_logger("bbridge.acp_face")
+
+PAGE: Final = 50  # sessions per `session/list` answer
 
 
 class Record(msgspec.Struct, kw_only=True):
@@ -73,3 +80,31 @@ class Index:
             log.warning("could not write the sessions index", path=str(self.path), error=str(exc))
             with contextlib.suppress(OSError):
                 temporary.unlink()
+
+
+class BadCursor(ValueError):
+    """A `session/list` cursor this face did not write."""
+
+
+def page(records: Iterable[Record], cursor: str | None, size: int = PAGE) -> tuple[list[Record], str | None]:
+    """One page of `records`, newest first, after `cursor` (a previous page's `nextCursor`), and the cursor of the
+    page after it (None: this is the last)."""
+    ordered = sorted(records, key=_order)
+    if cursor is not None:
+        after = _order_of(cursor)
+        ordered = [record for record in ordered if _order(record) > after]
+    shown = ordered[:size]
+    more = len(ordered) > size
+    return shown, (f"{shown[-1].updatedAt!r} {shown[-1].sessionId}" if more else None)
+
+
+def _order(record: Record) -> tuple[float, str]:
+    return (-record.updatedAt, record.sessionId)
+
+
+def _order_of(cursor: str) -> tuple[float, str]:
+    updated, _, session_id = cursor.partition(" ")
+    try:
+        return (-float(updated), session_id)
+    except ValueError:
+        raise BadCursor(f"cursor {cursor!r}: not a nextCursor this agent gave (list again without one)") from None
