@@ -54,6 +54,7 @@ def test_acpx_grants_a_claude_code_write_through_bbridge_acp_and_the_file_is_wri
         done = subprocess.run(acpx_command(agent, ws, "Write the note.", timeout_s=90), env=offline_env(home),
                               cwd=ws, capture_output=True, text=True, timeout=150)  # fmt: skip
         no_leftovers([tmp_path], "bbridge acp, its bridge or the claude CLI outlived acpx")
+        assert not [r.target for r in api.requests if r.is_proxy_attempt]  # nothing left the machine
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     lines = done.stdout.splitlines()
     [asked] = [m["params"] for m in map(json.loads, lines) if m.get("method") == "session/request_permission"]
