@@ -4,7 +4,7 @@
 
 prints one JSON object: what each step answered and every `session/update` the agent sent. Scenarios: `main`
 (initialize, new session, set provider and model, a prompt, a refused provider change, a cancelled prompt,
-list), `steer` (a prompt while a held one runs), `all` (the echo bridge's
+list, a list with a cursor the agent never gave), `steer` (a prompt while a held one runs), `all` (the echo bridge's
 `deltas:all` turn: every event kind), `load` (load SESSION_ID, a
 prompt, list), `approve` (a prompt whose approval the editor answers `allow_once`), `hold` (the same, but the editor
 never answers: it prints `{"asked": SESSION_ID}` and another client answers; the report lists the agent's
@@ -147,6 +147,11 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
                 await asyncio.sleep(0.2)
         listed = await asyncio.wait_for(conn.list_sessions(cwd=cwd), STEP_S)
         report["list"] = listed.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if scenario == "main":
+            try:
+                await asyncio.wait_for(conn.list_sessions(cwd=cwd, cursor="not one of its cursors"), STEP_S)
+            except acp.RequestError as refused:
+                report["badCursor"] = str(refused)
         report["updates"] = editor.updates
         report["permissions"] = editor.permissions
         report["cancelRequests"] = editor.cancel_requests

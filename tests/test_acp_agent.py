@@ -78,6 +78,8 @@ def test_a_session_prompts_cancels_and_loads_in_a_new_process(tmp_path: Path) ->
     assert first["cancelled"] == "cancelled"
     assert "word " * 40 not in text(kinds(first, "agent_message_chunk"))  # interrupted, not streamed to its end
     session = first["sessionId"]
+    assert "nextCursor" not in first["list"]  # one page
+    assert "not a nextCursor this agent gave" in first["badCursor"]
     assert first["list"]["sessions"] == [
         {
             "sessionId": session,
