@@ -273,12 +273,17 @@ class Client:
         result = await self.request("thread/pending", {} if thread_id is None else {"threadId": thread_id})
         return msgspec.convert(result, api.ThreadPendingResult)
 
-    async def respond(self, request_id: str, result: Any = None, *, error: tuple[int, str] | None = None) -> None:
+    async def respond(
+        self, request_id: str, result: Any = None, *, error: tuple[int, str] | None = None, warning: str | None = None
+    ) -> None:
+        """Answer a pending request; `warning` also goes on its thread as a `provider/warning` event."""
         answer: dict[str, Any] = {"requestId": request_id}
         if error is not None:
             answer["error"] = {"code": error[0], "message": error[1]}
         else:
             answer["result"] = result
+        if warning is not None:
+            answer["warning"] = warning
         await self.request("interaction/respond", answer)
 
     # -- events -----------------------------------------------------------------------------------------------

@@ -358,8 +358,13 @@ export class Client {
     return this.request("thread/pending", threadId === undefined ? {} : { threadId });
   }
 
-  respond(requestId: string, answer: { result: unknown } | { error: { code: number; message: string } }) {
-    return this.request("interaction/respond", { requestId, ...answer });
+  /** Answer a pending request; `warning` also goes on its thread as a `provider/warning` event. */
+  respond(
+    requestId: string,
+    answer: { result: unknown } | { error: { code: number; message: string } },
+    warning?: string,
+  ) {
+    return this.request("interaction/respond", { requestId, ...answer, ...(warning === undefined ? {} : { warning }) });
   }
 
   // -- events --------------------------------------------------------------------------------------------------
