@@ -140,7 +140,7 @@ class Assembler:
                     sink.flush_all_text(gone)
                 s = None
                 continue
-            if kind in _FLUSH_BEFORE:
+            if kind is not _TEXT_DELTA and kind in _FLUSH_BEFORE:  # most deltas: no set lookup (a type's hash)
                 held = s if s is not None else states.get(thread_id)
                 if held is not None and held.pending_text:
                     sink.flush_all_text(held)
