@@ -117,22 +117,24 @@ class Assembler:
 
     def assemble(self, thread_id: str, deltas: Sequence[g.Delta], now: float = 0) -> list[Event]:
         """Events of one validated notification; `now` is the clock (ms) for the whole call."""
+        # a list (as decoded): compiled code indexes and iterates it directly, not through the generic protocols
+        batch: list[g.Delta] = deltas if isinstance(deltas, list) else list(deltas)
         out: list[Event] = []
         sink = self._sink
         sink.now, sink.out = now, out
         self._batch_thread = thread_id
         states = self._states
-        pre = None if deltas and type(deltas[0]) is _SESSION_RESET else states.get(thread_id)
+        pre = None if batch and type(batch[0]) is _SESSION_RESET else states.get(thread_id)
         sink.state = pre
         if pre is not None:
             if pre.pending_text:
                 sink.flush_elapsed_text(pre)
             if pre.pending_progress:
-                skip = {item_key(d.key) for d in deltas if type(d) is g.ItemProgress}
+                skip = {item_key(d.key) for d in batch if type(d) is g.ItemProgress}
                 sink.flush_elapsed_progress(pre, skip)
         handlers = _HANDLERS
         s: ThreadState | None = None  # looked up (and made newest) once per batch, again after a reset
-        for delta in deltas:
+        for delta in batch:
             kind = type(delta)
             if kind is _SESSION_RESET:
                 gone = states.pop(thread_id, None)
