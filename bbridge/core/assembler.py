@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, cast
 
+import msgspec
+
 from bbridge.core import grammar as g
 from bbridge.core import items as it
 from bbridge.core.events import Event, delta_event, new_event
@@ -53,6 +55,14 @@ _OUTPUT_DELTA_TYPE: Final = {
 _FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
 _SESSION_RESET: Final = g.SessionReset
 _TEXT_DELTA: Final = g.ItemTextDelta
+# A msgspec Struct's attribute read from compiled code is a generic lookup (~160 instructions); `astuple` reads all
+# of a Struct's fields in one call, and a tuple's item is a compiled index. The text handler reads its delta's and key's
+# fields so, by position: these are the positions it assumes (checked at import, so a reordered Struct fails loudly).
+_TEXT_DELTA_FIELDS: Final = ("key", "channel", "text", "providerTurnId", "noTurnFallback")
+_KEY_FIELDS: Final = ("providerItemId", "channel", "parentRef")
+if g.ItemTextDelta.__struct_fields__ != _TEXT_DELTA_FIELDS or g.ItemKey.__struct_fields__ != _KEY_FIELDS:
+    raise ImportError("the text handler reads ItemTextDelta and ItemKey by field position: update assembler.py")
+_astuple: Final[Callable[[Any], tuple[Any, ...]]] = msgspec.structs.astuple
 
 
 def _thread_attached(shape: g.Shape) -> bool:
@@ -107,22 +117,24 @@ class Assembler:
 
     def assemble(self, thread_id: str, deltas: Sequence[g.Delta], now: float = 0) -> list[Event]:
         """Events of one validated notification; `now` is the clock (ms) for the whole call."""
+        # a list (as decoded): compiled code indexes and iterates it directly, not through the generic protocols
+        batch: list[g.Delta] = deltas if isinstance(deltas, list) else list(deltas)
         out: list[Event] = []
         sink = self._sink
         sink.now, sink.out = now, out
         self._batch_thread = thread_id
         states = self._states
-        pre = None if deltas and type(deltas[0]) is _SESSION_RESET else states.get(thread_id)
+        pre = None if batch and type(batch[0]) is _SESSION_RESET else states.get(thread_id)
         sink.state = pre
         if pre is not None:
             if pre.pending_text:
                 sink.flush_elapsed_text(pre)
             if pre.pending_progress:
-                skip = {item_key(d.key) for d in deltas if type(d) is g.ItemProgress}
+                skip = {item_key(d.key) for d in batch if type(d) is g.ItemProgress}
                 sink.flush_elapsed_progress(pre, skip)
         handlers = _HANDLERS
         s: ThreadState | None = None  # looked up (and made newest) once per batch, again after a reset
-        for delta in deltas:
+        for delta in batch:
             kind = type(delta)
             if kind is _SESSION_RESET:
                 gone = states.pop(thread_id, None)
@@ -130,7 +142,7 @@ class Assembler:
                     sink.flush_all_text(gone)
                 s = None
                 continue
-            if kind in _FLUSH_BEFORE:
+            if kind is not _TEXT_DELTA and kind in _FLUSH_BEFORE:  # most deltas: no set lookup (a type's hash)
                 held = s if s is not None else states.get(thread_id)
                 if held is not None and held.pending_text:
                     sink.flush_all_text(held)
@@ -353,18 +365,23 @@ class Assembler:
         self._sink.throttle(s, k, event, snap is UNSET, d.flush)
 
     def _text_delta(self, s: ThreadState, d: g.ItemTextDelta) -> None:
-        # the most frequent delta: `_turn_for` inlined, each field read once (a msgspec Struct's attribute is a
-        # generic lookup from compiled code), `_parent` only called for a parentRef
-        key, ptid = d.key, d.providerTurnId
+        # the most frequent delta: `_turn_for` inlined, the fields read as two tuples (`_TEXT_DELTA_FIELDS`),
+        # `_parent` only called for a parentRef
+        fields = _astuple(d)
+        key = cast(g.ItemKey, fields[0])
+        ptid = cast("str | msgspec.UnsetType", fields[3])
         turn = s.current_turn if ptid is UNSET else self._ids.vouch(s, ptid)
-        pid, parent_ref = key.providerItemId, key.parentRef
+        parts = _astuple(key)
+        pid = cast("str | msgspec.UnsetType", parts[0])
+        parent_ref = cast("str | msgspec.UnsetType", parts[2])
         if turn is None:
             self._turns.fallback(s, d.noTurnFallback, parent_ref)
             return
-        k = key_of(pid, key.channel, parent_ref)
+        k = key_of(pid, cast("str | msgspec.UnsetType", parts[1]), parent_ref)
         rec = s.open_items.get(k)
         parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
-        channel, text = d.channel, d.text
+        channel = cast(str, fields[1])
+        text = cast(str, fields[2])
         if rec is not None:
             bb = rec.bb_id
         else:

@@ -203,9 +203,10 @@ class Delivery:
         `decoded`: a connection's notifications), each taken as `take_params` does, in one compiled loop over a
         read; returns the index of the first note it leaves to the caller (another method, or params not decoded),
         `stop` when none. A note whose assembly raises is recorded in `failed`; the rest go on."""
+        batch: list[Any] = notes if isinstance(notes, list) else list(notes)  # indexed directly (`assemble`'s note)
         i = start
         while i < stop:
-            note = notes[i]
+            note = batch[i]
             params = note.decoded
             if params is None or note.method != "thread/delta":
                 return i
