@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bbridge.core import grammar as g
 from bbridge.core.assembler import MAX_THREADS, Assembler
-from bbridge.core.state import STREAMED_CHUNK, StreamedText
+from bbridge.core.state import MAX_MAP, STREAMED_CHUNK, StreamedText
 from tests.delta_streams import ENTROPY, PROVIDER, params
 from tests.support import TASK
 
@@ -186,3 +186,26 @@ def test_a_burst_within_one_coalescing_window_merges_into_its_whole_text() -> No
     flushed = assembler.assemble("t", [], 200.0)  # the window has passed: the pending text comes out
     deltas = [e["delta"] for e in opened + burst + flushed if e["type"] == "item/agentMessage/delta"]
     assert len(deltas) == 2 and "".join(deltas) == "".join(pieces)  # the first piece at once, the rest merged
+
+
+def _text(item: str, piece: str) -> dict[str, Any]:
+    return {"kind": "item.textDelta", "key": {"providerItemId": item}, "channel": "agentMessage", "text": piece}
+
+
+def test_a_text_window_trimmed_out_of_its_thread_starts_afresh() -> None:
+    """A thread keeps at most MAX_MAP text windows (the oldest go first, while no text is held). A stream whose window
+    was trimmed out emits its next delta at once, as its first did, even though its open item had kept that window
+    from its last delta; a stream whose window is kept holds its next delta for the window's flush."""
+    assembler = Assembler("p", "test", text_delta_flush_ms=100)
+
+    def run(now: float, *deltas: dict[str, Any]) -> list[str]:
+        batch = g.decode_params(json.dumps({"threadId": "t", "deltas": list(deltas)}).encode()).deltas
+        return [e["delta"] for e in assembler.assemble("t", batch, now) if e["type"] == "item/agentMessage/delta"]
+
+    assert run(0.0, {"kind": "turn.open"}, _text("first", "a"), _text("first", "b")) == ["a"]  # "b" is held
+    many = [_text(f"m{n}", f"<{n}>") for n in range(MAX_MAP)]  # a new window each: "first"'s held text goes first
+    assert run(1.0, *many) == ["b"] + [f"<{n}>" for n in range(MAX_MAP)]
+    assert run(2.0, _text("first", "c")) == ["c"]  # trimmed out: at once, in a window made anew
+    assert run(3.0, _text(f"m{MAX_MAP - 1}", "d")) == []  # kept: held
+    assert run(4.0, _text("first", "e")) == []  # its new window holds it
+    assert run(150.0) == ["d", "e"]  # both windows have passed: held text in the order it began to be held

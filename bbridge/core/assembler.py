@@ -121,7 +121,7 @@ class Assembler:
         batch: list[g.Delta] = deltas if isinstance(deltas, list) else list(deltas)
         out: list[Event] = []
         sink = self._sink
-        sink.now, sink.out = now, out
+        sink.now, sink.out, sink.began = now, out, False
         self._batch_thread = thread_id
         states = self._states
         pre = None if batch and type(batch[0]) is _SESSION_RESET else states.get(thread_id)
@@ -140,7 +140,7 @@ class Assembler:
                 gone = states.pop(thread_id, None)
                 if gone is not None and gone.pending_text:
                     sink.flush_all_text(gone)
-                s = None
+                s = pre = None
                 continue
             if kind is not _TEXT_DELTA and kind in _FLUSH_BEFORE:  # most deltas: no set lookup (a type's hash)
                 held = s if s is not None else states.get(thread_id)
@@ -148,7 +148,7 @@ class Assembler:
                     sink.flush_all_text(held)
             target = s
             if target is None:
-                target = self._state(thread_id)
+                target = self._state(thread_id, pre)
                 if sink.state is target:  # kept for the batch, unless pruning evicted it at once (then: per delta)
                     s = target
             if kind is _TEXT_DELTA:  # the most frequent delta: a direct call (native in the compiled core)
@@ -183,6 +183,10 @@ class Assembler:
         s = self._states.get(thread_id)
         return s is not None and bool(s.pending_text)
 
+    def began_holding(self) -> bool:
+        """Whether the last `assemble` call's thread began to hold coalesced text (it may hold none by its end)."""
+        return self._sink.began
+
     def pending_input_count(self, thread_id: str) -> int:
         s = self._states.get(thread_id)
         return 0 if s is None else len(s.pending_accepted)
@@ -205,11 +209,12 @@ class Assembler:
 
     # -- state and ids -------------------------------------------------------
 
-    def _state(self, thread_id: str) -> ThreadState:
-        """The thread's state, made newest in LRU order and set as the sink's batch state."""
+    def _state(self, thread_id: str, known: ThreadState | None = None) -> ThreadState:
+        """The thread's state (`known` when the caller has just found it), made newest in LRU order and set as the
+        sink's batch state."""
         states = self._states
         self._uses += 1
-        s = states.get(thread_id)
+        s = known if known is not None else states.get(thread_id)
         if s is not None:
             s.used = self._uses  # recency as a count: moving the key to the dict's end cost a delete and an insert
             self._sink.state = s
@@ -377,7 +382,15 @@ class Assembler:
         if turn is None:
             self._turns.fallback(s, d.noTurnFallback, parent_ref)
             return
-        k = key_of(pid, cast("str | msgspec.UnsetType", parts[1]), parent_ref)
+        key_channel = cast("str | msgspec.UnsetType", parts[1])
+        if type(pid) is str and key_channel is UNSET and parent_ref is UNSET:  # the common key: the item id alone
+            if pid == s.text_pid:  # the item of the thread's last such delta: its key, made and hashed once
+                k = s.text_key
+            else:
+                k = s.text_key = key_of(pid, key_channel, parent_ref)
+                s.text_pid = pid
+        else:
+            k = key_of(pid, key_channel, parent_ref)
         rec = s.open_items.get(k)
         parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
         channel = cast(str, fields[1])
@@ -402,8 +415,8 @@ class Assembler:
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
         if sink.coalesces(s):
-            stream = rec.stream_key(kind) if rec is not None else stream_key(kind, bb)
-            if sink.absorb_text(s, stream, text):  # inside the window: no event needed
+            window = rec.window_of(kind, s.windows) if rec is not None else s.windows.get(stream_key(kind, bb))
+            if sink.absorb_text(s, window, text):  # inside the window: no event needed
                 return
         event = delta_event(kind, turn, bb, text)
         if parent:

@@ -225,10 +225,12 @@ class Delivery:
             line = self.take(thread_id, deltas, now_ms)
         except Exception as exc:
             self.failed.append((thread_id, exc))
+            self.note_pending(thread_id)
             return
         if line is not None:
             lines.append(line)
-        self.note_pending(thread_id)
+        if self.assembler.began_holding():  # text held since an earlier call has its flush queued already
+            self.note_pending(thread_id)
 
     def note_pending(self, thread_id: str) -> None:
         """Puts the thread in `to_queue` when it holds coalesced text and no flush of it is queued."""

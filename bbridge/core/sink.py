@@ -9,7 +9,7 @@ merged; every other event is a barrier that flushes buffered text first.
 from __future__ import annotations
 
 from bbridge.core.events import TEXT_EVENT_TYPES, Event
-from bbridge.core.state import MAX_MAP, ThreadState, stream_key, trim
+from bbridge.core.state import MAX_MAP, TextWindow, ThreadState, stream_key, trim, trim_windows
 
 
 class Sink:
@@ -27,6 +27,7 @@ class Sink:
         self.now: float = 0.0
         self.out: list[Event] = []
         self.state: ThreadState | None = None
+        self.began = False  # whether the batch's thread began to hold text (set by `_buffer`, reset per batch)
 
     def push(self, event: Event) -> None:
         s = self.state
@@ -40,54 +41,66 @@ class Sink:
 
     def flush_all_text(self, s: ThreadState) -> None:
         now = self.now
-        last_emit = s.text_last_emit
-        for stream, (first, texts) in s.pending_text.items():
-            first["delta"] = "".join(texts)  # the held event is the sink's alone: it becomes the merged one
-            self.out.append(first)
-            last_emit[stream] = now
+        out = self.out
+        for window in s.pending_text:
+            first = window.first
+            assert first is not None  # a window in `pending_text` holds text
+            first["delta"] = "".join(window.texts)  # the held event is the sink's alone: it becomes the merged one
+            out.append(first)
+            window.last = now
+            window.first = None
+            window.texts.clear()
         s.pending_text.clear()
-        trim(last_emit, MAX_MAP)
 
     def flush_elapsed_text(self, s: ThreadState) -> None:
-        now = self.now
-        for stream in s.pending_text:
-            last = s.text_last_emit.get(stream)
-            if last is None or now - last >= self.text_delta_flush_ms:
-                self.flush_all_text(s)
-                return
+        """Every held text, when some window has elapsed. A window's `last` does not move while it holds text, so
+        the earliest of them (`pending_since`) answers for all."""
+        if s.pending_text and self.now - s.pending_since >= self.text_delta_flush_ms:
+            self.flush_all_text(s)
 
     def coalesces(self, s: ThreadState) -> bool:
         """Whether text pushed for `s` now is held in a coalescing window (the batch's own thread, a window set)."""
         return self.state is s and self.text_delta_flush_ms > 0
 
-    def absorb_text(self, s: ThreadState, stream: str, text: str) -> bool:
-        """A text delta's text added to its stream's pending text, when text is already pending there inside the
-        window: all `_buffer` would take of its event, so the caller need not make one. False when it was not.
-        The caller has checked that the sink `coalesces` for `s`."""
-        pending = s.pending_text.get(stream)
-        last = s.text_last_emit.get(stream)
-        if pending is None or last is None:
+    def absorb_text(self, s: ThreadState, window: TextWindow | None, text: str) -> bool:
+        """A text delta's text added to its stream's held text, when `window` (the stream's, or None before its
+        first event) already holds text: all `_buffer` would take of its event, so the caller need not make one.
+        False when it did not. The caller has checked that the sink `coalesces` for `s`."""
+        if window is None or window.first is None:
             return False
-        pending[1].append(text)
-        if self.now - last >= self.text_delta_flush_ms:
+        window.texts.append(text)
+        last = window.last
+        if last is not None and self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
         return True
 
     def _buffer(self, s: ThreadState, event: Event) -> None:
         stream = stream_key(event["type"], event["itemId"])
-        last = s.text_last_emit.get(stream)
-        if last is None or event.get("reset") is True:
+        windows = s.windows
+        window = windows.get(stream)
+        if window is None or event.get("reset") is True:
             if s.pending_text:
                 self.flush_all_text(s)
             self.out.append(event)
-            s.text_last_emit[stream] = self.now
-            trim(s.text_last_emit, MAX_MAP)
+            if window is None:
+                windows[stream] = TextWindow(self.now)
+                trim_windows(windows, MAX_MAP)  # nothing is held now: no window trimmed out holds text
+            else:
+                window.last = self.now
             return
-        pending = s.pending_text.get(stream)
-        if pending is None:
-            s.pending_text[stream] = (event, [event["delta"]])
+        last = window.last
+        assert last is not None  # a window in `windows` is not trimmed out
+        if window.first is None:
+            if not s.pending_text:
+                s.pending_since = last
+                self.began = True
+            elif last < s.pending_since:
+                s.pending_since = last
+            window.first = event
+            window.texts.append(event["delta"])
+            s.pending_text.append(window)
         else:
-            pending[1].append(event["delta"])
+            window.texts.append(event["delta"])
         if self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
 

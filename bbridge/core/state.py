@@ -88,8 +88,40 @@ def stream_key(kind: str, item_id: str) -> str:
     return kind + "\x1f" + item_id
 
 
+class TextWindow:
+    """One text stream's coalescing window (assembler.md §9): when the stream last emitted, and what it holds.
+
+    A thread's windows live in `ThreadState.windows` by `stream_key`; an open item keeps the one its text goes to
+    (`OpenItem.window`), so a delta inside the window touches this object and its item, not the thread's maps.
+    """
+
+    __slots__ = ("first", "last", "texts")
+
+    def __init__(self, last: float) -> None:
+        self.last: float | None = last  # None once trimmed out of the thread's windows (then no holder may use it)
+        self.first: Event | None = None  # the first held event while the window holds text: it becomes the merge
+        self.texts: list[str] = []  # the texts held, that event's first
+
+
+def trim_windows(windows: dict[str, TextWindow], bound: int) -> None:
+    """`trim` for the windows: a window trimmed out is marked, so an item that kept it looks it up again."""
+    while len(windows) > bound:
+        oldest = next(iter(windows))
+        windows.pop(oldest).last = None
+
+
 class OpenItem:
-    __slots__ = ("bb_id", "item", "key", "stream_keys", "streamed", "streamed_summary", "thread_attached")
+    __slots__ = (
+        "bb_id",
+        "item",
+        "key",
+        "stream_keys",
+        "streamed",
+        "streamed_summary",
+        "thread_attached",
+        "window",
+        "window_kind",
+    )  # fmt: skip
 
     def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
         self.bb_id = bb_id
@@ -99,6 +131,8 @@ class OpenItem:
         self.streamed: StreamedText | None = None  # made by the first piece: most items stream nothing
         self.streamed_summary: StreamedText | None = None
         self.stream_keys: dict[str, str] | None = None  # event type -> `stream_key`, made once per stream
+        self.window: TextWindow | None = None  # the window of the item's last text delta, of type `window_kind`
+        self.window_kind = ""
 
     def stream_key(self, kind: str) -> str:
         """This item's `stream_key` for `kind`, the same string each time (its hash is kept: a key made anew at
@@ -110,6 +144,17 @@ class OpenItem:
         if key is None:
             key = keys[kind] = stream_key(kind, self.bb_id)
         return key
+
+    def window_of(self, kind: str, windows: dict[str, TextWindow]) -> TextWindow | None:
+        """The thread's window of this item's `kind` stream (None before the stream's first event): the one kept
+        from the last delta when it is of the same kind and still the thread's, else looked up (and kept)."""
+        window = self.window
+        if window is not None and self.window_kind is kind and window.last is not None:
+            return window
+        window = windows.get(self.stream_key(kind))
+        if window is not None:
+            self.window, self.window_kind = window, kind
+        return window
 
     def stream(self, piece: str, summary: bool) -> None:
         """Add a streamed piece to the main text, or to the reasoning summary."""
@@ -142,14 +187,17 @@ class ThreadState:
         "open_items",
         "pending_accepted",
         "pending_progress",
+        "pending_since",
         "pending_text",
         "pid_by_item",
         "progress_last_emit",
         "ptid_by_turn",
         "settled_keys",
-        "text_last_emit",
+        "text_key",
+        "text_pid",
         "turn_by_ptid",
         "used",
+        "windows",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -166,9 +214,12 @@ class ThreadState:
         self.settled_keys: dict[str, None] = {}
         self.progress_last_emit: dict[str, float] = {}
         self.pending_progress: dict[str, tuple[Event, bool]] = {}
-        self.text_last_emit: dict[str, float] = {}  # by `stream_key`
-        # stream key -> (its first held event, the texts held since, that one's first): joined once, at the flush
-        self.pending_text: dict[str, tuple[Event, list[str]]] = {}
+        self.windows: dict[str, TextWindow] = {}  # by `stream_key`, oldest first (bounded by MAX_MAP)
+        # the windows holding text, in the order they began to: joined once each, at the flush
+        self.pending_text: list[TextWindow] = []
+        self.pending_since = 0.0  # the earliest `last` of the windows in `pending_text` (while there are any)
+        self.text_pid = ""  # the provider item id of the last text delta keyed by it alone, and that key
+        self.text_key = key_of("", UNSET, UNSET)
 
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""
