@@ -263,10 +263,10 @@ class Assembler:
                 and rec.key.parentRef == parent_ref
             ]
             for ok in released:
-                del s.open_items[ok]
+                s.drop_item(ok)
         bb = self._ids.known_or_mint(s, key.providerItemId)
         item = it.open_item(bb, shape, self._ids.parent(s, key.parentRef), d.presentation)
-        s.open_items[k] = OpenItem(bb, key, item, _thread_attached(shape))
+        s.put_item(k, OpenItem(bb, key, item, _thread_attached(shape)))
         s.progress_last_emit[k] = self._sink.now
         trim(s.progress_last_emit, MAX_MAP)
         event = new_event("item/started", turn)
@@ -310,7 +310,7 @@ class Assembler:
         if parent is None and opened is not None:
             parent = opened.get("parentToolCallId")
         final = it.close_item(bb, shape, d, summary, parent, pres)
-        s.open_items.pop(k, None)
+        s.drop_item(k)
         s.cmd_snapshots.pop(k, None)
         s.pending_progress.pop(k, None)
         s.progress_last_emit.pop(k, None)
@@ -384,14 +384,18 @@ class Assembler:
             return
         key_channel = cast("str | msgspec.UnsetType", parts[1])
         if type(pid) is str and key_channel is UNSET and parent_ref is UNSET:  # the common key: the item id alone
-            if pid == s.text_pid:  # the item of the thread's last such delta: its key, made and hashed once
+            if pid == s.text_pid:  # the item of the thread's last such delta: its key (made and hashed once), its item
                 k = s.text_key
+                rec = s.text_rec
+                if rec is None:
+                    rec = s.text_rec = s.open_items.get(k)
             else:
                 k = s.text_key = key_of(pid, key_channel, parent_ref)
                 s.text_pid = pid
+                rec = s.text_rec = s.open_items.get(k)
         else:
             k = key_of(pid, key_channel, parent_ref)
-        rec = s.open_items.get(k)
+            rec = s.open_items.get(k)
         parent = None if parent_ref is UNSET else self._ids.parent(s, parent_ref)
         channel = cast(str, fields[1])
         text = cast(str, fields[2])
@@ -406,7 +410,8 @@ class Assembler:
                 if pid is not UNSET:
                     self._ids.register(s, pid, bb)
                 item = it.synthesized_text_item(bb, channel, parent)
-                rec = s.open_items[k] = OpenItem(bb, key, item, False)
+                rec = OpenItem(bb, key, item, False)
+                s.put_item(k, rec)
                 started = new_event("item/started", turn)
                 started["item"] = item
                 self._sink.push(started)
@@ -434,7 +439,7 @@ class Assembler:
         if pid is not UNSET and k in s.settled_keys:
             self._suspect(CLOSES_ONCE, d)
             return
-        rec = s.open_items.pop(k, None)
+        rec = s.drop_item(k)
         if rec is None and pid is not UNSET:
             self._suspect(OPENS_BEFORE_CLOSE, d)
         summary_channel = d.channel == "reasoningSummary"

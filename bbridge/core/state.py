@@ -195,6 +195,7 @@ class ThreadState:
         "settled_keys",
         "text_key",
         "text_pid",
+        "text_rec",
         "turn_by_ptid",
         "used",
         "windows",
@@ -218,8 +219,26 @@ class ThreadState:
         # the windows holding text, in the order they began to: joined once each, at the flush
         self.pending_text: list[TextWindow] = []
         self.pending_since = 0.0  # the earliest `last` of the windows in `pending_text` (while there are any)
-        self.text_pid = ""  # the provider item id of the last text delta keyed by it alone, and that key
+        # The provider item id of the last text delta keyed by it alone, its key, and the open item under that key
+        # (None: not looked up since `open_items` last changed). `open_items` changes only through the methods below.
+        self.text_pid = ""
         self.text_key = key_of("", UNSET, UNSET)
+        self.text_rec: OpenItem | None = None
+
+    def put_item(self, key: str, rec: OpenItem) -> None:
+        """`rec` open under `key` (replacing any item open under it)."""
+        self.open_items[key] = rec
+        self.text_rec = rec if key is self.text_key else None
+
+    def drop_item(self, key: str) -> OpenItem | None:
+        """The item open under `key`, no longer open (None when none was)."""
+        self.text_rec = None
+        return self.open_items.pop(key, None)
+
+    def keep_attached_items(self) -> None:
+        """A turn's end: only the items attached to the thread stay open."""
+        self.text_rec = None
+        self.open_items = {k: rec for k, rec in self.open_items.items() if rec.thread_attached}
 
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""

@@ -43,7 +43,7 @@ class Turns:
             s.last_turn = s.current_turn
         s.current_turn = None
         if s.open_items:
-            s.open_items = {k: rec for k, rec in s.open_items.items() if rec.thread_attached}
+            s.keep_attached_items()
         if s.pending_progress:
             s.pending_progress = {k: v for k, v in s.pending_progress.items() if not v[1]}
         s.cmd_snapshots.clear()
