@@ -27,7 +27,6 @@ from bbridge.core.guard import Guard, Violation
 
 _encoder: Final = msgspec.json.Encoder()
 _TAIL: Final = b"]}}"
-MAX_CACHED_HEADS: Final = 1024
 CHUNK: Final = 64  # journal entries per tuple (`ThreadLog`)
 
 
@@ -49,6 +48,9 @@ class ThreadLog:
         self.skip = 0  # entries of the oldest chunk already dropped
         self.tail: list[bytes] = []
         self.write: Callable[[list[bytes]], None] | None = None  # the journal file's taker of new entries
+        # `{"jsonrpc":"2.0","method":"thread/events","params":{…,"events":[` for `head_provider`, once made
+        self.head = b""
+        self.head_provider = ""
 
     def first_held(self) -> int:
         """The seq of the oldest entry held in memory (`last_seq + 1` when none is)."""
@@ -109,9 +111,6 @@ class EventLog:
         self.opener = opener
         self.threads: dict[str, ThreadLog] = {}
         self.recorded = 0  # entries appended since start
-        # thread id -> (provider id, `{"jsonrpc":"2.0","method":"thread/events","params":{…,"events":[`) for the
-        # threads heard from lately: cleared when full, so it stays bounded however many threads there are
-        self._heads: dict[str, tuple[str, bytes]] = {}
 
     def thread(self, thread_id: str) -> ThreadLog:
         """The thread's log, made (and shown to the opener) on first use."""
@@ -124,7 +123,9 @@ class EventLog:
 
     def append(self, thread_id: str, events: list[Event]) -> list[bytes]:
         """Number and encode one batch; returns its entries."""
-        log = self.thread(thread_id)
+        return self._append(self.thread(thread_id), events)
+
+    def _append(self, log: ThreadLog, events: list[Event]) -> list[bytes]:
         seq = log.last_seq
         encoded: list[bytes] = []
         for event in events:
@@ -139,17 +140,13 @@ class EventLog:
 
     def record(self, thread_id: str, provider_id: str, events: list[Event]) -> bytes:
         """`append`, framed: the batch's `thread/events` notification line (no terminator)."""
-        entries = self.append(thread_id, events)
-        cached = self._heads.get(thread_id)
-        if cached is None or cached[0] != provider_id:
-            if len(self._heads) >= MAX_CACHED_HEADS:
-                self._heads.clear()
+        log = self.thread(thread_id)
+        entries = self._append(log, events)
+        head = log.head
+        if not head or log.head_provider != provider_id:  # the thread's first line, or a new bridge's
             params = _encoder.encode({"threadId": thread_id, "providerId": provider_id})
-            cached = self._heads[thread_id] = (
-                provider_id,
-                b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":[',
-            )
-        head = cached[1]
+            head = log.head = b'{"jsonrpc":"2.0","method":"thread/events","params":' + params[:-1] + b',"events":['
+            log.head_provider = provider_id
         if len(entries) == 1:
             return head + entries[0] + _TAIL
         return b"".join((head, b",".join(entries), _TAIL))

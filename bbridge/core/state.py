@@ -110,13 +110,15 @@ def trim_windows(windows: dict[str, TextWindow], bound: int) -> None:
         windows.pop(oldest).last = None
 
 
-class OpenItem:
+class OpenItem(StreamedText):
+    """An open item: its ids, its canonical dict, and the text streamed into it (the main text is the item's own
+    `StreamedText`, one object fewer to reach per delta; the reasoning summary, rarer, has its own)."""
+
     __slots__ = (
         "bb_id",
         "item",
         "key",
         "stream_keys",
-        "streamed",
         "streamed_summary",
         "thread_attached",
         "window",
@@ -124,12 +126,12 @@ class OpenItem:
     )  # fmt: skip
 
     def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
+        super().__init__()
         self.bb_id = bb_id
         self.key = key
         self.item = item
         self.thread_attached = thread_attached
-        self.streamed: StreamedText | None = None  # made by the first piece: most items stream nothing
-        self.streamed_summary: StreamedText | None = None
+        self.streamed_summary: StreamedText | None = None  # made by the first piece: most items stream none
         self.stream_keys: dict[str, str] | None = None  # event type -> `stream_key`, made once per stream
         self.window: TextWindow | None = None  # the window of the item's last text delta, of type `window_kind`
         self.window_kind = ""
@@ -163,14 +165,12 @@ class OpenItem:
                 self.streamed_summary = StreamedText()
             self.streamed_summary.add(piece)
         else:
-            if self.streamed is None:
-                self.streamed = StreamedText()
-            self.streamed.add(piece)
+            self.add(piece)
 
     @property
     def text(self) -> str:
         """The main text streamed into the item so far."""
-        return "" if self.streamed is None else self.streamed.value()
+        return self.value()
 
     @property
     def summary_text(self) -> str:
