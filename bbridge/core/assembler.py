@@ -26,6 +26,7 @@ from bbridge.core.state import (
     MAX_SETTLED,
     MAX_THREADS,
     OpenItem,
+    TextWindow,
     ThreadState,
     diff_cumulative_text,
     item_key,
@@ -419,14 +420,18 @@ class Assembler:
             rec.stream(text, channel == "reasoningSummary")
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
+        window: TextWindow | None = None
         if sink.coalesces(s):
             window = rec.window_of(kind, s.windows) if rec is not None else s.windows.get(stream_key(kind, bb))
-            if sink.absorb_text(s, window, text):  # inside the window: no event needed
+            if sink.absorb_text(s, window, text):  # the window holds text already: this joins it, no event needed
                 return
         event = delta_event(kind, turn, bb, text)
         if parent:
             event["parentToolCallId"] = parent
-        sink.push(event)
+        if window is not None:  # the window holds nothing yet: this event is held, to become the merged one
+            sink.hold(s, window, event)
+        else:
+            sink.push(event)
 
     def _text_close(self, s: ThreadState, d: g.ItemTextClose) -> None:
         key = d.key

@@ -88,19 +88,27 @@ class Sink:
             else:
                 window.last = self.now
             return
+        if window.first is None:
+            self.hold(s, window, event)
+            return
+        window.texts.append(event["delta"])
+        last = window.last
+        if last is not None and self.now - last >= self.text_delta_flush_ms:
+            self.flush_all_text(s)
+
+    def hold(self, s: ThreadState, window: TextWindow, event: Event) -> None:
+        """A text event held in its stream's `window` (one of `s.windows`, holding nothing yet): the merged event of
+        the window's text at its flush. The text handler calls it directly once it has found the window."""
         last = window.last
         assert last is not None  # a window in `windows` is not trimmed out
-        if window.first is None:
-            if not s.pending_text:
-                s.pending_since = last
-                self.began = True
-            elif last < s.pending_since:
-                s.pending_since = last
-            window.first = event
-            window.texts.append(event["delta"])
-            s.pending_text.append(window)
-        else:
-            window.texts.append(event["delta"])
+        if not s.pending_text:
+            s.pending_since = last
+            self.began = True
+        elif last < s.pending_since:
+            s.pending_since = last
+        window.first = event
+        window.texts.append(event["delta"])
+        s.pending_text.append(window)
         if self.now - last >= self.text_delta_flush_ms:
             self.flush_all_text(s)
 
