@@ -96,7 +96,6 @@ class Inbound:
         events: list[Event] = []
         batch: list[Notification] = []
         one = typed.one if typed is not None else None
-        typed_methods = typed.members if typed is not None else {}
         screen = typed.screen if typed is not None else None
         for line in lines:
             if isinstance(line, Overflow):
@@ -109,13 +108,10 @@ class Inbound:
                 continue
             if one is not None and (screen is None or screen(line) is None):
                 try:
-                    message = one(line)
+                    batch.append(one(line))
+                    continue
                 except (msgspec.ValidationError, msgspec.DecodeError):
-                    pass  # another message, or invalid params: the generic path below classifies it
-                else:
-                    if type(message.id) not in ID_TYPES:
-                        batch.append(Notification(typed_methods[type(message)], None, message.params))
-                        continue
+                    pass  # another message, a request or invalid params: the generic path below classifies it
             try:
                 env = decode_envelope(line)
             except msgspec.ValidationError:
