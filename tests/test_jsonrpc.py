@@ -128,7 +128,10 @@ def test_typed_notifications_are_decoded_in_the_classifying_pass_and_a_whole_rea
         ("point", None, _Point(1)),
         ("point", None, _Point(2)),
     ]
-    odd_ids = [b'{"id":%s,"method":"point","params":{"x":4}}' % value for value in (b"null", b"true", b"[1]", b'{"a":1}')]
+    assert inbound.typed_whole(b"".join(line + b"\n" for line in typed)) == whole  # a read of whole lines, as is
+    odd_ids = [
+        b'{"id":%s,"method":"point","params":{"x":4}}' % value for value in (b"null", b"true", b"[1]", b'{"a":1}')
+    ]
     assert [n.decoded for n in inbound.typed_read([*typed, *odd_ids]) or []] == [_Point(n) for n in (1, 2, 4, 4, 4, 4)]
     for odd in (
         b'{"id":3,"method":"point","params":{"x":3}}',

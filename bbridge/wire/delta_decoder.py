@@ -5,19 +5,21 @@ The rules are the grammar's (`core/grammar.py`): decoding into its Structs *is* 
 bench line, an integral float and a U+001F key part, and `tests/test_rpc_reads.py` the framing passes). The daemon
 reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
 
-* **A whole read in one call** (`TypedDecoder.read`, which `rpc.Connection` tries first for each read): when
-  every line of a read is a typed notification, the lines are joined as one JSON array and decoded by one
-  msgspec call (`many`) straight into the read's `Notification`s, params typed (a Python loop making them from
-  tagged messages, checking each one's id, cost ~1.2k instructions a delta: 29.9k → 28.7k in the scale
-  driver's count). A streaming bridge's read mostly is such a read; one call per read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs
-  per line (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's
-  depth halved the daemon bench's throughput). A read of one line goes the line path: looking for its
-  method's tag first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
+* **A whole read in one call** (`TypedDecoder.read_whole`, which `rpc.Connection` tries first for each read
+  that is whole lines by itself, `framing.LineReader.whole`; `read` for a read's lines otherwise): when every
+  line of a read is a typed notification, the lines become one JSON array (their newlines replaced: no split
+  and join) and are decoded by one msgspec call (`many`) straight into the read's `Notification`s, params typed
+  (a Python loop making them from tagged messages, checking each one's id, cost ~1.2k instructions a delta:
+  29.9k → 28.7k in the scale driver's count). A streaming bridge's read mostly is such a read; one call per
+  read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs per line
+  (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's depth
+  halved the daemon bench's throughput). A read of one line goes the line path: looking for its method's tag
+  first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
 * **A line in one pass** (`TypedDecoder.one`, tried by `peer.Inbound.receive` for each line of any other
   read, inline in its loop: a call per line more would cost what the pass saves): the whole message, `method`
   a literal, decoded once into the grammar's types instead of an envelope and then its params (the bench's
-  figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message, a request or invalid params, takes the
-  envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
+  figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message, a request or invalid params,
+  takes the envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
 * **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
 * **The U+001F screen** (`scalars.escaped_separator`): a key part holds no U+001F, a rule msgspec would check
@@ -34,6 +36,7 @@ daemon's path for one line, for the bench's core phase.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from io import BytesIO
 from typing import Any, Literal, cast
 
 import msgspec
@@ -88,22 +91,36 @@ class TypedDecoder:
         self.screen = screen
 
     def read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
-        """A read whose every line is a typed notification, decoded in one call as one JSON array (a read of a
-        streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
+        """`read_whole` for a read's lines as `framing.LineReader.feed` split them (a read that was not whole lines
+        by itself): None for a read of fewer than two, or with an `Overflow` (the line path reports it)."""
         if len(lines) < 2:
             return None
         try:
-            joined = b",".join(cast("list[bytes]", lines))
-        except TypeError:  # an `Overflow` among them: the line path reports it
+            data = b"\n".join([*cast("list[bytes]", lines), b""])
+        except TypeError:
+            return None
+        return self.read_whole(data)
+
+    def read_whole(self, data: bytes | bytearray) -> list[Notification] | None:
+        """A read of whole lines (each ending in a newline, none holding a CR: `framing.LineReader.whole`) whose
+        every line is a typed notification, decoded in one call as one JSON array (a read of a streaming bridge
+        mostly is); None, for the line by line path, when one line is not (or may not be), or for a single line.
+
+        The lines are found with `BytesIO.readlines` (a `memchr` each) and joined by replacing their newlines:
+        `bytes.split` steps through a read byte by byte, and split, then joined, cost ~1,200 instructions a line
+        against ~550 (BENCHMARKS.md)."""
+        lines = BytesIO(data).readlines()
+        if len(lines) < 2:
             return None
         for line in lines:  # the line path's own check (an array around them adds one level: msgspec takes it)
-            if len(line) > MAX_JSON_DEPTH and too_deep(cast("bytes", line)):
+            if len(line) > MAX_JSON_DEPTH and too_deep(line):
                 return None
+        array = b"[" + data[:-1].replace(b"\n", b",") + b"]"
         screen = self.screen
-        if screen is not None and screen(joined) is not None:
+        if screen is not None and screen(array) is not None:
             return None
         try:
-            messages = self.many(b"[" + joined + b"]")
+            messages = self.many(array)
         except (msgspec.ValidationError, msgspec.DecodeError):
             return None  # a line that is not a typed notification (another method, a request, bad params) or not JSON
         if len(messages) != len(lines):

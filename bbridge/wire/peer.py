@@ -70,7 +70,7 @@ class Mended(NamedTuple):
 Event = list[Notification] | Request | Response | Junk | Mended
 
 
-def _no_typed_read(lines: Sequence[bytes | Overflow]) -> None:
+def _no_typed_read(lines: object) -> None:
     return None
 
 
@@ -88,6 +88,9 @@ class Inbound:
         self.max_line = max_line
         self.typed_read: Callable[[Sequence[bytes | Overflow]], list[Notification] | None] = (
             _no_typed_read if typed is None else typed.read
+        )
+        self.typed_whole: Callable[[bytes | bytearray], list[Notification] | None] = (
+            _no_typed_read if typed is None else typed.read_whole
         )
 
     def receive(self, lines: Sequence[bytes | Overflow]) -> list[Event]:

@@ -348,7 +348,8 @@ class Connection:
 
     async def _read_loop(self) -> None:
         reader = LineReader(self._max_line)
-        receive, typed_read = self._receive.receive_some, self._typed_read
+        receive, whole = self._receive.receive_some, reader.whole
+        typed_whole, typed_read = self._inbound.typed_whole, self._typed_read
         while True:
             try:
                 data = await receive()
@@ -356,11 +357,18 @@ class Connection:
                 break
             if not data:
                 break
-            lines = reader.feed(data)
-            batch = typed_read(lines)  # the streaming hot path: a read decoded whole, straight to the handler
+            # the streaming hot path: a read of whole lines, decoded whole, straight to the handler
+            lines: Sequence[bytes | Overflow] | None = None
+            if whole(data):
+                batch = typed_whole(data)
+                if batch is None:
+                    lines = reader.feed(data)
+            else:
+                lines = reader.feed(data)
+                batch = typed_read(lines)
             if batch is not None:
                 await self._flush(batch)
-            else:
+            elif lines is not None:
                 await self._dispatch(lines)
         await self._dispatch(reader.close())
 
