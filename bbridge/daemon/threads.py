@@ -251,13 +251,14 @@ class ThreadRegistry:
         records = self.records
         seen: set[str] = set()
         for now, thread_ids in reversed(traffic):
+            if seen.issuperset(thread_ids):  # most reads of a batch: no new set made
+                continue
             fresh = thread_ids - seen
-            if fresh:
-                seen |= fresh
-                for thread_id in fresh:
-                    record = records.get(thread_id)
-                    if record is not None and (watch := record.watch) is not None:
-                        watch.heard = now
+            seen |= fresh
+            for thread_id in fresh:
+                record = records.get(thread_id)
+                if record is not None and (watch := record.watch) is not None:
+                    watch.heard = now
         traffic.clear()
 
     def by_provider_thread(self, provider_thread_id: object, provider_id: str) -> str | None:
