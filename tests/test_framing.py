@@ -33,6 +33,18 @@ def test_one_trailing_cr_removed() -> None:
     assert reader.close() == [b"d"]
 
 
+def test_a_read_of_whole_lines_is_known_by_itself() -> None:
+    """`whole`: the read's lines are exactly what `feed` returns, so a reader may take them from the read."""
+    reader = LineReader(max_bytes=12)
+    assert reader.whole(b"a\nbc\n") and reader.feed(b"a\nbc\n") == [b"a", b"bc"]
+    assert not reader.whole(b"a\nb")  # unterminated
+    assert not reader.whole(b"a\r\n")  # a CR to remove
+    assert not reader.whole(b"a\n" * 7)  # longer than the bound
+    assert reader.feed(b"a\nb") == [b"a"]
+    assert not reader.whole(b"c\n")  # it completes a pending line
+    assert reader.feed(b"c\n") == [b"bc"] and reader.whole(b"d\n")
+
+
 def test_multibyte_utf8_split_between_chunks() -> None:
     text = "héllo → wörld\n".encode()
     reader = LineReader()

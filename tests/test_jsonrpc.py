@@ -121,14 +121,24 @@ class _Point(msgspec.Struct):
 
 
 def test_typed_notifications_are_decoded_in_the_classifying_pass_and_a_whole_read_in_one_call() -> None:
-    inbound = Inbound(TypedDecoder({"point": _Point}, screen=scalars.ESCAPED_SEPARATOR.search))
+    inbound = Inbound(TypedDecoder("point", _Point, screen=scalars.ESCAPED_SEPARATOR.search))
     typed = [b'{"method":"point","params":{"x":1}}', b'{"method":"point","params":{"x":2}}']
     whole = inbound.typed_read(typed)
     assert whole is not None and [(n.method, n.params, n.decoded) for n in whole] == [
         ("point", None, _Point(1)),
         ("point", None, _Point(2)),
     ]
-    for odd in (b'{"id":3,"method":"point","params":{"x":3}}', b'{"method":"point","params":{"x":"\\u001f"}}'):
+    assert inbound.typed_whole(b"".join(line + b"\n" for line in typed)) == whole  # a read of whole lines, as is
+    odd_ids = [
+        b'{"id":%s,"method":"point","params":{"x":4}}' % value for value in (b"null", b"true", b"[1]", b'{"a":1}')
+    ]
+    assert [n.decoded for n in inbound.typed_read([*typed, *odd_ids]) or []] == [_Point(n) for n in (1, 2, 4, 4, 4, 4)]
+    for odd in (
+        b'{"id":3,"method":"point","params":{"x":3}}',
+        b'{"id":"3","method":"point","params":{"x":3}}',
+        b'{"id":3.5,"method":"point","params":{"x":3}}',
+        b'{"method":"point","params":{"x":"\\u001f"}}',
+    ):
         assert inbound.typed_read([*typed, odd]) is None  # a request, or a line the screen sends on
     assert inbound.typed_read(typed[:1]) is None and inbound.typed_read([]) is None  # the line path's
     (alone,) = inbound.receive(typed[:1])

@@ -97,7 +97,7 @@ async def test_typed_params_are_decoded_in_the_framing_pass_and_everything_else_
         requests.append(request)
         return {}
 
-    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point})}
+    options: dict[str, Any] = {"typed": TypedDecoder("point", _Point)}
     async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (_, peer):
         await peer.send(
             '{"jsonrpc":"2.0","method":"point","params":{"x":1}}',
@@ -141,7 +141,7 @@ async def test_a_read_of_typed_notifications_is_decoded_in_one_call(odd: str | N
     async def on_request(request: Request) -> Any:
         return {}
 
-    options: dict[str, Any] = {"typed": TypedDecoder({"point": _Point}, screen=scalars.ESCAPED_SEPARATOR.search)}
+    options: dict[str, Any] = {"typed": TypedDecoder("point", _Point, screen=scalars.ESCAPED_SEPARATOR.search)}
     async with serving(on_notifications=on_notifications, on_request=on_request, **options) as (conn, peer):
         typed = conn._inbound.typed
         assert typed is not None

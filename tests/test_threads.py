@@ -110,7 +110,7 @@ async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> No
     assert record.watch is not None and record.watch.start is not None and "thr" in bridge.watchdogs.watched
     assert daemon.registry.liveness("thr", now + 1).start_pending
     bridge.watchdogs.observe("thr", _started("thr", "T1"), now + 2)
-    bridge.watchdogs.traffic(["thr"], now + 5)
+    bridge.watchdogs.traffic({"thr"}, now + 5)
     question = daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "q"}})
     assert record.pending == {question.request_id: question}
     live = daemon.registry.liveness("thr", now + 8)

@@ -7,7 +7,7 @@ import trio.testing
 
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
-from bbridge.daemon.watchdog import Watchdogs
+from bbridge.daemon.watchdog import TRAFFIC_BATCH, Watchdogs
 
 
 def watchdogs(start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> Watchdogs:
@@ -66,10 +66,30 @@ def test_stall_warns_once_and_traffic_rearms() -> None:
     warned = dogs.sweep(600)
     assert [e["code"] for e in warned] == ["provider_turn_stalled"] and warned[0]["turnId"] == "a"
     assert dogs.sweep(900) == []
-    dogs.traffic(["t"], 900)
+    dogs.traffic({"t"}, 900)
     assert dogs.sweep(1499) == [] and len(dogs.sweep(1500)) == 1
     dogs.observe("t", completed("t", "a"), 1600)
     assert dogs.sweep(10_000) == []
+
+
+def test_traffic_stored_a_batch_at_a_time_keeps_each_threads_latest_read() -> None:
+    """Reads' traffic waits and is stored late (`TRAFFIC_BATCH`): each thread's turn still counts its silence from
+    its latest read, whether the batch was stored by a full batch, a sweep or a live read."""
+    registry = ThreadRegistry(Tracker())
+    dogs = Watchdogs(registry, 120.0, 600.0)
+    for thread in ("t", "u"):
+        dogs.observe(thread, started(thread, "a"), 0)
+    dogs.traffic({"t", "u"}, 5)
+    dogs.traffic({"t"}, 7)
+    for n in range(TRAFFIC_BATCH):  # another thread's reads fill the batch: stored in the middle of them
+        dogs.traffic({"v"}, 8 + n / TRAFFIC_BATCH)
+    assert len(registry.traffic) < TRAFFIC_BATCH  # bounded: a full batch is stored at once
+    dogs.traffic({"u"}, 9)
+    assert registry.liveness("u", 10).silence_s == 1 and registry.liveness("t", 10).silence_s == 3
+    dogs.traffic({"t"}, 11)
+    assert dogs.sweep(605) == []
+    assert [e["threadId"] for e in dogs.sweep(609)] == ["u"]
+    assert [e["threadId"] for e in dogs.sweep(611)] == ["t"]
 
 
 def test_forget_drops_everything_for_a_thread() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import json
 import os
 import re
@@ -261,7 +262,7 @@ class BridgeProcess:
             receive,
             name=f"bridge:{self.provider_id}",
             on_request=self._on_request,
-            on_notifications=self._on_notifications,
+            on_notifications=functools.partial(self.host.on_notifications, self),  # no coroutine of its own a read
             on_junk=self._on_junk,
             typed=DELTA_LINES,
         )
@@ -402,9 +403,6 @@ class BridgeProcess:
     def _tee(self, direction: str, line: bytes) -> None:
         if self._recorder is not None:
             self._recorder.record(direction, self._scoper.scope(direction, line), line)
-
-    async def _on_notifications(self, batch: list[rpc.Notification]) -> None:
-        await self.host.on_notifications(self, batch)
 
     async def _on_request(self, request: rpc.Request) -> Any:
         return await self.host.on_bridge_request(self, request)

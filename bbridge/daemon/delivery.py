@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -247,8 +248,7 @@ class DeliveryMixin(DaemonState):
         queue = self._flush_queue
         if not queue:
             self._flush_wake.set()
-        due = now + self.text_delta_flush_ms / 1000
-        queue.extend((due, bridge, thread_id) for thread_id in threads)
+        queue.extend(zip(repeat(now + self.text_delta_flush_ms / 1000), repeat(bridge), threads))
 
     async def flusher(self) -> None:
         """One task drains every thread's due text (a task per thread and window cost more than the text): it
@@ -265,6 +265,7 @@ class DeliveryMixin(DaemonState):
             now_ms = now * 1000
             lines: list[bytes] = []
             flushed: dict[int, BridgeProcess] = {}
+            last: BridgeProcess | None = None
             while queue and queue[0][0] <= now:
                 _, bridge, thread_id = queue.popleft()
                 if bridge.state != "ready":
@@ -273,7 +274,8 @@ class DeliveryMixin(DaemonState):
                 line = bridge.delivery.flush(thread_id, now_ms)
                 if line is not None:
                     lines.append(line)
-                flushed[id(bridge)] = bridge
+                if bridge is not last:  # most entries in a row are one bridge's
+                    flushed[id(bridge)] = last = bridge
             for bridge in flushed.values():
                 self._take_notices(bridge, now)
             self._broadcast(lines)

@@ -69,6 +69,7 @@ class Client:
             answer_junk=True,
             respond=self._respond,
             fileno=_fileno(send),
+            wake_writer=self._wake_writer,
             max_line=max_line,
         )
         self._queue_bytes = queue_bytes
@@ -83,9 +84,9 @@ class Client:
         return await self.conn.request_raw(method, params, timeout=None)
 
     def enqueue(self, lines: list[bytes]) -> None:
-        outbox = self._outbox
         if self._outbox_closed:
             return
+        outbox = self._outbox
         size = sum(map(len, lines))
         if self._outbox_bytes + size > self._queue_bytes:
             self.daemon.counters.clients_disconnected_slow += 1
@@ -93,13 +94,15 @@ class Client:
             self._disconnect()
             return
         if not outbox:
-            if self.conn.write_now(lines):  # the writer is idle: sent now, without waking it
-                if self.conn.unsent or self.conn.write_closed:
-                    self._outbox_ready.set()  # it sends the rest, or closes
+            if self.conn.write_now(lines):  # the writer is idle: sent now, without waking it (unless a rest is left)
                 return
             self._outbox_ready.set()
         outbox.extend(lines)
         self._outbox_bytes += size
+
+    def _wake_writer(self) -> None:
+        """A direct write left the writer work: a rest to send, or a peer that stopped reading to close."""
+        self._outbox_ready.set()
 
     def _respond(self, answer: bytes) -> None:
         """A request's answer joins the outbox: the writer sends it with the events queued before it, in one write.

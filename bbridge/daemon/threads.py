@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -137,6 +138,8 @@ class ThreadRegistry:
     def __init__(self, tracker: Tracker, tool_host: ToolHost | None = None) -> None:
         self.records: dict[str, ThreadRecord] = {}
         self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
+        # the bridges' reads not yet stored in their threads' watches (`Watchdogs.traffic`): (when, threads)
+        self.traffic: list[tuple[float, AbstractSet[str]]] = []
         self._tracker = tracker
         self._tool_host = tool_host
 
@@ -226,6 +229,7 @@ class ThreadRegistry:
 
     def liveness(self, thread_id: str, now: float) -> Liveness:
         """The thread's open turn and its age, its bridge's silence on it, and the requests waiting on a person."""
+        self.apply_traffic()
         record = self.records.get(thread_id)
         watch = None if record is None else record.watch
         turn = None if watch is None else watch.open_turn()
@@ -236,6 +240,26 @@ class ThreadRegistry:
             watch is not None and watch.start is not None,
             () if record is None else tuple(record.pending.values()),
         )
+
+    def apply_traffic(self) -> None:
+        """Stores the waiting reads' traffic in the watches: each thread's latest read's time, once (newest first).
+        Stored late, it holds what storing each read at once would: a watch armed since gets an older time than its
+        turn's start, which is never applied; a watch released since is not there to take it."""
+        traffic = self.traffic
+        if not traffic:
+            return
+        records = self.records
+        seen: set[str] = set()
+        for now, thread_ids in reversed(traffic):
+            if seen.issuperset(thread_ids):  # most reads of a batch: no new set made
+                continue
+            fresh = thread_ids - seen
+            seen |= fresh
+            for thread_id in fresh:
+                record = records.get(thread_id)
+                if record is not None and (watch := record.watch) is not None:
+                    watch.heard = now
+        traffic.clear()
 
     def by_provider_thread(self, provider_thread_id: object, provider_id: str) -> str | None:
         """The bb thread of a provider thread on that provider."""

@@ -5,18 +5,21 @@ The rules are the grammar's (`core/grammar.py`): decoding into its Structs *is* 
 bench line, an integral float and a U+001F key part, and `tests/test_rpc_reads.py` the framing passes). The daemon
 reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
 
-* **A whole read in one call** (`TypedDecoder.read`, which `rpc.Connection` tries first for each read): when
-  every line of a read is a typed notification, the lines are joined as one JSON array and decoded by one
-  msgspec call (`many`) into whole messages with typed params. A streaming bridge's read mostly is such a
-  read; one call per read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs
-  per line (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's
-  depth halved the daemon bench's throughput). A read of one line goes the line path: looking for its
-  method's tag first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
+* **A whole read in one call** (`TypedDecoder.read_whole`, which `rpc.Connection` tries first for each read
+  that is whole lines by itself, `framing.LineReader.whole`; `read` for a read's lines otherwise): when every
+  line of a read is a typed notification, the lines become one JSON array (their newlines replaced: no split
+  and join) and are decoded by one msgspec call (`many`) straight into the read's `Notification`s, params typed
+  (a Python loop making them from tagged messages, checking each one's id, cost ~1.2k instructions a delta:
+  29.9k → 28.7k in the scale driver's count). A streaming bridge's read mostly is such a read; one call per
+  read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs per line
+  (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's depth
+  halved the daemon bench's throughput). A read of one line goes the line path: looking for its method's tag
+  first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
 * **A line in one pass** (`TypedDecoder.one`, tried by `peer.Inbound.receive` for each line of any other
   read, inline in its loop: a call per line more would cost what the pass saves): the whole message, `method`
-  the tag, decoded once into the grammar's types instead of an envelope and then its params (the bench's
-  figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message or invalid params, takes the
-  envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
+  a literal, decoded once into the grammar's types instead of an envelope and then its params (the bench's
+  figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message, a request or invalid params,
+  takes the envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
 * **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
 * **The U+001F screen** (`scalars.escaped_separator`): a key part holds no U+001F, a rule msgspec would check
@@ -32,10 +35,9 @@ daemon's path for one line, for the bench's core phase.
 
 from __future__ import annotations
 
-import functools
-import operator
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from io import BytesIO
+from typing import Any, Literal, cast
 
 import msgspec
 from msgspec import UNSET
@@ -43,70 +45,94 @@ from msgspec import UNSET
 from bbridge.core import grammar, scalars
 from bbridge.core.nesting import MAX_JSON_DEPTH, too_deep
 from bbridge.wire.framing import Overflow
-from bbridge.wire.jsonrpc import ID_TYPES, Notification, decode_envelope
+from bbridge.wire.jsonrpc import Notification, decode_envelope
+
+# The ids a notification may carry (`jsonrpc.ID_TYPES` are a request's): any JSON value but a string or a number.
+_NO_ID = None | bool | list[Any] | dict[str, Any]
 
 
 class TypedDecoder:
-    """Decoders for whole messages of the given notification methods, tagged on `method`, params typed: `one` for a
-    line, `many` for a read's lines joined as one JSON array.
+    """Decoders for whole messages of one notification method, params typed: `one` for a line, `many` for a read's
+    lines joined as one JSON array. Each decodes straight into `Notification`s (a subclass whose `decoded` holds
+    the params and `params` is None): no second object a line, and no Python loop over a read's messages.
 
-    `screen`: a line (or read) for which it returns anything but None is not decoded here; it takes the generic path,
-    for the handler's own decoder. `float_hook`: msgspec's, for the untyped values in the params, as that decoder
-    has it (the same line must decode to the same values on either path)."""
+    A message with an id that makes it a request (a string or a number, `ID_TYPES`) does not decode here (its
+    `id` admits only the other JSON values), nor does another method (`method` is a literal): either takes the
+    generic path, as invalid params do. `screen`: a line (or read) for which it returns anything but None is not
+    decoded here; it takes the generic path, for the handler's own decoder. `float_hook`: msgspec's, for the
+    untyped values in the params, as that decoder has it (the same line must decode to the same values on either
+    path)."""
 
     def __init__(
         self,
-        types: Mapping[str, Any],
+        method: str,
+        kind: Any,
         *,
         screen: Callable[[bytes], object] | None = None,
         float_hook: Callable[[str], Any] | None = None,
     ) -> None:
-        self.members: dict[type, str] = {
-            msgspec.defstruct(
-                f"_Typed{index}", [("params", kind), ("id", Any, UNSET)], tag_field="method", tag=method, gc=False
-            ): method
-            for index, (method, kind) in enumerate(types.items())
-        }
-        union: Any = functools.reduce(operator.or_, self.members)
-        self.one: Callable[[bytes], Any] = msgspec.json.Decoder(union, float_hook=float_hook).decode
-        self.many: Callable[[bytes], list[Any]] = msgspec.json.Decoder(list[union], float_hook=float_hook).decode
+        message: Any = msgspec.defstruct(
+            "_Typed",
+            [
+                ("method", Literal[method]),
+                ("params", None, None),  # None: its key renamed to one no bridge writes (non-null there: not typed)
+                ("decoded", kind),
+                ("id", _NO_ID, UNSET),
+            ],
+            bases=(Notification,),
+            rename={"params": "(params)", "decoded": "params"},
+            kw_only=True,
+            gc=False,
+        )
+        self.one: Callable[[bytes], Notification] = msgspec.json.Decoder(message, float_hook=float_hook).decode
+        self.many: Callable[[bytes], list[Notification]] = msgspec.json.Decoder(
+            list[message], float_hook=float_hook
+        ).decode
         self.screen = screen
 
     def read(self, lines: Sequence[bytes | Overflow]) -> list[Notification] | None:
-        """A read whose every line is a typed notification, decoded in one call as one JSON array (a read of a
-        streaming bridge mostly is); None, for the line by line path, when one line is not (or may not be)."""
+        """`read_whole` for a read's lines as `framing.LineReader.feed` split them (a read that was not whole lines
+        by itself): None for a read of fewer than two, or with an `Overflow` (the line path reports it)."""
         if len(lines) < 2:
             return None
         try:
-            joined = b",".join(cast("list[bytes]", lines))
-        except TypeError:  # an `Overflow` among them: the line path reports it
+            data = b"\n".join([*cast("list[bytes]", lines), b""])
+        except TypeError:
+            return None
+        return self.read_whole(data)
+
+    def read_whole(self, data: bytes | bytearray) -> list[Notification] | None:
+        """A read of whole lines (each ending in a newline, none holding a CR: `framing.LineReader.whole`) whose
+        every line is a typed notification, decoded in one call as one JSON array (a read of a streaming bridge
+        mostly is); None, for the line by line path, when one line is not (or may not be), or for a single line.
+
+        The lines are found with `BytesIO.readlines` (a `memchr` each) and joined by replacing their newlines:
+        `bytes.split` steps through a read byte by byte (callgrind, the scale bench's reads: the split and join
+        of a line ~1,200 instructions, `readlines` and `replace` ~550; the daemon's read path 28.8k → 27.9k a
+        delta)."""
+        lines = BytesIO(data).readlines()
+        if len(lines) < 2:
             return None
         for line in lines:  # the line path's own check (an array around them adds one level: msgspec takes it)
-            if len(line) > MAX_JSON_DEPTH and too_deep(cast("bytes", line)):
+            if len(line) > MAX_JSON_DEPTH and too_deep(line):
                 return None
+        array = b"[" + data[:-1].replace(b"\n", b",") + b"]"
         screen = self.screen
-        if screen is not None and screen(joined) is not None:
+        if screen is not None and screen(array) is not None:
             return None
         try:
-            messages = self.many(b"[" + joined + b"]")
+            messages = self.many(array)
         except (msgspec.ValidationError, msgspec.DecodeError):
-            return None  # a line that is not a typed notification (no tag, another method, bad params) or not JSON
+            return None  # a line that is not a typed notification (another method, a request, bad params) or not JSON
         if len(messages) != len(lines):
             return None  # a line held more than one value (`{…},{…}`): the line path refuses it
-        members = self.members
-        batch: list[Notification] = []
-        append = batch.append
-        for message in messages:
-            if type(message.id) in ID_TYPES:
-                return None  # a request: the line by line path serves it in order
-            append(Notification(members[type(message)], None, message.params))
-        return batch
+        return messages
 
 
 # A bridge's `thread/delta` lines, each parsed once as `grammar.decode_params` would (its float hook); a line that
 # may hold U+001F in a key part takes the generic path, to `grammar.decode_params`.
 DELTA_LINES = TypedDecoder(
-    {"thread/delta": grammar.ThreadDeltaParams}, screen=scalars.escaped_separator, float_hook=scalars.js_float
+    "thread/delta", grammar.ThreadDeltaParams, screen=scalars.escaped_separator, float_hook=scalars.js_float
 )
 
 
@@ -117,7 +143,7 @@ def decode_line(line: bytes) -> grammar.ThreadDeltaParams:
     screen = DELTA_LINES.screen
     if screen is None or screen(line) is None:
         try:
-            params: grammar.ThreadDeltaParams = DELTA_LINES.one(line).params
+            params: grammar.ThreadDeltaParams = DELTA_LINES.one(line).decoded
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
         else:

@@ -76,6 +76,18 @@ class LineReader:
                 self._pending = bytearray()
         return out
 
+    def whole(self, data: bytes | bytearray) -> bool:
+        """Whether `data` is whole lines by itself (nothing pending or being dropped, newline-terminated, no CR, no
+        longer than the bound): its lines are then exactly those `feed` would return, and a reader may take them
+        from `data` directly, leaving this reader as it is (or `feed` it)."""
+        return (
+            not self._pending
+            and not self._discarding
+            and len(data) <= self._max
+            and data.endswith(b"\n")
+            and b"\r" not in data
+        )
+
     def close(self) -> list[bytes]:
         """The unterminated tail at end of stream; an oversized one is dropped silently."""
         tail, self._pending = bytes(self._pending), bytearray()

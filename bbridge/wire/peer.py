@@ -70,7 +70,7 @@ class Mended(NamedTuple):
 Event = list[Notification] | Request | Response | Junk | Mended
 
 
-def _no_typed_read(lines: Sequence[bytes | Overflow]) -> None:
+def _no_typed_read(lines: object) -> None:
     return None
 
 
@@ -89,6 +89,9 @@ class Inbound:
         self.typed_read: Callable[[Sequence[bytes | Overflow]], list[Notification] | None] = (
             _no_typed_read if typed is None else typed.read
         )
+        self.typed_whole: Callable[[bytes | bytearray], list[Notification] | None] = (
+            _no_typed_read if typed is None else typed.read_whole
+        )
 
     def receive(self, lines: Sequence[bytes | Overflow]) -> list[Event]:
         """The events of one read's lines, classified line by line (its last notifications are a batch too)."""
@@ -96,7 +99,6 @@ class Inbound:
         events: list[Event] = []
         batch: list[Notification] = []
         one = typed.one if typed is not None else None
-        typed_methods = typed.members if typed is not None else {}
         screen = typed.screen if typed is not None else None
         for line in lines:
             if isinstance(line, Overflow):
@@ -109,13 +111,10 @@ class Inbound:
                 continue
             if one is not None and (screen is None or screen(line) is None):
                 try:
-                    message = one(line)
+                    batch.append(one(line))
+                    continue
                 except (msgspec.ValidationError, msgspec.DecodeError):
-                    pass  # another message, or invalid params: the generic path below classifies it
-                else:
-                    if type(message.id) not in ID_TYPES:
-                        batch.append(Notification(typed_methods[type(message)], None, message.params))
-                        continue
+                    pass  # another message, a request or invalid params: the generic path below classifies it
             try:
                 env = decode_envelope(line)
             except msgspec.ValidationError:

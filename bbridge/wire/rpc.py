@@ -110,6 +110,10 @@ class WriteNowait(Protocol):
     def write_nowait(self, data: bytes) -> bool: ...
 
 
+def _nothing() -> None:
+    return None
+
+
 class Connection:
     """A JSON-RPC peer over a byte stream pair: one writer, one reader loop, concurrent request handlers."""
 
@@ -129,6 +133,7 @@ class Connection:
         encode_request: RequestEncoder = encode_request,
         respond: Callable[[bytes], None] | None = None,
         fileno: Callable[[], int] | None = None,
+        wake_writer: Callable[[], object] | None = None,
     ) -> None:
         """`typed` decodes its notification methods in the framing pass: such a line is parsed once instead of
         twice (a line that does not decode so, or that its screen sends on, takes the generic path unchanged).
@@ -136,7 +141,8 @@ class Connection:
         a bridge. `respond` takes each answer to a request (one encoded line, no terminator) for the owner to write
         in order with its own queued lines; without it an answer is written at once. `fileno` gives the send
         stream's non-blocking descriptor (-1 once closed), for `write_now`; a `WriteNowait` send stream serves
-        `write_now` itself."""
+        `write_now` itself. `wake_writer` is called when a `write_now` leaves its owner's writer work: a rest to
+        send (`send_lines`), or a peer that stopped reading."""
         self.name = name
         self._send = send
         self._receive = receive
@@ -161,6 +167,7 @@ class Connection:
         self._fileno = fileno
         self._unsent = b""  # what the stream did not take of a `write_now`: the next write sends it first
         self._nowait = send if fileno is None and isinstance(send, WriteNowait) else None
+        self._wake_writer = wake_writer if wake_writer is not None else _nothing
 
     @property
     def closed(self) -> bool:
@@ -235,22 +242,27 @@ class Connection:
     def write_now(self, lines: list[bytes]) -> bool:
         """Writes pre-encoded messages at once, with no task switch or scheduler pass, when nothing else is being
         written: True when they were taken (written, or their unwritten tail kept for the next `send_lines`, see
-        `unsent`; to a peer that stopped reading, dropped as `_write` drops them); False, writing nothing, when a
-        write is under way, the stream is full or has no descriptor.
+        `unsent`; to a peer that stopped reading, dropped as `_write` drops them: either calls `wake_writer`);
+        False, writing nothing, when a write is under way, the stream is full or has no descriptor.
 
         A client's writer task woke, took the lock, and yielded to the scheduler twice around each send; at a
         thousand streaming threads that was a tenth of the daemon's CPU."""
         if self._write_closed or self._aclosed or self._unsent or self._torn:
             return False
-        if self._nowait is not None:
+        nowait = self._nowait
+        if nowait is not None:
             if self._write_lock.locked():
                 return False
             try:
-                return self._nowait.write_nowait(b"\n".join([*lines, b""]))
+                taken = nowait.write_nowait(b"\n".join([*lines, b""]))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self._write_closed = True
                 self._log.debug("peer stopped reading", error=repr(exc))
+                self._wake_writer()
                 return True
+            if taken and nowait.backlog:
+                self._wake_writer()
+            return taken
         if self._fileno is None:
             return False
         fd = -1 if self._write_lock.locked() else self._fileno()
@@ -264,9 +276,11 @@ class Connection:
         except OSError as exc:
             self._write_closed = True
             self._log.debug("peer stopped reading", error=repr(exc))
+            self._wake_writer()
             return True
         if sent < len(data):
             self._unsent = data[sent:]
+            self._wake_writer()
         return True
 
     def fail_pending(self, error: RpcError) -> None:
@@ -334,21 +348,32 @@ class Connection:
 
     async def _read_loop(self) -> None:
         reader = LineReader(self._max_line)
+        receive, whole = self._receive.receive_some, reader.whole
+        typed_whole, typed_read = self._inbound.typed_whole, self._typed_read
         while True:
             try:
-                data = await self._receive.receive_some()
+                data = await receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 break
             if not data:
                 break
-            await self._dispatch(reader.feed(data))
+            # the streaming hot path: a read of whole lines, decoded whole, straight to the handler
+            lines: Sequence[bytes | Overflow] | None = None
+            if whole(data):
+                batch = typed_whole(data)
+                if batch is None:
+                    lines = reader.feed(data)
+            else:
+                lines = reader.feed(data)
+                batch = typed_read(lines)
+            if batch is not None:
+                await self._flush(batch)
+            elif lines is not None:
+                await self._dispatch(lines)
         await self._dispatch(reader.close())
 
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
-        typed_read = self._typed_read(lines)
-        if typed_read is not None:
-            await self._flush(typed_read)
-            return
+        """A read's lines classified one by one (`peer.Inbound.receive`), each event handled in order."""
         for event in self._inbound.receive(lines):
             if type(event) is list:
                 await self._flush(event)
