@@ -184,6 +184,16 @@ class Assembler:
         s = self._states.get(thread_id)
         return s is not None and bool(s.pending_text)
 
+    def holds_due(self, thread_id: str, now: float) -> bool:
+        """Whether `assemble(thread_id, [], now)` may make events: held text whose window has elapsed, or held
+        progress (whose throttle that call checks). When False, that call would make none and change nothing."""
+        s = self._states.get(thread_id)
+        if s is None:
+            return False
+        if s.pending_progress:
+            return True
+        return bool(s.pending_text) and now - s.pending_since >= self._sink.text_delta_flush_ms
+
     def began_holding(self) -> bool:
         """Whether the last `assemble` call's thread began to hold coalesced text (it may hold none by its end)."""
         return self._sink.began

@@ -236,9 +236,10 @@ class Delivery:
             self.to_queue.append(thread_id)
 
     def flush(self, thread_id: str, now_ms: float) -> bytes | None:
-        """A queued flush that fell due: the thread's text whose window has elapsed, delivered."""
+        """A queued flush that fell due: the thread's text whose window has elapsed, delivered. Most find none: the
+        thread's next delta flushed it already (and its text held since is not due yet), so no batch is made."""
         self.queued.discard(thread_id)
-        line = self.take(thread_id, [], now_ms)
+        line = self.take(thread_id, [], now_ms) if self.assembler.holds_due(thread_id, now_ms) else None
         self.note_pending(thread_id)
         return line
 
