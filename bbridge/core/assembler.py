@@ -111,7 +111,8 @@ class Assembler:
         # parity tooling keeps that; the daemon passes False, so a bridge with more than MAX_THREADS threads at work
         # keeps each one's state (pinned states are bounded by the work in flight, idle ones still by MAX_THREADS).
         self._evict_at_birth = evict_at_birth
-        self._batch_thread = ""  # the thread of the `assemble` call under way, for `suspects`
+        # the thread of the last `assemble` call (for `suspects`), as its state holds it (`ThreadState.thread_id`)
+        self.batch_thread = ""
         self.suspects: list[Suspect] = []  # taken (and emptied) by whoever reports them
 
     # -- public surface ------------------------------------------------------
@@ -123,9 +124,11 @@ class Assembler:
         out: list[Event] = []
         sink = self._sink
         sink.now, sink.out, sink.began = now, out, False
-        self._batch_thread = thread_id
         states = self._states
         pre = None if batch and type(batch[0]) is _SESSION_RESET else states.get(thread_id)
+        if pre is not None:
+            thread_id = pre.thread_id
+        self.batch_thread = thread_id
         sink.state = pre
         if pre is not None:
             if pre.pending_text:
@@ -230,7 +233,7 @@ class Assembler:
             s.used = self._uses  # recency as a count: moving the key to the dict's end cost a delete and an insert
             self._sink.state = s
             return s
-        s = states[thread_id] = ThreadState()
+        s = states[thread_id] = ThreadState(thread_id)
         s.used = self._uses
         self._sink.state = s
         if len(states) > MAX_THREADS:
@@ -339,7 +342,7 @@ class Assembler:
 
     def _suspect(self, rule: str, d: g.ItemClose | g.ItemTextClose) -> None:
         if len(self.suspects) < MAX_SUSPECTS:
-            self.suspects.append(Suspect(self._batch_thread, rule, d))
+            self.suspects.append(Suspect(self.batch_thread, rule, d))
 
     def _item_progress(self, s: ThreadState, d: g.ItemProgress) -> None:
         key = d.key

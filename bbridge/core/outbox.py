@@ -190,8 +190,10 @@ class Delivery:
         self.deltas = 0  # deltas taken since start
 
     def take(self, thread_id: str, deltas: Sequence[g.Delta], now_ms: float) -> bytes | None:
-        """One notification's deltas, assembled and delivered; None when no event passed."""
-        return self.deliver(thread_id, self.assembler.assemble(thread_id, deltas, now_ms))
+        """One notification's deltas, assembled and delivered (under the thread id as the assembler holds it); None
+        when no event passed."""
+        events = self.assembler.assemble(thread_id, deltas, now_ms)
+        return self.deliver(self.assembler.batch_thread, events)
 
     def take_notes(
         self, notes: Sequence[Any], start: int, stop: int, now_ms: float, lines: list[bytes], touched: set[str]
@@ -227,7 +229,7 @@ class Delivery:
         if line is not None:
             lines.append(line)
         if self.assembler.began_holding():  # text held since an earlier call has its flush queued already
-            self.note_pending(thread_id)
+            self.note_pending(self.assembler.batch_thread)
 
     def note_pending(self, thread_id: str) -> None:
         """Puts the thread in `to_queue` when it holds coalesced text and no flush of it is queued."""

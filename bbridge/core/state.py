@@ -196,12 +196,17 @@ class ThreadState:
         "text_key",
         "text_pid",
         "text_rec",
+        "thread_id",
         "turn_by_ptid",
         "used",
         "windows",
     )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, thread_id: str = "") -> None:
+        # The thread's id as the assembler's map holds it: the string every later lookup of the thread's maps (the
+        # guard's, the journal's, the flush queue's) is given, so each finds its key by identity, not by comparing
+        # a freshly decoded copy with a key long out of the cache.
+        self.thread_id = thread_id
         self.used = 0  # the assembler's use count when it last served this thread (least recently used: lowest)
         self.current_turn: str | None = None
         self.last_turn: str | None = None
