@@ -195,7 +195,7 @@ class Assembler:
             return False
         if s.pending_progress:
             return True
-        return bool(s.pending_text) and now - s.pending_since >= self._sink.text_delta_flush_ms
+        return s.text_due(now, self._sink.text_delta_flush_ms)
 
     def began_holding(self) -> bool:
         """Whether the last `assemble` call's thread began to hold coalesced text (it may hold none by its end)."""

@@ -53,9 +53,8 @@ class Sink:
         s.pending_text.clear()
 
     def flush_elapsed_text(self, s: ThreadState) -> None:
-        """Every held text, when some window has elapsed. A window's `last` does not move while it holds text, so
-        the earliest of them (`pending_since`) answers for all."""
-        if s.pending_text and self.now - s.pending_since >= self.text_delta_flush_ms:
+        """Every held text, when some of it is due (`ThreadState.text_due`)."""
+        if s.text_due(self.now, self.text_delta_flush_ms):
             self.flush_all_text(s)
 
     def coalesces(self, s: ThreadState) -> bool:
@@ -88,13 +87,8 @@ class Sink:
             else:
                 window.last = self.now
             return
-        if window.first is None:
+        if not self.absorb_text(s, window, event["delta"]):
             self.hold(s, window, event)
-            return
-        window.texts.append(event["delta"])
-        last = window.last
-        if last is not None and self.now - last >= self.text_delta_flush_ms:
-            self.flush_all_text(s)
 
     def hold(self, s: ThreadState, window: TextWindow, event: Event) -> None:
         """A text event held in its stream's `window` (one of `s.windows`, holding nothing yet): the merged event of

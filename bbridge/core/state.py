@@ -245,6 +245,11 @@ class ThreadState:
         self.text_rec = None
         self.open_items = {k: rec for k, rec in self.open_items.items() if rec.thread_attached}
 
+    def text_due(self, now: float, window_ms: float) -> bool:
+        """Whether held text is due: some window holding text has elapsed. A window's `last` does not move while it
+        holds text, so the earliest of them (`pending_since`) answers for all."""
+        return bool(self.pending_text) and now - self.pending_since >= window_ms
+
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""
         return bool(self.current_turn or self.open_items or self.pending_accepted or self.pending_text)
