@@ -131,8 +131,7 @@ class Assembler:
         self.batch_thread = thread_id
         sink.state = pre
         if pre is not None:
-            if pre.pending_text:
-                sink.flush_elapsed_text(pre)
+            sink.flush_elapsed_text(pre)  # nothing, unless held text is due (`pending_since`: no look at the list)
             if pre.pending_progress:
                 skip = {item_key(d.key) for d in batch if type(d) is g.ItemProgress}
                 sink.flush_elapsed_progress(pre, skip)
@@ -142,13 +141,13 @@ class Assembler:
             kind = type(delta)
             if kind is _SESSION_RESET:
                 gone = states.pop(thread_id, None)
-                if gone is not None and gone.pending_text:
+                if gone is not None and gone.holds_text():
                     sink.flush_all_text(gone)
                 s = pre = None
                 continue
             if kind is not _TEXT_DELTA and kind in _FLUSH_BEFORE:  # most deltas: no set lookup (a type's hash)
                 held = s if s is not None else states.get(thread_id)
-                if held is not None and held.pending_text:
+                if held is not None and held.holds_text():
                     sink.flush_all_text(held)
             target = s
             if target is None:
@@ -185,7 +184,7 @@ class Assembler:
     def has_pending_text(self, thread_id: str) -> bool:
         """Coalesced text waits for traffic; a live host flushes it with an empty batch when due."""
         s = self._states.get(thread_id)
-        return s is not None and bool(s.pending_text)
+        return s is not None and s.holds_text()
 
     def holds_due(self, thread_id: str, now: float) -> bool:
         """Whether `assemble(thread_id, [], now)` may make events: held text whose window has elapsed, or held

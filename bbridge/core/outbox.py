@@ -28,6 +28,7 @@ from bbridge.core.guard import Guard, Violation
 _encoder: Final = msgspec.json.Encoder()
 _TAIL: Final = b"]}}"
 CHUNK: Final = 64  # journal entries per tuple (`ThreadLog`)
+_DELTA_PARAMS: Final = g.ThreadDeltaParams  # a static of the compiled module: `g.…` is a module lookup at each use
 
 
 class ThreadLog:
@@ -198,16 +199,17 @@ class Delivery:
     def take_notes(
         self, notes: Sequence[Any], start: int, stop: int, now_ms: float, lines: list[bytes], touched: set[str]
     ) -> int:
-        """The `thread/delta` notifications of `notes[start:stop]` whose params the framing pass decoded (`method`,
-        `decoded`: a connection's notifications), each taken as `take_params` does, in one compiled loop over a
-        read; returns the index of the first note it leaves to the caller (another method, or params not decoded),
-        `stop` when none. A note whose assembly raises is recorded in `failed`; the rest go on."""
+        """The `thread/delta` notifications of `notes[start:stop]` whose params the framing pass decoded (`decoded`,
+        a connection's notifications: only a `thread/delta` line is decoded into `ThreadDeltaParams`, so the type
+        alone says the method, without a generic read of `method` and a string comparison per note), each taken as
+        `take_params` does, in one compiled loop over a read; returns the index of the first note it leaves to the
+        caller (another method, or params not decoded), `stop` when none. A note whose assembly raises is recorded
+        in `failed`; the rest go on."""
         batch: list[Any] = notes if isinstance(notes, list) else list(notes)  # indexed directly (`assemble`'s note)
         i = start
         while i < stop:
-            note = batch[i]
-            params = note.decoded
-            if params is None or note.method != "thread/delta":
+            params = batch[i].decoded
+            if type(params) is not _DELTA_PARAMS:
                 return i
             self.take_params(params, now_ms, lines, touched)
             i += 1

@@ -9,7 +9,7 @@ merged; every other event is a barrier that flushes buffered text first.
 from __future__ import annotations
 
 from bbridge.core.events import TEXT_EVENT_TYPES, Event
-from bbridge.core.state import MAX_MAP, TextWindow, ThreadState, stream_key, trim, trim_windows
+from bbridge.core.state import MAX_MAP, NOT_HOLDING, TextWindow, ThreadState, stream_key, trim, trim_windows
 
 
 class Sink:
@@ -35,7 +35,7 @@ class Sink:
             if self.text_delta_flush_ms > 0 and event["type"] in TEXT_EVENT_TYPES:
                 self._buffer(s, event)
                 return
-            if s.pending_text:
+            if s.holds_text():
                 self.flush_all_text(s)
         self.out.append(event)
 
@@ -51,6 +51,7 @@ class Sink:
             window.first = None
             window.texts.clear()
         s.pending_text.clear()
+        s.pending_since = NOT_HOLDING
 
     def flush_elapsed_text(self, s: ThreadState) -> None:
         """Every held text, when some of it is due (`ThreadState.text_due`)."""
@@ -78,7 +79,7 @@ class Sink:
         windows = s.windows
         window = windows.get(stream)
         if window is None or event.get("reset") is True:
-            if s.pending_text:
+            if s.holds_text():
                 self.flush_all_text(s)
             self.out.append(event)
             if window is None:
@@ -95,7 +96,7 @@ class Sink:
         the window's text at its flush. The text handler calls it directly once it has found the window."""
         last = window.last
         assert last is not None  # a window in `windows` is not trimmed out
-        if not s.pending_text:
+        if not s.holds_text():
             s.pending_since = last
             self.began = True
         elif last < s.pending_since:

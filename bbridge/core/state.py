@@ -14,6 +14,9 @@ from bbridge.core.items import UNSET
 MAX_THREADS: Final = 256
 MAX_MAP: Final = 1024
 MAX_SETTLED: Final = 512
+# `ThreadState.pending_since` while no window holds text: no clock (ms) is that late, so nothing is ever due then. A
+# literal: the compiled core inlines it (a `float("inf")` was a module attribute looked up at each use).
+NOT_HOLDING: Final = 1e300
 
 
 def trim(mapping: dict[Any, Any], bound: int) -> None:
@@ -61,8 +64,8 @@ class StreamedText:
     __slots__ = ("chunks", "tail")
 
     def __init__(self) -> None:
+        self.tail: list[str] = []  # first: what each piece reaches (see `ThreadState.__init__`)
         self.chunks: list[str] = []
-        self.tail: list[str] = []
 
     def add(self, piece: str) -> None:
         tail = self.tail
@@ -127,14 +130,15 @@ class OpenItem(StreamedText):
 
     def __init__(self, bb_id: str, key: g.ItemKey, item: it.Item, thread_attached: bool) -> None:
         super().__init__()
+        # what a text delta reads first, beside the inherited `tail` (see `ThreadState.__init__`)
+        self.window: TextWindow | None = None  # the window of the item's last text delta, of type `window_kind`
+        self.window_kind = ""
         self.bb_id = bb_id
         self.key = key
         self.item = item
         self.thread_attached = thread_attached
         self.streamed_summary: StreamedText | None = None  # made by the first piece: most items stream none
         self.stream_keys: dict[str, str] | None = None  # event type -> `stream_key`, made once per stream
-        self.window: TextWindow | None = None  # the window of the item's last text delta, of type `window_kind`
-        self.window_kind = ""
 
     def stream_key(self, kind: str) -> str:
         """This item's `stream_key` for `kind`, the same string each time (its hash is kept: a key made anew at
@@ -203,12 +207,27 @@ class ThreadState:
     )  # fmt: skip
 
     def __init__(self, thread_id: str = "") -> None:
+        # What a text delta reads comes first (the compiled class keeps its attributes in the order they are first
+        # set here): at a thousand streaming threads a state is mostly out of the cache, and the delta then reaches
+        # one or two of its lines, not three or four.
         # The thread's id as the assembler's map holds it: the string every later lookup of the thread's maps (the
         # guard's, the journal's, the flush queue's) is given, so each finds its key by identity, not by comparing
         # a freshly decoded copy with a key long out of the cache.
         self.thread_id = thread_id
         self.used = 0  # the assembler's use count when it last served this thread (least recently used: lowest)
         self.current_turn: str | None = None
+        # the windows holding text, in the order they began to: joined once each, at the flush
+        self.pending_text: list[TextWindow] = []
+        # the earliest `last` of the windows in `pending_text`; NOT_HOLDING while it is empty (`holds_text`): read
+        # here, it spares a delta a look at the list, in another line of memory
+        self.pending_since = NOT_HOLDING
+        self.pending_progress: dict[str, tuple[Event, bool]] = {}
+        # The provider item id of the last text delta keyed by it alone, its key, and the open item under that key
+        # (None: not looked up since `open_items` last changed). `open_items` changes only through the methods below.
+        self.text_pid = ""
+        self.text_key = key_of("", UNSET, UNSET)
+        self.text_rec: OpenItem | None = None
+        self.windows: dict[str, TextWindow] = {}  # by `stream_key`, oldest first (bounded by MAX_MAP)
         self.last_turn: str | None = None
         self.pending_accepted: list[str] = []
         self.open_items: dict[str, OpenItem] = {}
@@ -219,16 +238,6 @@ class ThreadState:
         self.ptid_by_turn: dict[str, str] = {}
         self.settled_keys: dict[str, None] = {}
         self.progress_last_emit: dict[str, float] = {}
-        self.pending_progress: dict[str, tuple[Event, bool]] = {}
-        self.windows: dict[str, TextWindow] = {}  # by `stream_key`, oldest first (bounded by MAX_MAP)
-        # the windows holding text, in the order they began to: joined once each, at the flush
-        self.pending_text: list[TextWindow] = []
-        self.pending_since = 0.0  # the earliest `last` of the windows in `pending_text` (while there are any)
-        # The provider item id of the last text delta keyed by it alone, its key, and the open item under that key
-        # (None: not looked up since `open_items` last changed). `open_items` changes only through the methods below.
-        self.text_pid = ""
-        self.text_key = key_of("", UNSET, UNSET)
-        self.text_rec: OpenItem | None = None
 
     def put_item(self, key: str, rec: OpenItem) -> None:
         """`rec` open under `key` (replacing any item open under it)."""
@@ -245,11 +254,15 @@ class ThreadState:
         self.text_rec = None
         self.open_items = {k: rec for k, rec in self.open_items.items() if rec.thread_attached}
 
+    def holds_text(self) -> bool:
+        """Whether some window holds text (`pending_text` is not empty)."""
+        return self.pending_since != NOT_HOLDING
+
     def text_due(self, now: float, window_ms: float) -> bool:
         """Whether held text is due: some window holding text has elapsed. A window's `last` does not move while it
-        holds text, so the earliest of them (`pending_since`) answers for all."""
-        return bool(self.pending_text) and now - self.pending_since >= window_ms
+        holds text, so the earliest of them (`pending_since`) answers for all (never, while none holds any)."""
+        return now - self.pending_since >= window_ms
 
     def pinned(self) -> bool:
         """Threads with open work are never evicted."""
-        return bool(self.current_turn or self.open_items or self.pending_accepted or self.pending_text)
+        return bool(self.current_turn or self.open_items or self.pending_accepted or self.holds_text())
