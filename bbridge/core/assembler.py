@@ -158,8 +158,7 @@ class Assembler:
                 self._text_delta(target, cast(g.ItemTextDelta, delta))
             else:
                 handlers[kind](self, target, delta)
-        sink.out = []
-        return out
+        return out  # the sink keeps it until the next batch: only handlers push, inside this call (no list made for it)
 
     def get_bb_item_id(self, thread_id: str, provider_item_id: str) -> str | None:
         s = self._states.get(thread_id)
