@@ -209,3 +209,41 @@ def test_a_text_window_trimmed_out_of_its_thread_starts_afresh() -> None:
     assert run(3.0, _text(f"m{MAX_MAP - 1}", "d")) == []  # kept: held
     assert run(4.0, _text("first", "e")) == []  # its new window holds it
     assert run(150.0) == ["d", "e"]  # both windows have passed: held text in the order it began to be held
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["agentMessage", "reasoningText", "reasoningSummary"]), st.integers(0, 150)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 5),
+)
+def test_an_items_text_keeps_its_pieces_order_whatever_windows_hold_them(
+    steps: list[tuple[str, int]], batch: int
+) -> None:
+    """An item's main text is its pieces in arrival order, with coalescing (pieces wait in their window until it
+    flushes: `OpenItem.defer`) as without, across two channels' windows of one item, batches, elapsed windows, and a
+    read of the streamed text between batches; the item's completed text says the same."""
+    deltas = [
+        {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": channel, "text": f"{channel[0]}{n}."}
+        for n, (channel, _) in enumerate(steps)
+    ]
+    close = {"kind": "item.textClose", "key": {"providerItemId": "m"}, "channel": "agentMessage"}
+    main = "".join(d["text"] for d in deltas if d["channel"] != "reasoningSummary")
+    completed: list[list[Any]] = []
+    for flush_ms in (100, 0):  # without coalescing no piece ever waits in a window
+        assembler = Assembler("p", "test", text_delta_flush_ms=flush_ms)
+        now = 0.0
+        assembler.assemble("t", _batch({"kind": "turn.open"}, thread="t"), now)
+        seen = ""
+        for start in range(0, len(deltas), batch):
+            now += sum(gap for _, gap in steps[start : start + batch])
+            assembler.assemble("t", _batch(*deltas[start : start + batch], thread="t"), now)
+            streamed = assembler.streamed_text("t")
+            seen = next(iter(streamed.values()))[0] if streamed else ""
+            assert main.startswith(seen)
+        assert seen == main
+        events = assembler.assemble("t", _batch(close, thread="t"), now + 1)
+        completed.append([e["item"] for e in events if e["type"] == "item/completed"])
+    assert completed[0] == completed[1]

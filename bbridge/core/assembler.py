@@ -427,15 +427,19 @@ class Assembler:
                 started = new_event("item/started", turn)
                 started["item"] = item
                 self._sink.push(started)
-        if rec is not None:
-            rec.stream(text, channel == "reasoningSummary")
+        summary = channel == "reasoningSummary"
         kind = _TEXT_DELTA_TYPE[channel]
         sink = self._sink
         window: TextWindow | None = None
         if sink.coalesces(s):
             window = rec.window_of(kind, s.windows) if rec is not None else s.windows.get(stream_key(kind, bb))
-            if sink.absorb_text(s, window, text):  # the window holds text already: this joins it, no event needed
-                return
+        if rec is not None:
+            if window is None or summary:
+                rec.stream(text, summary)
+            elif rec.deferred is not window:  # the main text's pieces stay in the window until it flushes
+                rec.defer(window)
+        if window is not None and sink.absorb_text(s, window, text):  # it holds text already: this joins it
+            return
         event = delta_event(kind, turn, bb, text)
         if parent:
             event["parentToolCallId"] = parent

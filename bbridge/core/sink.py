@@ -45,7 +45,10 @@ class Sink:
         for window in s.pending_text:
             first = window.first
             assert first is not None  # a window in `pending_text` holds text
-            first["delta"] = "".join(window.texts)  # the held event is the sink's alone: it becomes the merged one
+            joined = first["delta"] = "".join(window.texts)  # the held event is the sink's alone: it becomes the merge
+            deferring = window.deferring
+            if deferring is not None:
+                deferring.commit(joined)
             out.append(first)
             window.last = now
             window.first = None

@@ -98,12 +98,13 @@ class TextWindow:
     (`OpenItem.window`), so a delta inside the window touches this object and its item, not the thread's maps.
     """
 
-    __slots__ = ("first", "last", "texts")
+    __slots__ = ("deferring", "first", "last", "texts")
 
     def __init__(self, last: float) -> None:
         self.last: float | None = last  # None once trimmed out of the thread's windows (then no holder may use it)
         self.first: Event | None = None  # the first held event while the window holds text: it becomes the merge
         self.texts: list[str] = []  # the texts held, that event's first
+        self.deferring: OpenItem | None = None  # the item whose main text some of them are (`OpenItem.defer`)
 
 
 def trim_windows(windows: dict[str, TextWindow], bound: int) -> None:
@@ -119,6 +120,8 @@ class OpenItem(StreamedText):
 
     __slots__ = (
         "bb_id",
+        "deferred",
+        "deferred_from",
         "item",
         "key",
         "stream_keys",
@@ -133,6 +136,8 @@ class OpenItem(StreamedText):
         # what a text delta reads first, beside the inherited `tail` (see `ThreadState.__init__`)
         self.window: TextWindow | None = None  # the window of the item's last text delta, of type `window_kind`
         self.window_kind = ""
+        self.deferred: TextWindow | None = None  # the window holding pieces of the main text not added yet (`defer`)
+        self.deferred_from = 0  # where in its texts they begin
         self.bb_id = bb_id
         self.key = key
         self.item = item
@@ -163,17 +168,43 @@ class OpenItem(StreamedText):
         return window
 
     def stream(self, piece: str, summary: bool) -> None:
-        """Add a streamed piece to the main text, or to the reasoning summary."""
+        """Add a streamed piece to the main text (after any deferred ones), or to the reasoning summary."""
         if summary:
             if self.streamed_summary is None:
                 self.streamed_summary = StreamedText()
             self.streamed_summary.add(piece)
         else:
+            self.commit()
             self.add(piece)
+
+    def defer(self, window: TextWindow) -> None:
+        """The main text's next pieces are the ones `window` takes from now on (past its texts' current end): they
+        join the main text once, when the window flushes (its whole text in one piece when it deferred them all) or
+        before the text is read or another piece joins it. A text delta inside a window then reaches neither this
+        item's piece list nor its line of memory (`Sink.flush_all_text` hands the flushed text back)."""
+        self.commit()
+        other = window.deferring
+        if other is not None:  # another item under the same id (closed, then opened again) deferred there first
+            other.commit()
+        self.deferred, self.deferred_from, window.deferring = window, len(window.texts), self
+
+    def commit(self, joined: str | None = None) -> None:
+        """The deferred pieces added to the main text, in order; `joined`: the window's whole text, at its flush."""
+        window = self.deferred
+        if window is None:
+            return
+        if joined is not None and self.deferred_from == 0:
+            self.add(joined)
+        else:
+            for piece in window.texts[self.deferred_from :]:
+                self.add(piece)
+        self.deferred = None
+        window.deferring = None
 
     @property
     def text(self) -> str:
         """The main text streamed into the item so far."""
+        self.commit()
         return self.value()
 
     @property
