@@ -180,8 +180,8 @@ class OpenItem(StreamedText):
     def defer(self, window: TextWindow) -> None:
         """The main text's next pieces are the ones `window` takes from now on (past its texts' current end): they
         join the main text once, when the window flushes (its whole text in one piece when it deferred them all) or
-        before the text is read or another piece joins it. A text delta inside a window then reaches neither this
-        item's piece list nor its line of memory (`Sink.flush_all_text` hands the flushed text back)."""
+        before the text is read or another piece joins it. A text delta inside a window then leaves this item's
+        piece list, and the memory it holds, alone (`Sink.flush_all_text` hands the flushed text back)."""
         self.commit()
         other = window.deferring
         if other is not None:  # another item under the same id (closed, then opened again) deferred there first
