@@ -6,13 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
+from bbridge.core.grammar import ThreadDeltaParams, TurnOpen
 from bbridge.daemon import router
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import Tool
 from bbridge.daemon.methods import FORWARDED, METHODS, RULES
 from bbridge.daemon.threads import Cause, ThreadRecord
+from bbridge.wire.jsonrpc import Notification
 from tests.support import connect, fake_provider, running
 from tests.test_declared_tools import LOOKUP, OK, run_call, start
 
@@ -72,6 +75,32 @@ async def test_a_bridges_threads_are_its_providers_records_then_its_other_member
     assert list(daemon.registry.of_bridge(bridge)) == ["thr_a", "thr_heard"]
 
 
+async def test_a_bridges_traffic_makes_members_noted_on_its_assembler_state(mock_clock: trio.testing.MockClock) -> None:
+    """A thread the bridge sends deltas for (or a notification with none, once it has a state) joins its members
+    after the read and its traffic time is its state's; a flush is not traffic; a released thread leaves and joins
+    again at its next notification."""
+    daemon, bridge = _in_process()
+    bridge.delivery = daemon.open_delivery(bridge)
+
+    async def read(thread_id: str, deltas: list[Any], at: float) -> None:
+        mock_clock.jump(at - trio.current_time())
+        await daemon.on_notifications(
+            bridge, [Notification("thread/delta", None, ThreadDeltaParams(thread_id, deltas))]
+        )
+
+    await read("thr_a", [TurnOpen()], 1)
+    assert bridge.threads == {"thr_a"} and bridge.assembler.heard_at("thr_a") == 1000
+    await read("thr_a", [], 2)
+    await read("thr_b", [], 3)  # no state: nothing to note, not a member
+    assert bridge.assembler.heard_at("thr_a") == 2000 and bridge.threads == {"thr_a"}
+    bridge.delivery.flush("thr_a", 4000)
+    assert bridge.assembler.heard_at("thr_a") == 2000
+    daemon.registry.release("thr_a", bridge, Cause.RELEASED)
+    assert bridge.threads == set()
+    await read("thr_a", [], 5)
+    assert bridge.threads == {"thr_a"} and not bridge.assembler.arrivals
+
+
 async def test_a_stop_with_intent_release_through_the_daemon(tmp_path: Path) -> None:
     """After the bridge answers a release, its thread is no member of the bridge and has no tools (a call is
     refused as undeclared); the daemon still routes the thread (no providerId needed) and shows its provider,
@@ -110,7 +139,7 @@ async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> No
     assert record.watch is not None and record.watch.start is not None and "thr" in bridge.watchdogs.watched
     assert daemon.registry.liveness("thr", now + 1).start_pending
     bridge.watchdogs.observe("thr", _started("thr", "T1"), now + 2)
-    bridge.watchdogs.traffic({"thr"}, now + 5)
+    bridge.delivery.take_params(ThreadDeltaParams("thr", [TurnOpen()]), (now + 5) * 1000, [])  # its bridge's traffic
     question = daemon.interactions.add("interaction/request", "p", {"threadId": "thr", "payload": {"kind": "q"}})
     assert record.pending == {question.request_id: question}
     live = daemon.registry.liveness("thr", now + 8)

@@ -7,12 +7,15 @@ import trio.testing
 
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
-from bbridge.daemon.watchdog import TRAFFIC_BATCH, Watchdogs
+from bbridge.daemon.watchdog import Watchdogs
 
 
-def watchdogs(start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> Watchdogs:
-    """A bridge's watchdogs over a registry of their own."""
-    return Watchdogs(ThreadRegistry(Tracker()), start_timeout_s, stall_timeout_s)
+def watchdogs(
+    start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0, heard: dict[str, float] | None = None
+) -> Watchdogs:
+    """A bridge's watchdogs over a registry of their own; `heard`: each thread's latest traffic (ms), as its
+    bridge's assembler would note it."""
+    return Watchdogs(ThreadRegistry(Tracker()), start_timeout_s, stall_timeout_s, ({} if heard is None else heard).get)
 
 
 def started(thread: str, turn: str) -> dict[str, object]:
@@ -60,35 +63,34 @@ def test_threshold_is_rounded_half_up_in_the_message() -> None:
 
 
 def test_stall_warns_once_and_traffic_rearms() -> None:
-    dogs = watchdogs(stall_timeout_s=600)
+    heard: dict[str, float] = {}
+    dogs = watchdogs(stall_timeout_s=600, heard=heard)
     dogs.observe("t", started("t", "a"), 0)
     assert dogs.sweep(599) == []
     warned = dogs.sweep(600)
     assert [e["code"] for e in warned] == ["provider_turn_stalled"] and warned[0]["turnId"] == "a"
     assert dogs.sweep(900) == []
-    dogs.traffic({"t"}, 900)
+    heard["t"] = 900_000.0
     assert dogs.sweep(1499) == [] and len(dogs.sweep(1500)) == 1
     dogs.observe("t", completed("t", "a"), 1600)
     assert dogs.sweep(10_000) == []
 
 
-def test_traffic_stored_a_batch_at_a_time_keeps_each_threads_latest_read() -> None:
-    """Reads' traffic waits and is stored late (`TRAFFIC_BATCH`): each thread's turn still counts its silence from
-    its latest read, whether the batch was stored by a full batch, a sweep or a live read."""
+def test_traffic_is_read_from_the_assembler_when_needed_and_kept_when_its_state_goes() -> None:
+    """Each thread's turn counts its silence from its latest notification, read from its bridge's assembler by a
+    live read or a sweep. What a sweep read stays with the turn when the assembler later lets the state go."""
     registry = ThreadRegistry(Tracker())
-    dogs = Watchdogs(registry, 120.0, 600.0)
+    heard: dict[str, float] = {}
+    dogs = Watchdogs(registry, 120.0, 600.0, heard.get)
     for thread in ("t", "u"):
         dogs.observe(thread, started(thread, "a"), 0)
-    dogs.traffic({"t", "u"}, 5)
-    dogs.traffic({"t"}, 7)
-    for n in range(TRAFFIC_BATCH):  # another thread's reads fill the batch: stored in the middle of them
-        dogs.traffic({"v"}, 8 + n / TRAFFIC_BATCH)
-    assert len(registry.traffic) < TRAFFIC_BATCH  # bounded: a full batch is stored at once
-    dogs.traffic({"u"}, 9)
+    heard.update(t=7_000.0, u=9_000.0)
     assert registry.liveness("u", 10).silence_s == 1 and registry.liveness("t", 10).silence_s == 3
-    dogs.traffic({"t"}, 11)
+    heard["t"] = 11_000.0
     assert dogs.sweep(605) == []
+    del heard["t"]  # evicted: what the sweep read is kept
     assert [e["threadId"] for e in dogs.sweep(609)] == ["u"]
+    assert dogs.sweep(610) == []
     assert [e["threadId"] for e in dogs.sweep(611)] == ["t"]
 
 

@@ -114,6 +114,8 @@ class Assembler:
         # the thread of the last `assemble` call (for `suspects`), as its state holds it (`ThreadState.thread_id`)
         self.batch_thread = ""
         self.suspects: list[Suspect] = []  # taken (and emptied) by whoever reports them
+        # the threads a notification reached since the owner last took this list, each once until it `depart`s
+        self.arrivals: list[str] = []
 
     # -- public surface ------------------------------------------------------
 
@@ -226,19 +228,48 @@ class Assembler:
         sink's batch state."""
         states = self._states
         self._uses += 1
+        sink = self._sink
         s = known if known is not None else states.get(thread_id)
         if s is not None:
             s.used = self._uses  # recency as a count: moving the key to the dict's end cost a delete and an insert
-            self._sink.state = s
+            s.heard = sink.now
+            if not s.arrived:
+                self._arrive(s)
+            sink.state = s
             return s
         s = states[thread_id] = ThreadState(thread_id)
         s.used = self._uses
-        self._sink.state = s
+        s.heard = sink.now
+        self._arrive(s)
+        sink.state = s
         if len(states) > MAX_THREADS:
             self._prune("" if self._evict_at_birth else thread_id)
             if thread_id not in states:  # pruning evicted this brand-new state: its events pass uncoalesced
                 self._sink.state = None
         return s
+
+    def _arrive(self, s: ThreadState) -> None:
+        s.arrived = True
+        self.arrivals.append(s.thread_id)
+
+    def hear(self, thread_id: str, now: float) -> None:
+        """A notification with no deltas: the thread's traffic all the same (`heard_at`), if it has a state."""
+        s = self._states.get(thread_id)
+        if s is not None:
+            s.heard = now
+            if not s.arrived:
+                self._arrive(s)
+
+    def heard_at(self, thread_id: str) -> float | None:
+        """The clock (ms) of the thread's latest notification with deltas (or `hear`d); None without a state."""
+        s = self._states.get(thread_id)
+        return None if s is None else s.heard
+
+    def depart(self, thread_id: str) -> None:
+        """The owner let the thread go: its next notification makes it one of the `arrivals` again."""
+        s = self._states.get(thread_id)
+        if s is not None:
+            s.arrived = False
 
     def _prune(self, keep: str) -> None:
         """Evicts least recently used states that are not pinned (nor `keep`) down to the bound."""

@@ -196,9 +196,7 @@ class Delivery:
         events = self.assembler.assemble(thread_id, deltas, now_ms)
         return self.deliver(self.assembler.batch_thread, events)
 
-    def take_notes(
-        self, notes: Sequence[Any], start: int, stop: int, now_ms: float, lines: list[bytes], touched: set[str]
-    ) -> int:
+    def take_notes(self, notes: Sequence[Any], start: int, stop: int, now_ms: float, lines: list[bytes]) -> int:
         """The `thread/delta` notifications of `notes[start:stop]` whose params the framing pass decoded (`decoded`,
         a connection's notifications: only a `thread/delta` line is decoded into `ThreadDeltaParams`, so the type
         alone says the method, without a generic read of `method` and a string comparison per note), each taken as
@@ -211,16 +209,18 @@ class Delivery:
             params = batch[i].decoded
             if type(params) is not _DELTA_PARAMS:
                 return i
-            self.take_params(params, now_ms, lines, touched)
+            self.take_params(params, now_ms, lines)
             i += 1
         return stop
 
-    def take_params(self, params: g.ThreadDeltaParams, now_ms: float, lines: list[bytes], touched: set[str]) -> None:
-        """One notification's params: its thread in `touched`, its line (if any event passed) in `lines`, its
-        thread in `to_queue` when it newly holds coalesced text."""
+    def take_params(self, params: g.ThreadDeltaParams, now_ms: float, lines: list[bytes]) -> None:
+        """One notification's params: its line (if any event passed) in `lines`, its thread in `to_queue` when it
+        newly holds coalesced text. The thread's traffic is its assembler state's (`Assembler.heard_at`,
+        `arrivals`): a notification with no deltas reaches no state, and is told to it (`hear`)."""
         thread_id = params.threadId
         deltas = params.deltas
-        touched.add(thread_id)
+        if not deltas:
+            self.assembler.hear(thread_id, now_ms)
         self.deltas += len(deltas)
         try:
             line = self.take(thread_id, deltas, now_ms)

@@ -83,10 +83,12 @@ def utf16_len(text: str) -> int:
 
 
 def escaped_separator(data: bytes | Raw) -> re.Match[bytes] | None:
-    """`ESCAPED_SEPARATOR.search`, after a substring test on bytes: `in` scans at memory speed where the regex engine
-    steps byte by byte (callgrind: ~950 instructions per bridge line of ~190 bytes), and almost no text holds
-    `\\u001`. Other buffers (`msgspec.Raw`) go to the regex."""
-    if type(data) is bytes and b"\\u001" not in data:
+    """`ESCAPED_SEPARATOR.search`, after substring tests on bytes: `in` scans faster than the regex engine steps
+    byte by byte (callgrind: ~950 instructions per bridge line of ~190 bytes), and almost no text holds `\\u001`.
+    A backslash is looked for first: a one-byte `in` is a `memchr` (~8 ns a line of the scale bench's reads, where
+    the five-byte search took ~105 ns), and a text with no escape at all is common. Other buffers (`msgspec.Raw`)
+    go to the regex."""
+    if type(data) is bytes and (b"\\" not in data or b"\\u001" not in data):
         return None
     return ESCAPED_SEPARATOR.search(data)
 

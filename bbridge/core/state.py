@@ -215,8 +215,10 @@ class OpenItem(StreamedText):
 
 class ThreadState:
     __slots__ = (
+        "arrived",
         "cmd_snapshots",
         "current_turn",
+        "heard",
         "item_by_pid",
         "last_turn",
         "open_items",
@@ -246,6 +248,12 @@ class ThreadState:
         # a freshly decoded copy with a key long out of the cache.
         self.thread_id = thread_id
         self.used = 0  # the assembler's use count when it last served this thread (least recently used: lowest)
+        # The clock (ms) of the latest notification whose deltas reached this state, and whether its owner has been
+        # told the thread arrived (`Assembler.arrivals`): what the daemon's watchdogs and a bridge's membership read,
+        # kept here because a delta already reaches this line (a set of a read's threads cost ~700 instructions a
+        # delta).
+        self.heard = 0.0
+        self.arrived = False
         self.current_turn: str | None = None
         # the windows holding text, in the order they began to: joined once each, at the flush
         self.pending_text: list[TextWindow] = []

@@ -200,7 +200,9 @@ class BridgeProcess:
         )
         self.guard = Guard()
         self.delivery = host.open_delivery(self)
-        self.watchdogs = Watchdogs(host.registry, config.turn_start_timeout_s, config.turn_stall_timeout_s)
+        self.watchdogs = Watchdogs(
+            host.registry, config.turn_start_timeout_s, config.turn_stall_timeout_s, self.assembler.heard_at
+        )
         self.threads: set[str] = set()
         self.started_at = trio.current_time()
         self.stopping = False

@@ -74,15 +74,14 @@ class DeliveryMixin(DaemonState):
         self.counters.notifications_in += len(batch)
         delivery = bridge.delivery
         lines: list[bytes] = []
-        touched: set[str] = set()  # threads heard from, for the watchdogs
         deltas_before = delivery.deltas
         now_ms, count, i = now * 1000, len(batch), 0
         early = count > EARLY_SEND_MIN and bool(self.clients)  # the first events go out before the rest is assembled
         while i < count:
             stop = i + 1 if early else count
-            i = delivery.take_notes(batch, i, stop, now_ms, lines, touched)
+            i = delivery.take_notes(batch, i, stop, now_ms, lines)
             if i < stop:
-                lines = self._take_other(bridge, batch[i], now_ms, lines, touched)
+                lines = self._take_other(bridge, batch[i], now_ms, lines)
                 i += 1
             if early and lines:
                 early = False
@@ -92,11 +91,9 @@ class DeliveryMixin(DaemonState):
         self._broadcast(lines)
         self._take_notices(bridge, now)
         self.counters.deltas_in += delivery.deltas - deltas_before
-        bridge.threads |= touched
-        bridge.watchdogs.traffic(touched, now)
 
     def _take_other(
-        self, bridge: BridgeProcess, note: rpc.Notification, now_ms: float, lines: list[bytes], touched: set[str]
+        self, bridge: BridgeProcess, note: rpc.Notification, now_ms: float, lines: list[bytes]
     ) -> list[bytes]:
         """A note `take_notes` leaves: a `thread/delta` the framing pass did not decode, or another method (what
         came before it goes out first). Returns the lines to go on with."""
@@ -105,7 +102,7 @@ class DeliveryMixin(DaemonState):
             if method == "thread/delta":
                 params = self._decode_delta(bridge, note.params)
                 if params is not None:
-                    bridge.delivery.take_params(params, now_ms, lines, touched)
+                    bridge.delivery.take_params(params, now_ms, lines)
                 return lines
             lines = self._broadcast(lines)
             if method in FORWARDED_NOTIFICATIONS:
@@ -173,7 +170,11 @@ class DeliveryMixin(DaemonState):
                 message = mistakes.drop_message(bridge.provider_id, thread_id, event, violation, hint)
                 self.mistakes.note(thread_id, violation.rule, message)
                 log.warning(message, threadId=thread_id, providerId=bridge.provider_id, rule=violation.rule)
-        if bridge.assembler.suspects:
+        assembler = bridge.assembler
+        if assembler.arrivals:  # the threads it newly heard from: members of the bridge (until a release)
+            bridge.threads.update(assembler.arrivals)
+            assembler.arrivals.clear()
+        if assembler.suspects:
             self._take_suspects(bridge)
         if delivery.replaced:
             self.counters.unhandled_extensions += delivery.replaced

@@ -4,7 +4,8 @@ A thread's record (`ThreadRecord`) holds what the daemon learnt when a client co
 (which routes a later request that names none), the client that owns it (asked first by the thread's bridge
 requests), the tools it declared with the daemon's hosted tools it chose among them (`daemon/hosted.py`), and
 its `cwd` — and what is live on it: its watchdog state (`watchdog.Watch`: a dispatched
-turn not yet started, its open turns, when its bridge was last heard from) and its open pending requests (the
+turn not yet started, its open turns, and where to read when its bridge last sent something for it: its
+assembler's state of the thread) and its open pending requests (the
 `pending.Pending` the thread waits on a person for, oldest first) and its running hosted tool calls (each a
 cancel scope: a `thread/stop`, a release and its bridge's exit cancel them). `liveness` reads the live part for
 `daemon/status` (and, next, a web page and metrics).
@@ -19,8 +20,8 @@ that names no thread is in no record: `Interactions` (by request id) still holds
 
 Three structures are indexed otherwise for speed and stay where they are, the registry owning their lifetime:
 the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery, which stamps every
-event from it and updates it on a `thread/identity` event), a bridge's members (`BridgeProcess.threads`, which a
-read's traffic joins in one set union) and the threads each bridge's watchdogs sweep (`Watchdogs.watched`, with
+event from it and updates it on a `thread/identity` event), a bridge's members (`BridgeProcess.threads`, which the
+threads its assembler newly hears from join after each read: `Assembler.arrivals`) and the threads each bridge's watchdogs sweep (`Watchdogs.watched`, with
 its provider's timeouts, over the records' state); the open work (`Tracker`) is fed per lifecycle event.
 
 What each way of letting a thread go clears is `LETS_GO`, read by `release`. What a thread is not let go of:
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -138,8 +138,6 @@ class ThreadRegistry:
     def __init__(self, tracker: Tracker, tool_host: ToolHost | None = None) -> None:
         self.records: dict[str, ThreadRecord] = {}
         self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
-        # the bridges' reads not yet stored in their threads' watches (`Watchdogs.traffic`): (when, threads)
-        self.traffic: list[tuple[float, AbstractSet[str]]] = []
         self._tracker = tracker
         self._tool_host = tool_host
 
@@ -229,7 +227,6 @@ class ThreadRegistry:
 
     def liveness(self, thread_id: str, now: float) -> Liveness:
         """The thread's open turn and its age, its bridge's silence on it, and the requests waiting on a person."""
-        self.apply_traffic()
         record = self.records.get(thread_id)
         watch = None if record is None else record.watch
         turn = None if watch is None else watch.open_turn()
@@ -240,26 +237,6 @@ class ThreadRegistry:
             watch is not None and watch.start is not None,
             () if record is None else tuple(record.pending.values()),
         )
-
-    def apply_traffic(self) -> None:
-        """Stores the waiting reads' traffic in the watches: each thread's latest read's time, once (newest first).
-        Stored late, it holds what storing each read at once would: a watch armed since gets an older time than its
-        turn's start, which is never applied; a watch released since is not there to take it."""
-        traffic = self.traffic
-        if not traffic:
-            return
-        records = self.records
-        seen: set[str] = set()
-        for now, thread_ids in reversed(traffic):
-            if seen.issuperset(thread_ids):  # most reads of a batch: no new set made
-                continue
-            fresh = thread_ids - seen
-            seen |= fresh
-            for thread_id in fresh:
-                record = records.get(thread_id)
-                if record is not None and (watch := record.watch) is not None:
-                    watch.heard = now
-        traffic.clear()
 
     def by_provider_thread(self, provider_thread_id: object, provider_id: str) -> str | None:
         """The bb thread of a provider thread on that provider."""
@@ -303,6 +280,7 @@ class ThreadRegistry:
                 record.watch = None
         if Piece.MEMBERSHIP in pieces:
             bridge.threads.discard(thread_id)
+            bridge.assembler.depart(thread_id)  # its next notification, if any, makes it a member again
         if record is not None:
             if Piece.HOSTED_CALLS in pieces:
                 self.cancel_calls(thread_id, f"the thread was let go ({cause.value})")

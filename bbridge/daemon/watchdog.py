@@ -1,19 +1,21 @@
 """Turn-start and turn-stall watchdogs (daemon.md §5, protocol.md §9.7), pure.
 
-A thread's watchdog state (`Watch`: its dispatched turn not yet started, its open turns, when its bridge was
-last heard from) is kept in its record (`threads.ThreadRecord.watch`) while something is armed (a dispatched or
-open turn); `Watchdogs` is one bridge's sweeper, with its provider's timeouts, over the threads it armed
-(`watched`), and drops a thread's watch when its last turn settles. The daemon's timers call `sweep(now)`;
-everything else is fed from the request path (`turn_dispatched`) and the delivered events (`observe`,
-`traffic`). A thread no client constructed (a `turn/start` on a thread the daemon never constructed, a thread
-learnt from `thread/identity`) gets its record made here when it is armed (`ThreadRegistry.record`). Times are
-seconds on the daemon's clock.
+A thread's watchdog state (`Watch`: its dispatched turn not yet started, its open turns, and where its traffic
+is read) is kept in its record (`threads.ThreadRecord.watch`) while something is armed (a dispatched or open
+turn); `Watchdogs` is one bridge's sweeper, with its provider's timeouts, over the threads it armed (`watched`),
+and drops a thread's watch when its last turn settles. The daemon's timers call `sweep(now)`; everything else is
+fed from the request path (`turn_dispatched`) and the delivered events (`observe`). A thread's traffic is not fed
+at all: the bridge's assembler notes each thread's latest notification on the thread's state, which a delta
+reaches anyway (`Assembler.heard_at`), and a sweep or a live read brings the open turns up to it (a set of each
+read's threads, stored in the watches a batch at a time, cost ~700 instructions a delta). A thread no client
+constructed (a `turn/start` on a thread the daemon never constructed, a thread learnt from `thread/identity`) gets
+its record made here when it is armed (`ThreadRegistry.record`). Times are seconds on the daemon's clock.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -23,10 +25,12 @@ if TYPE_CHECKING:
     from bbridge.daemon.threads import ThreadRecord, ThreadRegistry
 
 
-# How many reads' traffic (every bridge's) waits before it is stored in the watches; every sweep and live read
-# stores it first. At 1,000 threads streaming over ten bridges a batch holds each thread ~5 times (one store, not
-# five), and its sets, kept until then, ~300 KB.
-TRAFFIC_BATCH = 256
+HeardAt = Callable[[str], float | None]
+"""When its bridge last sent a notification for a thread, in ms of the daemon's clock (`Assembler.heard_at`)."""
+
+
+def _never(thread_id: str) -> float | None:
+    return None
 
 
 def _round_half_up(value: float) -> int:
@@ -51,39 +55,55 @@ class OpenTurn:
 class Watch:
     """One thread's watchdog state, kept in its record until `release` clears it."""
 
+    thread_id: str = ""
+    heard_at: HeardAt = _never  # its traffic: the arming bridge's assembler's
     start: PendingStart | None = None  # a dispatched turn the provider has not started yet
     turns: dict[str, OpenTurn] = field(default_factory=dict)  # its open turns, oldest first
-    heard: float | None = None  # its latest traffic (`ThreadRegistry.apply_traffic`), applied to the turns when read
+
+    def heard(self) -> float | None:
+        """When its bridge last sent a notification for the thread (seconds), if its assembler still holds it."""
+        ms = self.heard_at(self.thread_id)
+        return None if ms is None else ms / 1000
 
     def open_turn(self) -> OpenTurn | None:
         """The newest open turn, its last activity brought up to the latest traffic."""
         if not self.turns:
             return None
         turn = next(reversed(self.turns.values()))
-        heard = self.heard
+        self.catch_up(turn, self.heard())
+        return turn
+
+    @staticmethod
+    def catch_up(turn: OpenTurn, heard: float | None) -> None:
+        """Traffic since the turn's last activity re-arms its stall timer."""
         if heard is not None and heard > turn.last_activity:
             turn.last_activity, turn.warned = heard, False
-        return turn
 
 
 class Watchdogs:
     OBSERVED_TYPES: ClassVar[frozenset[str]] = frozenset({"turn/started", "turn/completed", "provider/error"})
     """The event types `observe` acts on; it ignores every other."""
 
-    def __init__(self, threads: ThreadRegistry, start_timeout_s: float = 120.0, stall_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        threads: ThreadRegistry,
+        start_timeout_s: float = 120.0,
+        stall_timeout_s: float = 600.0,
+        heard_at: HeardAt = _never,
+    ) -> None:
         self.start_timeout_s = start_timeout_s
         self.stall_timeout_s = stall_timeout_s
         self.watched: dict[str, None] = {}  # the threads this bridge armed, in order; their state is their records'
         self._threads = threads
         self._records = threads.records
-        self._traffic = threads.traffic
+        self._heard_at = heard_at
 
     def _arm(self, thread_id: str) -> Watch:
         """The thread's watch (made, with its record if it has none), swept by this bridge from now on."""
         record = self._threads.record(thread_id)
         watch = record.watch
         if watch is None:
-            watch = record.watch = Watch()
+            watch = record.watch = Watch(thread_id, self._heard_at)
         self.watched[thread_id] = None
         return watch
 
@@ -112,16 +132,6 @@ class Watchdogs:
         """This bridge no longer sweeps the thread (`ThreadRegistry.release` clears its state)."""
         self.watched.pop(thread_id, None)
 
-    def traffic(self, thread_ids: AbstractSet[str], now: float) -> None:
-        """Any bridge traffic for a thread re-arms its stall timers (`sweep` applies it). A read's threads are kept
-        as they are, and stored in their watches a batch of reads at a time (`ThreadRegistry.apply_traffic`: each
-        thread once, its latest read's time): a loop over every read's threads cost ~700 instructions a delta
-        (callgrind, one scale bridge's 100 threads through the read path). The set must not change after."""
-        traffic = self._traffic
-        traffic.append((now, thread_ids))
-        if len(traffic) >= TRAFFIC_BATCH:
-            self._threads.apply_traffic()
-
     def observe(self, thread_id: str, event: Event, now: float) -> OpenTurn | None:
         """Feed one lifecycle event; returns the turn a `turn/completed` closed (its duration is `now - started`)."""
         kind = event["type"]
@@ -144,7 +154,6 @@ class Watchdogs:
         A turn whose thread waits on a client (its record's pending requests: an approval, a question, a tool
         call) is not stalled: its warning says what it waits on and for how long, with code
         `turn_waiting_on_client`."""
-        self._threads.apply_traffic()
         armed: list[tuple[ThreadRecord, Watch]] = []
         for thread_id in list(self.watched):
             record = self._records.get(thread_id)
@@ -170,10 +179,9 @@ class Watchdogs:
                     }
                 )
         for record, watch in armed:
-            heard = watch.heard
+            heard = watch.heard() if watch.turns else None
             for turn_id, turn in watch.turns.items():
-                if heard is not None and heard > turn.last_activity:
-                    turn.last_activity, turn.warned = heard, False
+                watch.catch_up(turn, heard)
                 silent = now - turn.last_activity
                 if not turn.warned and silent >= self.stall_timeout_s:
                     turn.warned = True
