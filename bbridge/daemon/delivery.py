@@ -280,6 +280,7 @@ class DeliveryMixin(DaemonState):
             for bridge in flushed.values():
                 self._take_notices(bridge, now)
             self._broadcast(lines)
+            del lines, flushed  # freed now, while in the cache, not after the next sleep (`rpc.Connection._read_loop`)
 
     def _advise(self, bridge: BridgeProcess, thread_id: str, text: str) -> None:
         """A `provider/error` whose text names `BB_*` variables the bridge was not given ("set BB_X …, then

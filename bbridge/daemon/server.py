@@ -145,6 +145,7 @@ class Client:
                 self._outbox_ready = trio.Event()
                 batch, self._outbox, self._outbox_bytes = self._outbox, [], 0
                 await self.conn.send_lines(batch)  # after what `write_now` left unsent
+                del batch  # freed now, while in the cache, not after the next wait (`rpc.Connection._read_loop`)
                 if self.conn.write_closed:
                     return
                 if self._outbox_closed and not self._outbox:

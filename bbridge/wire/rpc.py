@@ -370,6 +370,10 @@ class Connection:
                 await self._flush(batch)
             elif lines is not None:
                 await self._dispatch(lines)
+            # The read's messages go now, while they are in the cache: kept until the next read rebound these names,
+            # they were freed after every other task's work, at 1,000 streaming threads ~7 % of the daemon's CPU
+            # (perf: the decrements of their fields' counts, each a miss).
+            del data, lines, batch
         await self._dispatch(reader.close())
 
     async def _dispatch(self, lines: Sequence[bytes | Overflow]) -> None:
