@@ -217,3 +217,116 @@ async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> Non
         entries = daemon.journal.log.thread(thread).entries()
         assert [msgspec.json.decode(e)["event"]["type"] for e in entries][-1] == "turn/completed"
     assert daemon.counters.deltas_in == len(batch)
+
+
+async def test_held_text_goes_out_when_its_window_ends_with_no_more_traffic(autojump_clock: trio.MockClock) -> None:
+    """Coalesced text waits for its window's end, then the flusher sends it with no delta after it, each bridge's
+    in its turn (each queues its own flushes); a bridge that is not ready has its queued flushes dropped, and a
+    daemon driven in process, with no flusher, queues none (its text waits for traffic)."""
+    sent: list[tuple[float, str, str]] = []  # (when, thread, text) of each text event a client got
+
+    class Sink:
+        transport = "socket"
+
+        def enqueue(self, lines: list[bytes]) -> None:
+            for line in lines:
+                params = json.loads(line)["params"]
+                for entry in params["events"]:
+                    if entry["event"]["type"] == "item/agentMessage/delta":
+                        sent.append((round(trio.current_time(), 6), params["threadId"], entry["event"]["delta"]))
+
+        async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+            raise AssertionError("nothing is relayed here")
+
+    daemon = router.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
+    daemon.add_client(Sink())
+    for provider in ("p", "q"):
+        bridge = daemon.bridges[provider] = BridgeProcess(provider, daemon.providers[provider], daemon)
+        bridge.state = "ready"
+    p, q = daemon.bridges["p"], daemon.bridges["q"]
+
+    async def send(bridge: BridgeProcess, thread: str, *deltas: dict[str, Any]) -> None:
+        params = grammar.decode_params(msgspec.json.encode({"threadId": thread, "deltas": list(deltas)}))
+        await daemon.on_notifications(bridge, [rpc.Notification("thread/delta", None, params)])
+
+    def text(piece: str) -> dict[str, Any]:
+        return {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": piece}
+
+    async def at(when: float) -> None:
+        await trio.sleep_until(when)
+        await trio.testing.wait_all_tasks_blocked()
+
+    async with trio.open_nursery() as nursery:
+        daemon._nursery = nursery
+        nursery.start_soon(daemon.flusher)
+        await trio.testing.wait_all_tasks_blocked()
+        await send(p, "thr_p", {"kind": "turn.open"}, text("a"))  # a stream's first text goes out at once
+        await at(0.01)
+        await send(p, "thr_p", text("b"), text("c"))  # held: its window began at 0.0
+        await at(0.05)
+        await send(q, "thr_q", {"kind": "turn.open"}, text("d"))
+        await at(0.06)
+        await send(q, "thr_q", text("e"))
+        assert sent == [(0.0, "thr_p", "a"), (0.05, "thr_q", "d")]
+        await at(0.114)
+        assert len(sent) == 2  # queued at 0.01 for 0.11, taken with the flusher's slack
+        await at(0.12)
+        assert sent[2:] == [(0.115, "thr_p", "bc")]
+        await at(0.2)
+        assert sent[3:] == [(0.165, "thr_q", "e")]
+        await send(p, "thr_p", text("f"))
+        q.state = "stopping"
+        await send(q, "thr_q", text("g"))
+        await at(0.4)
+        assert sent[4:] == [(0.305, "thr_p", "f")]
+        assert not q.delivery.flushes and not q.delivery.queued  # dropped, not sent
+        nursery.cancel_scope.cancel()
+
+    daemon._nursery = None
+    q.state = "ready"
+    await send(q, "thr_q", text("h"), text("i"))
+    assert not q.delivery.flushes and not q.delivery.queued
+
+
+async def test_the_flusher_takes_a_flush_due_at_the_clock_it_wakes_at(autojump_clock: trio.MockClock) -> None:
+    """A flush due (in ms) at the very clock the flusher wakes at for another bridge's (in s) is taken, not spun
+    on: 1001.0 ms is due at 1.001 s, whose ms read 1000.9999999999999."""
+    sent: list[tuple[str, str]] = []
+
+    class Sink:
+        transport = "socket"
+
+        def enqueue(self, lines: list[bytes]) -> None:
+            for line in lines:
+                params = json.loads(line)["params"]
+                sent.extend((params["threadId"], e["event"]["delta"]) for e in params["events"] if "delta" in e["event"])
+
+        async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
+            raise AssertionError("nothing is relayed here")
+
+    daemon = router.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
+    daemon.add_client(Sink())
+    for provider in ("p", "q"):
+        daemon.bridges[provider] = BridgeProcess(provider, daemon.providers[provider], daemon)
+        daemon.bridges[provider].state = "ready"
+
+    async def send(provider: str, at: float, *deltas: dict[str, Any]) -> None:
+        await trio.sleep_until(at)
+        params = grammar.decode_params(msgspec.json.encode({"threadId": f"thr_{provider}", "deltas": list(deltas)}))
+        await daemon.on_notifications(daemon.bridges[provider], [rpc.Notification("thread/delta", None, params)])
+
+    def text(piece: str) -> dict[str, Any]:
+        return {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": piece}
+
+    async with trio.open_nursery() as nursery:
+        daemon._nursery = nursery
+        nursery.start_soon(daemon.flusher)
+        await send("q", 0.8, {"kind": "turn.open"}, text("a"))
+        await send("p", 0.85, {"kind": "turn.open"}, text("b"))
+        await send("q", 0.896, text("c"))  # due 996.0 ms: the flusher wakes at 1.001 s
+        await send("p", 0.901, text("d"))  # due 1001.0 ms
+        with trio.fail_after(1):
+            while len(sent) < 4:
+                await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    assert sorted(sent) == [("thr_p", "b"), ("thr_p", "d"), ("thr_q", "a"), ("thr_q", "c")]

@@ -197,6 +197,11 @@ class Assembler:
             return True
         return s.text_due(now, self._sink.text_delta_flush_ms)
 
+    @property
+    def text_delta_flush_ms(self) -> float:
+        """The coalescing window (ms): held text is due this long after its window began."""
+        return self._sink.text_delta_flush_ms
+
     def began_holding(self) -> bool:
         """Whether the last `assemble` call's thread began to hold coalesced text (it may hold none by its end)."""
         return self._sink.began

@@ -28,6 +28,7 @@ from bbridge.core.guard import Guard, Violation
 _encoder: Final = msgspec.json.Encoder()
 _TAIL: Final = b"]}}"
 CHUNK: Final = 64  # journal entries per tuple (`ThreadLog`)
+NOT_DUE: Final = 1e300  # `Delivery.next_due` with no flush queued: no clock (ms) is that late
 _DELTA_PARAMS: Final = g.ThreadDeltaParams  # a static of the compiled module: `g.…` is a module lookup at each use
 
 
@@ -183,10 +184,11 @@ class Delivery:
         self.noticed: list[tuple[str, Event]] = []
         self.dropped: list[tuple[str, Event, Violation]] = []
         self.replaced = 0
-        # Coalesced text waits for a flush the daemon schedules: `queued` holds the threads whose flush is
-        # scheduled, `to_queue` the threads that newly hold pending text, for the daemon to schedule.
+        # Coalesced text waits for a flush its window's end: `flushes` holds each holding thread's next one (due
+        # time in ms, thread), in due order (every entry waits one window), `queued` the threads it holds. The
+        # daemon's flusher drains what fell due (`flush_due`); kept here, a flush costs no Python loop step.
         self.queued: set[str] = set()
-        self.to_queue: list[str] = []
+        self.flushes: deque[tuple[float, str]] = deque()
         self.failed: list[tuple[str, Exception]] = []  # a notification whose assembly raised: its thread and why
         self.deltas = 0  # deltas taken since start
 
@@ -226,25 +228,43 @@ class Delivery:
             line = self.take(thread_id, deltas, now_ms)
         except Exception as exc:
             self.failed.append((thread_id, exc))
-            self.note_pending(thread_id)
+            self.note_pending(thread_id, now_ms)
             return
         if line is not None:
             lines.append(line)
         if self.assembler.began_holding():  # text held since an earlier call has its flush queued already
-            self.note_pending(self.assembler.batch_thread)
+            self.note_pending(self.assembler.batch_thread, now_ms)
 
-    def note_pending(self, thread_id: str) -> None:
-        """Puts the thread in `to_queue` when it holds coalesced text and no flush of it is queued."""
+    def note_pending(self, thread_id: str, now_ms: float) -> None:
+        """Queues the thread's flush, a window from `now_ms`, when it holds coalesced text and none is queued."""
         if thread_id not in self.queued and self.assembler.has_pending_text(thread_id):
             self.queued.add(thread_id)
-            self.to_queue.append(thread_id)
+            self.flushes.append((now_ms + self.assembler.text_delta_flush_ms, thread_id))
+
+    def next_due(self) -> float:
+        """When the first queued flush falls due (ms); NOT_DUE when none is queued."""
+        flushes = self.flushes
+        return flushes[0][0] if flushes else NOT_DUE
+
+    def flush_due(self, now_ms: float, lines: list[bytes]) -> None:
+        """Every queued flush due by `now_ms`, in order, its line (if any) in `lines`."""
+        flushes = self.flushes
+        while flushes and flushes[0][0] <= now_ms:
+            line = self.flush(flushes.popleft()[1], now_ms)
+            if line is not None:
+                lines.append(line)
+
+    def drop_flushes(self) -> None:
+        """Forget the queued flushes (the bridge is not ready, or no flusher runs): the text waits for traffic."""
+        self.flushes.clear()
+        self.queued.clear()
 
     def flush(self, thread_id: str, now_ms: float) -> bytes | None:
         """A queued flush that fell due: the thread's text whose window has elapsed, delivered. Most find none: the
         thread's next delta flushed it already (and its text held since is not due yet), so no batch is made."""
         self.queued.discard(thread_id)
         line = self.take(thread_id, [], now_ms) if self.assembler.holds_due(thread_id, now_ms) else None
-        self.note_pending(thread_id)
+        self.note_pending(thread_id, now_ms)
         return line
 
     def deliver(self, thread_id: str, events: list[Event]) -> bytes | None:

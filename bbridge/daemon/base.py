@@ -15,7 +15,6 @@ import msgspec
 import trio
 
 if TYPE_CHECKING:
-    from collections import deque
     from collections.abc import Callable
     from pathlib import Path
 
@@ -128,8 +127,8 @@ class DaemonState:
     extensions: dict[str, ExtensionChecker]
     interactions: Interactions
     clients_changed: trio.Event
-    _flush_queue: deque[tuple[float, BridgeProcess, str]]
     _flush_wake: trio.Event
+    _flusher_idle: bool
     _nursery: trio.Nursery | None
     _started_at: float
     # a `provider/warning` the daemon makes on a thread (bridge, thread id, summary, details): delivery.py's

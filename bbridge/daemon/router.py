@@ -10,7 +10,6 @@ state (`relays.py`), the live view (`status.py`).
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,8 +97,8 @@ class Daemon(DeliveryMixin, RelayMixin, StatusMixin):
         self.shutdown_requested = trio.Event()
         self.stopped = trio.Event()
         self._starting: dict[str, trio.Lock] = {}
-        self._flush_queue: deque[tuple[float, BridgeProcess, str]] = deque()
         self._flush_wake = trio.Event()
+        self._flusher_idle = False  # the flusher waits for `_flush_wake`: no bridge has a flush queued
         self._nursery: trio.Nursery | None = None
         self._started_at = time.time()
 
