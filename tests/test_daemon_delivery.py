@@ -299,7 +299,9 @@ async def test_the_flusher_takes_a_flush_due_at_the_clock_it_wakes_at(autojump_c
         def enqueue(self, lines: list[bytes]) -> None:
             for line in lines:
                 params = json.loads(line)["params"]
-                sent.extend((params["threadId"], e["event"]["delta"]) for e in params["events"] if "delta" in e["event"])
+                sent.extend(
+                    (params["threadId"], e["event"]["delta"]) for e in params["events"] if "delta" in e["event"]
+                )
 
         async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
             raise AssertionError("nothing is relayed here")
