@@ -237,15 +237,12 @@ class Assembler:
         s = known if known is not None else states.get(thread_id)
         if s is not None:
             s.used = self._uses  # recency as a count: moving the key to the dict's end cost a delete and an insert
-            s.heard = sink.now
-            if not s.arrived:
-                self._arrive(s)
+            self._hear(s, sink.now)
             sink.state = s
             return s
         s = states[thread_id] = ThreadState(thread_id)
         s.used = self._uses
-        s.heard = sink.now
-        self._arrive(s)
+        self._hear(s, sink.now)
         sink.state = s
         if len(states) > MAX_THREADS:
             self._prune("" if self._evict_at_birth else thread_id)
@@ -253,17 +250,18 @@ class Assembler:
                 self._sink.state = None
         return s
 
-    def _arrive(self, s: ThreadState) -> None:
-        s.arrived = True
-        self.arrivals.append(s.thread_id)
+    def _hear(self, s: ThreadState, now: float) -> None:
+        """A notification reached the thread's state: its traffic time, and its arrival if the owner has not had it."""
+        s.heard = now
+        if not s.arrived:
+            s.arrived = True
+            self.arrivals.append(s.thread_id)
 
     def hear(self, thread_id: str, now: float) -> None:
         """A notification with no deltas: the thread's traffic all the same (`heard_at`), if it has a state."""
         s = self._states.get(thread_id)
         if s is not None:
-            s.heard = now
-            if not s.arrived:
-                self._arrive(s)
+            self._hear(s, now)
 
     def heard_at(self, thread_id: str) -> float | None:
         """The clock (ms) of the thread's latest notification with deltas (or `hear`d); None without a state."""

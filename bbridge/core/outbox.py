@@ -216,7 +216,7 @@ class Delivery:
         return stop
 
     def take_params(self, params: g.ThreadDeltaParams, now_ms: float, lines: list[bytes]) -> None:
-        """One notification's params: its line (if any event passed) in `lines`, its thread in `to_queue` when it
+        """One notification's params: its line (if any event passed) in `lines`, its thread's flush queued when it
         newly holds coalesced text. The thread's traffic is its assembler state's (`Assembler.heard_at`,
         `arrivals`): a notification with no deltas reaches no state, and is told to it (`hear`)."""
         thread_id = params.threadId

@@ -20,9 +20,10 @@ that names no thread is in no record: `Interactions` (by request id) still holds
 
 Three structures are indexed otherwise for speed and stay where they are, the registry owning their lifetime:
 the provider thread ids (`provider_threads`, shared with each bridge's compiled delivery, which stamps every
-event from it and updates it on a `thread/identity` event), a bridge's members (`BridgeProcess.threads`, which the
-threads its assembler newly hears from join after each read: `Assembler.arrivals`) and the threads each bridge's watchdogs sweep (`Watchdogs.watched`, with
-its provider's timeouts, over the records' state); the open work (`Tracker`) is fed per lifecycle event.
+event from it and updates it on a `thread/identity` event), a bridge's members (`BridgeProcess.threads`, which
+the threads its assembler newly hears from join after each read: `Assembler.arrivals`) and the threads each
+bridge's watchdogs sweep (`Watchdogs.watched`, with its provider's timeouts, over the records' state); the open
+work (`Tracker`) is fed per lifecycle event.
 
 What each way of letting a thread go clears is `LETS_GO`, read by `release`. What a thread is not let go of:
 
