@@ -8,11 +8,13 @@ turn's text, so each test sees both sides: what the client was asked, and what t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import msgspec
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -254,6 +256,42 @@ async def test_a_check_that_outlasts_its_deadline_is_killed_and_refused(tmp_path
             assert daemon.checker.spawned == 2
             assert [c["arguments"] for c in tool_calls(client)] == [{"s": "aaa"}]
             assert daemon.counters.tool_calls_refused == 1 and daemon.counters.tool_calls_relayed == 1
+
+
+def checkers(parent: int) -> list[int]:
+    """The pids of the live (not zombie) tool-argument checker processes whose parent is `parent`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            state, ppid = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if b"bbridge.daemon.toolcheck" in argv and int(ppid) == parent and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+IDLE_S = 1.0  # trio's worker-thread idle timeout in the test below: well past a checker's start (~0.1 s)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+async def test_a_call_after_the_daemon_idled_past_trios_worker_threads_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agents think for longer than trio keeps an idle worker thread (`IDLE_TIMEOUT`, 10 s; 1 s here). The
+    checker used to be forked from one, and its `PR_SET_PDEATHSIG` killed it when that thread exited, so the
+    next call was refused as `the checker failed`. The checker now serves both calls."""
+    monkeypatch.setattr("trio._core._thread_cache.IDLE_TIMEOUT", IDLE_S)
+    async with running(tmp_path, {"fake": fake_provider("tool")}) as (daemon, path):
+        async with connect(path, answer=lambda request: OK) as client:
+            await client.request("thread/start", start(tools=[LOOKUP]))
+            assert await run_call(client, {"tool": "lookup", "arguments": {"query": "a"}}, 1) == OK
+            [pid] = checkers(os.getpid())
+            await trio.sleep(IDLE_S + 0.6)  # every worker thread the call used has exited by now
+            assert await run_call(client, {"tool": "lookup", "arguments": {"query": "b"}}, 2) == OK
+            assert checkers(os.getpid()) == [pid] and daemon.checker.spawned == 1
+            assert daemon.counters.tool_calls_relayed == 2 and daemon.counters.tool_calls_refused == 0
 
 
 async def test_an_invalid_client_answer_or_a_client_error_fails_the_call(tmp_path: Path) -> None:

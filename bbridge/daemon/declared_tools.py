@@ -23,6 +23,7 @@ Bounding the cost, so that big or hostile schemas and arguments never stall othe
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -143,13 +144,34 @@ def lookup(tools: dict[str, Tool], name: str) -> Tool | Refusal:
 
 
 class _Process:
-    """One checker process and what is left over of its stdout."""
+    """One checker process, its pipes, and what is left over of its stdout.
 
-    def __init__(self, proc: trio.Process) -> None:
-        self.proc = proc
-        assert proc.stdin is not None and proc.stdout is not None
-        self.stdin: trio.abc.SendStream = proc.stdin
-        self.stdout: trio.abc.ReceiveStream = proc.stdout
+    Started with `subprocess.Popen` on the event loop's thread rather than `trio.lowlevel.open_process`, which
+    forks in a trio worker thread: `PR_SET_PDEATHSIG` (`daemon/toolcheck.py`) fires when the *thread* that forked
+    the checker exits, and trio's idle worker threads exit after 10 s, so a checker forked there died whenever the
+    daemon idled that long between tool calls. Popen forks with vfork on Linux, so the loop stalls for well under
+    a millisecond, once per checker.
+    """
+
+    def __init__(self) -> None:
+        child_stdin, to_child = os.pipe()
+        from_child, child_stdout = os.pipe()
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "bbridge.daemon.toolcheck", str(os.getpid())],
+                stdin=child_stdin,
+                stdout=child_stdout,
+                start_new_session=True,  # a terminal's signals are the daemon's
+            )
+        except BaseException:
+            os.close(to_child)
+            os.close(from_child)
+            raise
+        finally:
+            os.close(child_stdin)
+            os.close(child_stdout)
+        self.stdin: trio.abc.SendStream = trio.lowlevel.FdStream(to_child)
+        self.stdout: trio.abc.ReceiveStream = trio.lowlevel.FdStream(from_child)
         self.buffer = bytearray()
 
     async def ask(self, request: bytes) -> bytes:
@@ -167,9 +189,8 @@ class _Process:
 
     async def kill(self) -> None:
         with trio.CancelScope(shield=True):
-            if self.proc.returncode is None:
-                self.proc.kill()
-            await self.proc.wait()
+            self.popen.kill()  # a no-op once it has been reaped
+            await trio.to_thread.run_sync(self.popen.wait)  # SIGKILLed: returns at once
             await self.stdin.aclose()
             await self.stdout.aclose()
 
@@ -210,7 +231,7 @@ class Checker:
             self._limiter = trio.CapacityLimiter(self.processes)
         async with self._limiter:
             try:
-                process = self._idle.pop() if self._idle else await self._spawn()
+                process = self._idle.pop() if self._idle else self._spawn()
             except OSError as exc:
                 log.error("could not start a tool-argument checker process", tool=tool.name, error=str(exc))
                 return Refusal(f'Tool "{tool.name}" arguments could not be checked (the checker failed)')
@@ -257,15 +278,9 @@ class Checker:
         self._all.discard(process)
         await process.kill()
 
-    async def _spawn(self) -> _Process:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "bbridge.daemon.toolcheck"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # a terminal's signals are the daemon's
-        )
+    def _spawn(self) -> _Process:
+        process = _Process()
         self.spawned += 1
-        process = _Process(proc)
         self._all.add(process)
         return process
 

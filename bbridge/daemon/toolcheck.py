@@ -10,7 +10,10 @@ Validation runs here, in its own process, because nothing inside the daemon can 
 `pattern` runs Python's `re`, which holds the GIL for a whole match, so a catastrophic pattern would freeze
 every thread of the daemon, worker threads included. The daemon gives each check a deadline and kills this
 process when it is missed. The process exits at EOF on stdin and, on Linux, when the daemon dies
-(`PR_SET_PDEATHSIG`), so a check stuck in a regex never outlives the daemon.
+(`PR_SET_PDEATHSIG`), so a check stuck in a regex never outlives the daemon. The kernel sends that signal when
+the *thread* that forked this process exits, so the daemon forks it from its event loop's thread, never from a
+worker thread (those exit when idle); and the daemon's pid, the one argument, closes the window before `prctl`:
+a daemon already gone by then leaves this process another parent, and it exits at once.
 
 Stdlib and jsonschema only, so it starts fast and shares nothing with the daemon's event loop.
 """
@@ -18,6 +21,7 @@ Stdlib and jsonschema only, so it starts fast and shares nothing with the daemon
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections import OrderedDict
@@ -82,7 +86,8 @@ def answer(validators: Validators, line: bytes) -> dict[str, Any]:
     return {"ok": False, "path": failure[0], "reason": failure[1]}
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int | None) -> None:
+    """SIGKILL when the daemon's forking thread exits; exit now if `parent` (the daemon's pid) is gone already."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -91,11 +96,13 @@ def _die_with_parent() -> None:
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     except (OSError, AttributeError):
-        pass
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)
 
 
 def main() -> None:
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the daemon's to handle
     validators = Validators()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
