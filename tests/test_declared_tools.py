@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +273,14 @@ def checkers(parent: int) -> list[int]:
     return found
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie nobody reaped yet counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 IDLE_S = 1.0  # trio's worker-thread idle timeout in the test below: well past a checker's start (~0.1 s)
 
 
@@ -292,6 +301,25 @@ async def test_a_call_after_the_daemon_idled_past_trios_worker_threads_is_checke
             assert await run_call(client, {"tool": "lookup", "arguments": {"query": "b"}}, 2) == OK
             assert checkers(os.getpid()) == [pid] and daemon.checker.spawned == 1
             assert daemon.counters.tool_calls_relayed == 2 and daemon.counters.tool_calls_refused == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+async def test_a_checker_killed_between_calls_is_replaced_and_the_next_call_is_checked(tmp_path: Path) -> None:
+    async with running(tmp_path, {"fake": fake_provider("tool")}) as (daemon, path):
+        async with connect(path, answer=lambda request: OK) as client:
+            await client.request("thread/start", start(tools=[LOOKUP]))
+            assert await run_call(client, {"tool": "lookup", "arguments": {"query": "a"}}, 1) == OK
+            [pid] = checkers(os.getpid())
+            os.kill(pid, signal.SIGKILL)
+            with trio.fail_after(5):
+                while not gone(pid):
+                    await trio.sleep(0.01)
+            got = await run_call(client, {"tool": "lookup", "arguments": {"query": 3}}, 2)
+            assert got == failed_result("Tool \"lookup\" arguments are invalid at /query: 3 is not of type 'string'")
+            assert await run_call(client, {"tool": "lookup", "arguments": {"query": "c"}}, 3) == OK
+            assert daemon.checker.spawned == 2 and daemon.checker.alive == 1
+            assert checkers(os.getpid()) not in ([], [pid])
+            assert daemon.counters.tool_calls_relayed == 2 and daemon.counters.tool_calls_refused == 1
 
 
 async def test_an_invalid_client_answer_or_a_client_error_fails_the_call(tmp_path: Path) -> None:

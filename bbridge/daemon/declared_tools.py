@@ -230,8 +230,25 @@ class Checker:
         if self._limiter is None:
             self._limiter = trio.CapacityLimiter(self.processes)
         async with self._limiter:
+            line = await self._answer(tool, request)
+        if isinstance(line, Refusal):
+            return line
+        answer = msgspec.json.decode(line, type=_Answer)
+        if answer.error is not None or answer.ok is None:
+            log.error("a tool-argument checker refused its request", tool=tool.name, error=answer.error)
+            return Refusal(f'Tool "{tool.name}" arguments could not be checked (the checker failed)')
+        if answer.ok:
+            return None
+        return Refusal(f'Tool "{tool.name}" arguments are invalid at {answer.path}: {answer.reason}')
+
+    async def _answer(self, tool: Tool, request: bytes) -> bytes | Refusal:
+        """The checker's answer line, or the refusal of a check that could not be made. An idle checker that
+        has exited meanwhile (killed by someone, say) is replaced and the check made again, so its death costs
+        the next call nothing; a checker started for this very check that fails refuses the call."""
+        while True:
+            reused = bool(self._idle)
             try:
-                process = self._idle.pop() if self._idle else self._spawn()
+                process = self._idle.pop() if reused else self._spawn()
             except OSError as exc:
                 log.error("could not start a tool-argument checker process", tool=tool.name, error=str(exc))
                 return Refusal(f'Tool "{tool.name}" arguments could not be checked (the checker failed)')
@@ -242,6 +259,13 @@ class Checker:
                     line = await process.ask(request)
             except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 await self._kill(process)
+                if reused:
+                    log.warning(
+                        "an idle tool-argument checker process had exited; starting another",
+                        tool=tool.name,
+                        returncode=process.popen.returncode,
+                    )
+                    continue
                 log.error("a tool-argument checker process failed", tool=tool.name, error=str(exc))
                 return Refusal(f'Tool "{tool.name}" arguments could not be checked (the checker failed)')
             except BaseException:
@@ -261,13 +285,7 @@ class Checker:
                 await self._kill(process)
             else:
                 self._idle.append(process)
-        answer = msgspec.json.decode(line, type=_Answer)
-        if answer.error is not None or answer.ok is None:
-            log.error("a tool-argument checker refused its request", tool=tool.name, error=answer.error)
-            return Refusal(f'Tool "{tool.name}" arguments could not be checked (the checker failed)')
-        if answer.ok:
-            return None
-        return Refusal(f'Tool "{tool.name}" arguments are invalid at {answer.path}: {answer.reason}')
+            return line
 
     @property
     def alive(self) -> int:
