@@ -1,7 +1,7 @@
 """`bbridge serve` hosts the tools of its `bbridge.toml`: a `[tools.NAME]` command and an `[mcp_servers.NAME]`
 server's tools, both offered to a thread of the built-in echo bridge and called through it with no client asked
 (issue 35). The MCP server is the standard-library one of tests/mcp_server.py: started once by the daemon, stopped
-with it.
+with it. A hosted tool's argument checker dies with its daemon, even a SIGKILLed one.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import trio
 from bbridge.wire import rpc
 from tests.live.processes import leftovers
 from tests.support import FULL, TestClient, connect
+from tests.test_declared_tools import checkers, gone
 
 BBRIDGE = [sys.executable, "-m", "bbridge"]
 THREAD = "thr_serve_tools"
@@ -108,3 +109,45 @@ async def test_serve_starts_a_clients_mcp_server_only_when_allowed(tmp_path: Pat
             [tool] = [e["item"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"]
             assert tool["status"] == "completed" and "hello" in tool["result"]
     assert leftovers([tmp_path], lambda argv: str(SERVER) in argv) == {}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+async def test_a_checker_stuck_in_a_hostile_pattern_dies_with_its_killed_daemon(tmp_path: Path) -> None:
+    """The checker process is forked from the daemon's event-loop thread, so `PR_SET_PDEATHSIG` kills it when the
+    daemon dies, even by SIGKILL, mid-match: left alone, this match would run for a minute or so."""
+    config_file = tmp_path / "bbridge.toml"
+    config_file.write_text(
+        f"""
+[tools.match]
+description = "A catastrophic-backtracking pattern"
+schema = {{ type = "object", properties = {{ s = {{ type = "string", pattern = "^(a+)+$" }} }} }}
+command = [{json.dumps(sys.executable)}, "-c", "pass"]
+policy = "allow"
+"""
+    )
+    sock = tmp_path / "d.sock"
+    serve = [*BBRIDGE, "serve", "--socket", str(sock), "--config", str(config_file)]
+    proc = await trio.lowlevel.open_process(serve, stderr=subprocess.DEVNULL)
+    try:
+        with trio.fail_after(60):
+            while not sock.exists():
+                await trio.sleep(0.05)
+        async with connect(sock) as client:
+            start = {"providerId": "echo", "threadId": THREAD, "cwd": str(tmp_path), "options": FULL}
+            await client.request("thread/start", start)
+            await call(client, 'tool:match args:{"s":"' + "a" * 31 + '!"}', "creq_abcdefghjm")
+            with trio.fail_after(10):
+                while not (found := checkers(proc.pid)):
+                    await trio.sleep(0.01)
+            await trio.sleep(0.3)  # it has the call by now, and its 2 s deadline is far off
+            [checker] = found
+            assert not gone(checker)
+            proc.kill()
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    with trio.fail_after(5):
+        while not gone(checker):
+            await trio.sleep(0.02)
