@@ -29,7 +29,7 @@ from msgspec import UNSET
 from bbridge import logs
 from bbridge.client import Client, DaemonError, Disconnected, unreachable
 from bbridge.core import native
-from bbridge.daemon.base import DAEMON_INFO
+from bbridge.daemon.counters import DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import client_api as api
 from bbridge.wire import errors

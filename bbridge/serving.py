@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from bbridge.acp_face.index import Index
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
-    from bbridge.daemon.router import Daemon
+    from bbridge.daemon.runtime import Daemon
     from bbridge.toolhost.host import Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
@@ -36,7 +36,7 @@ def serve(args: argparse.Namespace) -> int:
     from bbridge.daemon import server
     from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
-    from bbridge.daemon.router import Daemon
+    from bbridge.daemon.runtime import Daemon
     from bbridge.listen.admission import ListenError
     from bbridge.listen.face import listen_face
     from bbridge.wire.lanes import record_dir_from_env
@@ -221,7 +221,7 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
     from bbridge.daemon import server
     from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
-    from bbridge.daemon.router import Daemon
+    from bbridge.daemon.runtime import Daemon
 
     try:
         # the editor is this daemon's one client: the MCP servers it names in `session/new` are its own to start
@@ -237,7 +237,9 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
         task_status.started()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.Client(daemon, stream, stream, "acp", queue_bytes).run)  # a socket (pair)
+            nursery.start_soon(
+                server.ClientConnection(daemon, stream, stream, "acp", queue_bytes).run
+            )  # a socket (pair)
             async with AcpClient.over(await anyio.abc.UNIXSocketStream.from_socket(ours)) as client:
                 await serve_stdio(client, index, default_provider)
             daemon.request_shutdown()  # the editor went away: settle and stop the bridges

@@ -14,7 +14,7 @@ import trio
 from wsproto.events import BytesMessage
 
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import serve, socket_face
 from bbridge.listen.admission import Address
 from bbridge.listen.face import Bound, ListenSettings, listen_face

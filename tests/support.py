@@ -34,7 +34,7 @@ from bbridge.core import grammar as g
 from bbridge.core.assembler import Assembler
 from bbridge.core.events import Event
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import serve_socket
 from bbridge.wire import protocol, rpc
 from tests.conftest import REPO

@@ -22,7 +22,7 @@ from bbridge.daemon.config import (
     echo_provider,
     load_config,
 )
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from tests.conftest import REPO
 
 GOOD = '[providers.good]\ncommand = ["good-bridge", "--stdio"]\nturn_stall_timeout_s = 30\n'

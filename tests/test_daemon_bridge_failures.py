@@ -19,7 +19,7 @@ from tests.support import connect, fake_provider, running
 async def test_a_crash_mid_turn_is_settled_and_the_next_thread_gets_a_fresh_bridge(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider("crash-mid-turn")}) as (daemon, path), connect(path) as client:
         await client.request("thread/start", START)
-        first_pid = daemon.bridges["fake"].pid
+        first_pid = daemon.supervisor.bridges["fake"].pid
         await client.request("turn/start", turn())
         await client.wait_for(lambda: completed(client))
         events = client.events(THREAD)
@@ -34,7 +34,7 @@ async def test_a_crash_mid_turn_is_settled_and_the_next_thread_gets_a_fresh_brid
             lambda: any(n == ("bridge/status", n[1]) and n[1]["state"] == "exited" for n in client.notes)
         )
         await client.request("thread/start", {**START, "threadId": "thr_next"})
-        assert daemon.bridges["fake"].pid != first_pid
+        assert daemon.supervisor.bridges["fake"].pid != first_pid
 
 
 @pytest.mark.parametrize(
@@ -156,4 +156,4 @@ async def test_a_crash_at_each_point_of_a_turn(tmp_path: Path, point: str, open_
         seqs = [entry["seq"] for entry in client.entries[THREAD]]
         assert seqs == list(range(1, len(seqs) + 1))
         await client.request("turn/start", turn(2))  # the next request is served by a fresh bridge
-        assert daemon.bridges["fake"].state == "ready"
+        assert daemon.supervisor.bridges["fake"].state == "ready"

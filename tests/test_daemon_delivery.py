@@ -18,7 +18,7 @@ import trio.testing
 from bbridge.bench import stream
 from bbridge.core import grammar
 from bbridge.core.outbox import Delivery
-from bbridge.daemon import delivery, router
+from bbridge.daemon import delivery, runtime
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ExtensionKind, ProviderConfig
 from bbridge.wire import rpc
@@ -60,19 +60,19 @@ async def test_extension_payloads_are_checked_against_declared_schemas(tmp_path:
 
 
 async def test_a_client_that_never_reads_is_disconnected_without_blocking_the_bridge(tmp_path: Path) -> None:
-    from bbridge.daemon.server import Client
+    from bbridge.daemon.server import ClientConnection
 
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
         ours, theirs = trio.testing.lockstep_stream_pair()  # writes block until the peer reads: it never does
-        slow = Client(daemon, ours, ours, "slow", queue_bytes=600)
+        slow = ClientConnection(daemon, ours, ours, "slow", queue_bytes=600)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(slow.run)
-            while slow not in daemon.clients:
+            while slow not in daemon.fanout.clients:
                 await trio.sleep(0.01)
             await client.request("thread/start", START)
             await client.request("turn/start", turn())
             await client.wait_for(lambda: completed(client))
-            assert slow not in daemon.clients
+            assert slow not in daemon.fanout.clients
             assert daemon.counters.clients_disconnected_slow == 1
             nursery.cancel_scope.cancel()
 
@@ -101,16 +101,16 @@ async def test_answers_go_out_with_the_events_queued_before_them(tmp_path: Path)
     """A request's answer joins the client's outbox: while the writer waits on the socket, the answers that come
     meanwhile go out in its next write, after the events queued before them (each answer used to be a write of
     its own, and a client with many requests in flight had its events wait behind every one)."""
-    from bbridge.daemon.server import Client
+    from bbridge.daemon.server import ClientConnection
 
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path):
         socket_out = _GatedSend()
         requests_in, client_in = trio.testing.memory_stream_one_way_pair()
-        gated = Client(daemon, socket_out, client_in, "gated", queue_bytes=1 << 20)
+        gated = ClientConnection(daemon, socket_out, client_in, "gated", queue_bytes=1 << 20)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gated.run)
             with trio.fail_after(5):
-                while gated not in daemon.clients:
+                while gated not in daemon.fanout.clients:
                     await trio.sleep(0.01)
                 gated.enqueue([b'{"event":1}'])
                 await socket_out.waiting.wait()  # the writer holds the event line at the gate
@@ -144,9 +144,9 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
             raise AssertionError("nothing is relayed here")
 
     monkeypatch.setattr(os, "sched_yield", lambda: steps.append("yield"))
-    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    daemon = runtime.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
     daemon.add_client(Sink())
-    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon.supervisor, text_delta_flush_ms=0)
 
     def notes(thread: str) -> list[rpc.Notification]:
         deltas = stream.short_turn(
@@ -157,12 +157,12 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
 
     small = notes("thr_small")
     assert len(small) <= delivery.EARLY_SEND_MIN
-    await daemon.on_notifications(bridge, small)
+    await daemon.output.on_notifications(bridge, small)
     assert len(steps) == 1 and len(steps[0]) == len(small)  # one send, no offer
     steps.clear()
     batch = [note for n in range(delivery.EARLY_SEND_MIN // len(small) + 1) for note in notes(f"thr_{n}")]
     assert len(batch) > delivery.EARLY_SEND_MIN
-    await daemon.on_notifications(bridge, batch)
+    await daemon.output.on_notifications(bridge, batch)
     assert steps[:2] == [["turn/started"], "yield"]  # the first notification's line, then the CPU offered once
     rest = [kind for step in steps[2:] for kind in step]  # every other line after that, no second offer
     assert len(rest) == len(batch) - 1 and rest[0] == "item/started" and rest[-1] == "turn/completed"
@@ -171,14 +171,14 @@ async def test_a_reads_first_events_go_out_and_the_cpu_is_offered_before_the_res
 async def test_a_bridge_with_more_than_256_open_turns_assembles_every_thread() -> None:
     """The assembler keeps 256 thread states (the reference's bound); the daemon's never evicts a thread's state at
     birth, so the 300th open turn on one bridge streams like the first (it used to produce nothing)."""
-    daemon = router.Daemon({"many": ProviderConfig(command=["many"])}, text_delta_flush_ms=0)
-    bridge = BridgeProcess("many", daemon.providers["many"], daemon)
+    daemon = runtime.Daemon({"many": ProviderConfig(command=["many"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("many", daemon.providers["many"], daemon.supervisor)
     text = {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": "hi"}
     close = {"kind": "item.textClose", "key": {"providerItemId": "m"}, "channel": "agentMessage"}
 
     async def send(thread: str, *deltas: dict[str, Any]) -> None:
         raw = msgspec.json.encode({"threadId": thread, "deltas": list(deltas)})
-        await daemon.on_notifications(bridge, [rpc.Notification("thread/delta", msgspec.Raw(raw))])
+        await daemon.output.on_notifications(bridge, [rpc.Notification("thread/delta", msgspec.Raw(raw))])
 
     for n in range(300):
         await send(f"thr_{n}", {"kind": "turn.open"})
@@ -193,15 +193,15 @@ async def test_a_bridge_with_more_than_256_open_turns_assembles_every_thread() -
 async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> None:
     """A failure inside the compiled delivery (here: the extension check raising for one thread) costs that
     notification only: it is counted and logged, and the read's other notifications are delivered in order."""
-    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
-    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+    daemon = runtime.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon.supervisor, text_delta_flush_ms=0)
 
     def check(event: Any) -> Any:
         if event["threadId"] == "thr_bad":
             raise RuntimeError("a broken check")
         return event
 
-    made = daemon.open_delivery(bridge)
+    made = daemon.output.open_delivery(bridge)
     bridge.delivery = Delivery(
         "p", bridge.assembler, bridge.guard, daemon.journal.log, daemon.registry.provider_threads, made.watched, check,
         made.checked,
@@ -211,7 +211,7 @@ async def test_a_notification_that_fails_loses_nothing_else_of_its_read() -> Non
         for thread in ("thr_good", "thr_bad", "thr_other")
         for params in ({"threadId": thread, "deltas": [delta]} for delta in stream.short_turn(thread))
     ]
-    await daemon.on_notifications(bridge, batch)
+    await daemon.output.on_notifications(bridge, batch)
     assert daemon.counters.failed_notifications == 2  # thr_bad's item/started and item/completed met the check
     for thread in ("thr_good", "thr_other"):
         entries = daemon.journal.log.thread(thread).entries()
@@ -238,16 +238,18 @@ async def test_held_text_goes_out_when_its_window_ends_with_no_more_traffic(auto
         async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
             raise AssertionError("nothing is relayed here")
 
-    daemon = router.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
+    daemon = runtime.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
     daemon.add_client(Sink())
     for provider in ("p", "q"):
-        bridge = daemon.bridges[provider] = BridgeProcess(provider, daemon.providers[provider], daemon)
+        bridge = daemon.supervisor.bridges[provider] = BridgeProcess(
+            provider, daemon.providers[provider], daemon.supervisor
+        )
         bridge.state = "ready"
-    p, q = daemon.bridges["p"], daemon.bridges["q"]
+    p, q = daemon.supervisor.bridges["p"], daemon.supervisor.bridges["q"]
 
     async def send(bridge: BridgeProcess, thread: str, *deltas: dict[str, Any]) -> None:
         params = grammar.decode_params(msgspec.json.encode({"threadId": thread, "deltas": list(deltas)}))
-        await daemon.on_notifications(bridge, [rpc.Notification("thread/delta", None, params)])
+        await daemon.output.on_notifications(bridge, [rpc.Notification("thread/delta", None, params)])
 
     def text(piece: str) -> dict[str, Any]:
         return {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": piece}
@@ -257,8 +259,7 @@ async def test_held_text_goes_out_when_its_window_ends_with_no_more_traffic(auto
         await trio.testing.wait_all_tasks_blocked()
 
     async with trio.open_nursery() as nursery:
-        daemon._nursery = nursery
-        nursery.start_soon(daemon.flusher)
+        nursery.start_soon(daemon.output.flusher)
         await trio.testing.wait_all_tasks_blocked()
         await send(p, "thr_p", {"kind": "turn.open"}, text("a"))  # a stream's first text goes out at once
         await at(0.01)
@@ -282,7 +283,6 @@ async def test_held_text_goes_out_when_its_window_ends_with_no_more_traffic(auto
         assert not q.delivery.flushes and not q.delivery.queued  # dropped, not sent
         nursery.cancel_scope.cancel()
 
-    daemon._nursery = None
     q.state = "ready"
     await send(q, "thr_q", text("h"), text("i"))
     assert not q.delivery.flushes and not q.delivery.queued
@@ -306,23 +306,24 @@ async def test_the_flusher_takes_a_flush_due_at_the_clock_it_wakes_at(autojump_c
         async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
             raise AssertionError("nothing is relayed here")
 
-    daemon = router.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
+    daemon = runtime.Daemon({p: ProviderConfig(command=[p]) for p in ("p", "q")}, text_delta_flush_ms=100)
     daemon.add_client(Sink())
     for provider in ("p", "q"):
-        daemon.bridges[provider] = BridgeProcess(provider, daemon.providers[provider], daemon)
-        daemon.bridges[provider].state = "ready"
+        daemon.supervisor.bridges[provider] = BridgeProcess(provider, daemon.providers[provider], daemon.supervisor)
+        daemon.supervisor.bridges[provider].state = "ready"
 
     async def send(provider: str, at: float, *deltas: dict[str, Any]) -> None:
         await trio.sleep_until(at)
         params = grammar.decode_params(msgspec.json.encode({"threadId": f"thr_{provider}", "deltas": list(deltas)}))
-        await daemon.on_notifications(daemon.bridges[provider], [rpc.Notification("thread/delta", None, params)])
+        await daemon.output.on_notifications(
+            daemon.supervisor.bridges[provider], [rpc.Notification("thread/delta", None, params)]
+        )
 
     def text(piece: str) -> dict[str, Any]:
         return {"kind": "item.textDelta", "key": {"providerItemId": "m"}, "channel": "agentMessage", "text": piece}
 
     async with trio.open_nursery() as nursery:
-        daemon._nursery = nursery
-        nursery.start_soon(daemon.flusher)
+        nursery.start_soon(daemon.output.flusher)
         await send("q", 0.8, {"kind": "turn.open"}, text("a"))
         await send("p", 0.85, {"kind": "turn.open"}, text("b"))
         await send("q", 0.896, text("c"))  # due 996.0 ms: the flusher wakes at 1.001 s

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from bbridge.client import Client
-from bbridge.daemon import router
+from bbridge.daemon import runtime
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ProviderConfig, load_config
 from bbridge.daemon.journal import Journal
@@ -230,14 +230,14 @@ def test_bbridge_run_env_reaches_the_bridge(tmp_path: Path) -> None:
 async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its_settlement() -> None:
     """The daemon's own `provider/error` for a dead bridge quotes its stderr; a `BB_*` variable named there gets
     the same `system/warning` (an in-process daemon: the bridge's exit handled directly)."""
-    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
-    bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+    daemon = runtime.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    bridge = BridgeProcess("p", daemon.providers["p"], daemon.supervisor, text_delta_flush_ms=0)
     daemon.registry.records["thr_d"] = ThreadRecord("thr_d", "p")
     daemon.tracker.observe(
         "thr_d", {"type": "turn/started", "threadId": "thr_d", "scope": {"kind": "turn", "turnId": "t1"}}
     )
     bridge._stderr.feed(b"fatal: set BB_P_HOME to the agent's home, then restart bb\n")
-    await daemon.on_exit(bridge, ExitStatus(3, None))
+    await daemon.supervisor.on_exit(bridge, ExitStatus(3, None))
     events = [msgspec.json.decode(entry)["event"] for entry in daemon.journal.log.thread("thr_d").entries()]
     assert [e["type"] for e in events] == ["provider/error", "turn/completed", "system/warning"]
     assert "set BB_P_HOME" in events[0]["message"] and "[bbridge" not in events[0]["message"]
@@ -246,9 +246,9 @@ async def test_a_bridge_that_dies_naming_a_bb_variable_gets_the_advice_after_its
 
 async def test_a_bridge_that_ignores_sigterm_is_killed_after_its_providers_stop_grace() -> None:
     """`stop_grace_s` (bbridge.toml) is the time from the SIGTERM to the SIGKILL of the bridge's group."""
-    daemon = router.Daemon({"p": fake_provider("ignore-term", stop_grace_s=0.5)}, text_delta_flush_ms=0)
+    daemon = runtime.Daemon({"p": fake_provider("ignore-term", stop_grace_s=0.5)}, text_delta_flush_ms=0)
     async with trio.open_nursery() as nursery:
-        bridge = BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+        bridge = BridgeProcess("p", daemon.providers["p"], daemon.supervisor, text_delta_flush_ms=0)
         await bridge.start(nursery)
         started = trio.current_time()
         await bridge.terminate()

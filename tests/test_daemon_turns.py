@@ -107,7 +107,7 @@ async def test_bridge_requests_are_relayed_to_the_client(tmp_path: Path) -> None
 async def test_shutdown_stops_the_bridges_and_the_daemon(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, path), connect(path) as client:
         await client.request("thread/start", START)
-        pid = daemon.bridges["fake"].pid
+        pid = daemon.supervisor.bridges["fake"].pid
         assert pid is not None
         assert await client.request("shutdown", {}) == {}
         assert daemon.stopped.is_set()

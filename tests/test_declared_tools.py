@@ -165,7 +165,7 @@ async def test_an_invalid_input_schema_refuses_the_construction_naming_the_tool(
                     raise AssertionError(f"{method} with an invalid inputSchema was accepted")
             twice = await _error(client, start(tools=[LOOKUP, LOOKUP]))
             assert twice.code == rpc.INVALID_PARAMS and 'Tool "lookup" is declared twice' in twice.message
-            assert "fake" not in daemon.bridges  # nothing was sent: the bridge was never even started
+            assert "fake" not in daemon.supervisor.bridges  # nothing was sent: the bridge was never even started
             assert THREAD not in daemon.registry.records
             assert await client.request("thread/start", start(tools=[LOOKUP])) == {"providerThreadId": f"prov-{THREAD}"}
 

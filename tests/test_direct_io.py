@@ -12,8 +12,8 @@ import trio
 import trio.testing
 
 from bbridge.daemon.bridge import _PipeReceive
-from bbridge.daemon.router import Daemon
-from bbridge.daemon.server import Client
+from bbridge.daemon.runtime import Daemon
+from bbridge.daemon.server import ClientConnection
 from bbridge.wire.rpc import Connection
 
 
@@ -117,7 +117,7 @@ async def test_a_client_gets_every_line_in_order_whether_its_socket_keeps_up_or_
     """Lines go out at once while the client reads, queue behind a full socket, and come out in order either way."""
     stream, peer = _socket_pair(send_buffer=8192)
     _, requests = trio.testing.memory_stream_one_way_pair()
-    client = Client(Daemon({}), stream, requests, "c", queue_bytes=1 << 30)
+    client = ClientConnection(Daemon({}), stream, requests, "c", queue_bytes=1 << 30)
     rng = random.Random(7)
     batches = [
         [b'{"n":%d,"pad":"%s"}' % (n * 10 + k, b"z" * rng.choice((0, 10, 3000))) for k in range(rng.randint(1, 4))]

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import failed_result
-from bbridge.daemon.hosting import Approval, HostedCall
+from bbridge.daemon.tool_host import Approval, HostedCall
 from bbridge.listen.probes import metrics
 from bbridge.ops import approval, asked
 from bbridge.wire import protocol, rpc
@@ -184,7 +184,7 @@ async def test_a_choice_naming_no_hosted_tool_is_refused_naming_the_hosted_ones(
             with pytest.raises(rpc.RpcError) as malformed:
                 await client.request("thread/start", start(tools={"only": ["clock"]}))
             assert "Invalid options.tools" in malformed.value.message
-            assert "fake" not in daemon.bridges  # refused before any bridge was started
+            assert "fake" not in daemon.supervisor.bridges  # refused before any bridge was started
 
 
 async def test_a_client_tool_shadows_a_hosted_one_reported_once(tmp_path: Path) -> None:
@@ -317,7 +317,7 @@ async def test_a_bridge_exit_cancels_its_running_hosted_calls(tmp_path: Path) ->
     async with running(tmp_path, {"fake": fake_provider("tool")}, tool_host=host) as (daemon, path):
         async with connect(path) as client:
             await sleeping(client, host)
-            bridge = daemon.bridges["fake"]
+            bridge = daemon.supervisor.bridges["fake"]
             assert bridge.pid is not None
             os.kill(bridge.pid, signal.SIGKILL)
             with trio.fail_after(10):

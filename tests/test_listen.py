@@ -176,7 +176,7 @@ async def test_a_peer_that_stops_answering_pings_is_closed() -> None:
         alive = await WsPeer.connect(face.port, BEARER)
         assert "result" in await alive.call(1, "initialize", {})
         with trio.fail_after(5):
-            while len(face.daemon.clients) > 1:
+            while len(face.daemon.fanout.clients) > 1:
                 with trio.move_on_after(0.05):  # the live peer answers pings as it reads
                     await alive.receive()
         assert face.daemon.status()["daemon"]["clientsByTransport"] == {"ws": 1}
@@ -212,5 +212,5 @@ async def test_a_thousand_connections_opened_and_dropped_leave_no_descriptor() -
                 for n in range(100):
                     nursery.start_soon(one, batch * 100 + n)
         with trio.fail_after(10):
-            while len(os.listdir("/proc/self/fd")) > before or face.daemon.clients:
+            while len(os.listdir("/proc/self/fd")) > before or face.daemon.fanout.clients:
                 await trio.sleep(0.05)

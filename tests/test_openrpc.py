@@ -15,7 +15,7 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT7
 
-from bbridge.daemon.router import FORWARDED, OWN_METHODS
+from bbridge.daemon.runtime import FORWARDED, OWN_METHODS
 from bbridge.wire import rpc
 from bbridge.wire.openrpc import openrpc_document, routed_methods
 from tests.conftest import REPO

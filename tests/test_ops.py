@@ -201,7 +201,7 @@ async def test_tail_of_every_thread_names_each_and_replays_after_seq(tmp_path: P
             replayed_count = len(client.entries["thr_a"]) + len(client.entries["thr_b"])
             await replayed.until(lambda lines: len(lines) == replayed_count)
             with trio.fail_after(20):
-                while len(daemon.clients) < 3:  # the live tail prints nothing before the next turn: wait for it
+                while len(daemon.fanout.clients) < 3:  # the live tail prints nothing before the next turn: wait for it
                     await trio.sleep(0.02)
             await turn(client, "thr_a", "gamma")
             await live.until(lambda lines: "[thr_a] ■ turn completed" in lines)

@@ -16,7 +16,7 @@ import trio
 
 from bbridge import page
 from bbridge.daemon.config import echo_provider
-from bbridge.daemon.router import FORWARDED, OWN_METHODS
+from bbridge.daemon.runtime import FORWARDED, OWN_METHODS
 from bbridge.wire.openrpc import CLIENT_REQUESTS, NOTIFICATIONS
 from tests.listen_support import TOKEN, http_get, listening, read_all
 

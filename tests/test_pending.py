@@ -104,7 +104,12 @@ async def test_with_nobody_connected_the_timeout_declines_by_policy(tmp_path: Pa
         assert 0.4 <= trio.current_time() - started < 3  # promptly after its deadline
         async with connect(path) as later:
             listing = await later.request("thread/pending", {"threadId": THREAD})
-            replay = await later.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+            with trio.fail_after(10):  # the bridge settles its turn on the cancellation, after the resolution
+                while True:
+                    replay = await later.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+                    if replay["events"][-1]["event"]["type"] == "turn/completed":
+                        break
+                    await trio.sleep(0.05)
         assert listing["pending"] == []
         (resolved,) = listing["resolved"]
         assert (

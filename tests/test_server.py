@@ -195,7 +195,7 @@ async def test_a_client_vanishing_mid_stream_stops_nothing(tmp_path: Path) -> No
                     replay = await client.request("thread/events", {"threadId": "thr_v", "afterSeq": 0})
                     replay_done = any(e["event"]["type"] == "turn/completed" for e in replay["events"])
                     await trio.sleep(0.05)
-            assert daemon.bridges["fake"].state == "ready"
+            assert daemon.supervisor.bridges["fake"].state == "ready"
 
 
 def test_a_stdio_client_that_closes_stdin_right_away_still_gets_every_answer(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from bbridge.core.grammar import ThreadDeltaParams, TurnOpen
-from bbridge.daemon import router
+from bbridge.daemon import runtime
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import Tool
@@ -27,14 +27,15 @@ def test_every_forwarded_method_has_one_rule() -> None:
     assert set(RULES) <= FORWARDED  # a misspelt method would otherwise never be given its rule
 
 
-def _in_process() -> tuple[router.Daemon, BridgeProcess]:
-    daemon = router.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
-    return daemon, BridgeProcess("p", daemon.providers["p"], daemon, text_delta_flush_ms=0)
+def _in_process() -> tuple[runtime.Daemon, BridgeProcess]:
+    daemon = runtime.Daemon({"p": ProviderConfig(command=["p"])}, text_delta_flush_ms=0)
+    return daemon, BridgeProcess("p", daemon.providers["p"], daemon.supervisor, text_delta_flush_ms=0)
 
 
-def _busy(daemon: router.Daemon, bridge: BridgeProcess, owner: Any) -> None:
+def _busy(daemon: runtime.Daemon, bridge: BridgeProcess, owner: Any) -> None:
     """A recorded thread with an open turn, a pending turn start, guard state, tools and bridge membership."""
-    daemon.registry.construct("thr", "p", owner, bridge)
+    daemon.registry.construct("thr", "p", owner)
+    bridge.serves("thr")
     daemon.registry.constructed("thr", {"t": Tool("t", "{}")}, "prov-thr")
     started = {"type": "turn/started", "threadId": "thr", "scope": {"kind": "turn", "turnId": "T1"}}
     daemon.tracker.observe("thr", started)
@@ -47,7 +48,7 @@ async def test_a_release_lets_go_of_the_bridge_side_and_keeps_the_record() -> No
     daemon, bridge = _in_process()
     owner = object()
     _busy(daemon, bridge, owner)
-    assert daemon.registry.release("thr", bridge, Cause.RELEASED) == []
+    assert daemon.supervisor.release("thr", bridge, Cause.RELEASED) == []
     assert "thr" not in bridge.threads and daemon.registry.records["thr"].watch is None
     assert "thr" not in bridge.watchdogs.watched and not bridge.guard._threads.get("thr")
     assert daemon.registry.tools_of("thr") == {}
@@ -60,7 +61,7 @@ async def test_a_release_lets_go_of_the_bridge_side_and_keeps_the_record() -> No
 async def test_a_bridge_exit_settles_open_work_and_keeps_the_tools() -> None:
     daemon, bridge = _in_process()
     _busy(daemon, bridge, None)
-    settled = daemon.registry.release("thr", bridge, Cause.BRIDGE_EXITED, "gone")
+    settled = daemon.supervisor.release("thr", bridge, Cause.BRIDGE_EXITED, "gone")
     assert [e["type"] for e in settled] == ["provider/error", "turn/completed"]
     assert settled[0]["message"] == "gone" and settled[0]["providerThreadId"] == "prov-thr"
     assert daemon.tracker.open_turns("thr") == [] and daemon.registry.records["thr"].watch is None
@@ -72,7 +73,7 @@ async def test_a_bridges_threads_are_its_providers_records_then_its_other_member
     daemon.registry.records["thr_a"] = ThreadRecord("thr_a", "p")
     daemon.registry.records["thr_q"] = ThreadRecord("thr_q", "q")
     bridge.threads.update({"thr_heard", "thr_a"})
-    assert list(daemon.registry.of_bridge(bridge)) == ["thr_a", "thr_heard"]
+    assert list(daemon.supervisor.threads_of(bridge)) == ["thr_a", "thr_heard"]
 
 
 async def test_a_bridges_traffic_makes_members_noted_on_its_assembler_state(mock_clock: trio.testing.MockClock) -> None:
@@ -80,11 +81,11 @@ async def test_a_bridges_traffic_makes_members_noted_on_its_assembler_state(mock
     after the read and its traffic time is its state's; a flush is not traffic; a released thread leaves and joins
     again at its next notification."""
     daemon, bridge = _in_process()
-    bridge.delivery = daemon.open_delivery(bridge)
+    bridge.delivery = daemon.output.open_delivery(bridge)
 
     async def read(thread_id: str, deltas: list[Any], at: float) -> None:
         mock_clock.jump(at - trio.current_time())
-        await daemon.on_notifications(
+        await daemon.output.on_notifications(
             bridge, [Notification("thread/delta", None, ThreadDeltaParams(thread_id, deltas))]
         )
 
@@ -95,7 +96,7 @@ async def test_a_bridges_traffic_makes_members_noted_on_its_assembler_state(mock
     assert bridge.assembler.heard_at("thr_a") == 2000 and bridge.threads == {"thr_a"}
     bridge.delivery.flush("thr_a", 4000)
     assert bridge.assembler.heard_at("thr_a") == 2000
-    daemon.registry.release("thr_a", bridge, Cause.RELEASED)
+    daemon.supervisor.release("thr_a", bridge, Cause.RELEASED)
     assert bridge.threads == set()
     await read("thr_a", [], 5)
     assert bridge.threads == {"thr_a"} and not bridge.assembler.arrivals
@@ -132,7 +133,8 @@ async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> No
     """The watchdog state and the open requests are the record's: the live read answers from it, a resolution
     leaves it, a release clears the watch and stops the bridge sweeping the thread."""
     daemon, bridge = _in_process()
-    daemon.registry.construct("thr", "p", object(), bridge)
+    daemon.registry.construct("thr", "p", object())
+    bridge.serves("thr")
     now = 0.0
     bridge.watchdogs.turn_dispatched("thr", now)
     record = daemon.registry.records["thr"]
@@ -147,7 +149,7 @@ async def test_a_threads_record_holds_its_watch_and_its_pending_requests() -> No
     assert live.waiting == (question,) and live.waiting_count == 1
     daemon.interactions.resolve(question.request_id, "client")
     assert record.pending == {} and daemon.registry.liveness("thr", now + 8).waiting_count == 0
-    daemon.registry.release("thr", bridge, Cause.RELEASED)
+    daemon.supervisor.release("thr", bridge, Cause.RELEASED)
     assert record.watch is None and "thr" not in bridge.watchdogs.watched
     assert daemon.registry.liveness("thr", now + 9).turn_id is None
 
@@ -170,9 +172,9 @@ async def test_a_thread_no_client_constructed_gets_a_record_without_a_provider()
     assert daemon.registry.provider_of("thr_heard") is None and not daemon.registry.on_provider("thr_heard", "p")
     codes = [e["code"] for e in bridge.watchdogs.sweep(bridge.watchdogs.stall_timeout_s)]
     assert codes == ["provider_turn_start_timeout", "provider_turn_stalled"]
-    assert sorted(daemon.registry.of_bridge(bridge)) == ["thr_asked", "thr_heard"]  # neither is a member
-    for thread_id in list(daemon.registry.of_bridge(bridge)):
-        daemon.registry.release(thread_id, bridge, Cause.BRIDGE_EXITED, "gone")
+    assert sorted(daemon.supervisor.threads_of(bridge)) == ["thr_asked", "thr_heard"]  # neither is a member
+    for thread_id in list(daemon.supervisor.threads_of(bridge)):
+        daemon.supervisor.release(thread_id, bridge, Cause.BRIDGE_EXITED, "gone")
     assert daemon.registry.records == {} and bridge.watchdogs.watched == {}
 
 
@@ -188,7 +190,8 @@ async def test_a_watch_lasts_while_a_turn_is_armed_and_a_providerless_record_whi
     """An idle thread costs its bridge nothing: the watch goes when its last turn settles (a dispatch that
     failed, a completed turn), and a record no client constructed goes when its watch and requests have."""
     daemon, bridge = _in_process()
-    daemon.registry.construct("thr", "p", object(), bridge)
+    daemon.registry.construct("thr", "p", object())
+    bridge.serves("thr")
     bridge.watchdogs.turn_dispatched("thr", 0)
     bridge.watchdogs.dispatch_failed("thr")
     assert daemon.registry.records["thr"].watch is None and bridge.watchdogs.watched == {}

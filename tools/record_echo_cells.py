@@ -22,7 +22,7 @@ import trio
 
 from bbridge.client import client_request_id
 from bbridge.daemon.config import echo_provider
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.replay.cells import replay_cell
 from bbridge.run import OPTIONS
 from bbridge.wire.lanes import DIRECTIONS

@@ -24,7 +24,7 @@ import trio
 
 from bbridge.bench.stream import DELTAS_PER_TURN
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import serve_socket
 
 THREADS = 8

@@ -29,7 +29,7 @@ import trio
 
 from bbridge.bench.daemon import percentile
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import serve_socket
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit

@@ -24,7 +24,7 @@ import trio
 from bbridge.bench import stream
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.wire import rpc
 
 WARM_UP_THREADS = 50
@@ -42,13 +42,13 @@ def _thread_deltas(kind: str, n: int) -> list[dict[str, Any]]:
 
 async def _run(kind: str, threads: int) -> float:
     daemon = Daemon({"bench": ProviderConfig(command=["bench"])})
-    bridge = BridgeProcess("bench", daemon.providers["bench"], daemon)
+    bridge = BridgeProcess("bench", daemon.providers["bench"], daemon.supervisor)
 
     async def feed(first: int, count: int) -> None:
         for n in range(first, first + count):
             params = {"threadId": f"thr_{n}", "deltas": _thread_deltas(kind, n)}
             note = rpc.Notification("thread/delta", msgspec.Raw(msgspec.json.encode(params)))
-            await daemon.on_notifications(bridge, [note])
+            await daemon.output.on_notifications(bridge, [note])
 
     await feed(0, WARM_UP_THREADS)
     gc.collect()

@@ -26,7 +26,7 @@ from bbridge.bench import chromium
 from bbridge.client import Client
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.journal import Journal
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import serve
 from bbridge.listen.admission import Address
 from bbridge.listen.face import Bound, ListenSettings, listen_face

@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -28,13 +28,11 @@ from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
 from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
-from bbridge.daemon.watchdog import Watchdogs
+from bbridge.daemon.threads import Piece
+from bbridge.daemon.watchdog import Slots, Watchdogs
 from bbridge.wire import errors, process, protocol, redact, rpc, tee
 from bbridge.wire.delta_decoder import DELTA_LINES
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RECORD_ENV, RUNTIME_TO_BRIDGE, Recorder, RuntimeScoper
-
-if TYPE_CHECKING:
-    from bbridge.daemon.threads import ThreadRegistry
 
 log = structlog.get_logger("bbridge.daemon.bridge")
 
@@ -125,9 +123,12 @@ class ExitStatus:
 
 
 class BridgeHost(Protocol):
-    """What a bridge process needs from the daemon (implemented by `Daemon`)."""
+    """What a bridge process needs from the daemon (`supervisor.Supervisor`)."""
 
-    registry: ThreadRegistry  # its threads' records, where its watchdogs keep their state
+    @property
+    def records(self) -> Slots:
+        """Its threads' records, where its watchdogs keep their state."""
+        ...
 
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None: ...
 
@@ -201,7 +202,7 @@ class BridgeProcess:
         self.guard = Guard()
         self.delivery = host.open_delivery(self)
         self.watchdogs = Watchdogs(
-            host.registry, config.turn_start_timeout_s, config.turn_stall_timeout_s, self.assembler.heard_at
+            host.records, config.turn_start_timeout_s, config.turn_stall_timeout_s, self.assembler.heard_at
         )
         self.threads: set[str] = set()
         self.started_at = trio.current_time()
@@ -399,6 +400,49 @@ class BridgeProcess:
         plan = dataclasses.replace(BRIDGE_STOP, grace_s=self.config.stop_grace_s, kill_wait_s=kill_grace)
         await process.stop(proc, plan)
         await self._wait_finished(TERMINATE_GRACE_S)
+
+    # -- its threads ---------------------------------------------------------
+
+    def serves(self, thread_id: str) -> None:
+        """The thread is the bridge's (a construction sent to it, its `thread/identity`) until a release."""
+        self.threads.add(thread_id)
+
+    def let_go(self, thread_id: str, pieces: frozenset[Piece]) -> None:
+        """The bridge's part of a release (`threads.LETS_GO`): the thread's guard state, its sweep and its
+        membership (the assembler hears it arrive again at its next notification, if any)."""
+        if Piece.GUARD in pieces:
+            self.guard.clear_thread(thread_id)
+        if Piece.WATCHDOGS in pieces:
+            self.watchdogs.forget(thread_id)
+        if Piece.MEMBERSHIP in pieces:
+            self.threads.discard(thread_id)
+            self.assembler.depart(thread_id)
+
+    def turn_dispatched(self, thread_id: str) -> None:
+        """A `turn/start` is sent: the turn-start watchdog is armed for the thread."""
+        self.watchdogs.turn_dispatched(thread_id, trio.current_time())
+
+    def dispatch_failed(self, thread_id: str) -> None:
+        """The `turn/start` failed: nothing is dispatched."""
+        self.watchdogs.dispatch_failed(thread_id)
+
+    def provider_turn(self, thread_id: str, turn_id: str) -> str:
+        """A bb turn id of the thread as the provider knows it (itself when the assembler minted none for it)."""
+        return self.assembler.get_provider_turn_id(thread_id, turn_id) or turn_id
+
+    def bb_ids(self, thread_id: str, params: dict[str, Any]) -> None:
+        """A relayed request's provider-native turn and item ids, made bb ids in place (protocol.md §3.6)."""
+        assembler = self.assembler
+        turn = params.get("turnId")
+        if isinstance(turn, str):
+            params["turnId"] = assembler.get_bb_turn_id(thread_id, turn) or turn
+        call = params.get("callId")
+        if isinstance(call, str):
+            params["callId"] = assembler.get_bb_item_id(thread_id, call) or call
+        payload = params.get("payload")
+        subject = payload.get("subject") if isinstance(payload, dict) else None
+        if isinstance(subject, dict) and isinstance(subject.get("itemId"), str):
+            subject["itemId"] = assembler.get_bb_item_id(thread_id, subject["itemId"]) or subject["itemId"]
 
     # -- traffic -------------------------------------------------------------
 

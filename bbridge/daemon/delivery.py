@@ -1,5 +1,5 @@
 """Bridge output to clients: `thread/delta` through each bridge's compiled delivery, the forwarded
-notifications, daemon-made events (warnings, flushes, settlements), and the broadcast to every client.
+notifications, and daemon-made events on a bridge's threads (warnings, flushes), out through the fan-out.
 
 Bridge `thread/delta` notifications flow decode → assemble → stamp → check (extension payloads, grammar guard)
 → journal → every client, one `thread/events` message per notification; all but the decode is one compiled
@@ -20,15 +20,17 @@ from bbridge.core import grammar
 from bbridge.core.events import Event
 from bbridge.core.outbox import NOT_DUE, Delivery
 from bbridge.daemon import mistakes
-from bbridge.daemon.base import DaemonState
 from bbridge.daemon.bridge import BridgeProcess, env_advice
-from bbridge.daemon.extensions import CHECKED_TYPES
+from bbridge.daemon.counters import Counters, TurnDurations
+from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
+from bbridge.daemon.fanout import Fanout
 from bbridge.daemon.journal import append_record, beside, latest_beside
+from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import rpc
 
-log = structlog.get_logger("bbridge.daemon.router")
+log = structlog.get_logger("bbridge.daemon.runtime")
 
 NAMED = "thread/name/updated"  # a thread's name, for `daemon/status` (rare: one set lookup per event, as the rest)
 NAMES = "names"  # `<thread>.names.ndjson`: a journaled thread's names, read back at a restart
@@ -61,8 +63,35 @@ EARLY_SEND_MIN = 64
 FLUSH_SLACK_S = 0.005
 
 
-class DeliveryMixin(DaemonState):
-    """How bridge output reaches the clients."""
+class Output:
+    """How bridge output reaches the clients: each bridge's notifications, its due text flushes, and the events
+    the daemon makes on a bridge's threads. It owns the flusher's state; it reads the bridges (the supervisor's,
+    by provider) and writes the thread records what a delivered event teaches (a name, an identity)."""
+
+    def __init__(
+        self,
+        fanout: Fanout,
+        registry: ThreadRegistry,
+        tracker: Tracker,
+        bridges: dict[str, BridgeProcess],
+        extensions: dict[str, ExtensionChecker],
+        counters: Counters,
+        turn_durations: TurnDurations,
+        noted: mistakes.Mistakes,
+    ) -> None:
+        self._fanout = fanout
+        self._journal = fanout.journal
+        self._registry = registry
+        self._tracker = tracker
+        self._bridges = bridges
+        self._extensions = extensions
+        self._counters = counters
+        self._turn_durations = turn_durations
+        self._mistakes = noted
+        self._flush_wake = trio.Event()
+        self._flusher_idle = False  # the flusher waits for `_flush_wake`: no bridge has a flush queued
+        self._flushing = False  # a flusher runs (`flusher`); without one, queued flushes are dropped
+        self.read_names()  # a journaled thread's name, after a restart
 
     async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
         """One read's notifications, in order; the `thread/events` lines they make go to the clients together.
@@ -70,12 +99,14 @@ class DeliveryMixin(DaemonState):
         Runs of decoded `thread/delta` notifications go through the bridge's delivery in one compiled call
         (`Delivery.take_notes`); this loop sees only the other notes."""
         now = trio.current_time()
-        self.counters.notifications_in += len(batch)
+        self._counters.notifications_in += len(batch)
         delivery = bridge.delivery
         lines: list[bytes] = []
         deltas_before = delivery.deltas
         now_ms, count, i = now * 1000, len(batch), 0
-        early = count > EARLY_SEND_MIN and bool(self.clients)  # the first events go out before the rest is assembled
+        early = count > EARLY_SEND_MIN and bool(
+            self._fanout.clients
+        )  # the first events go out before the rest is assembled
         while i < count:
             stop = i + 1 if early else count
             i = delivery.take_notes(batch, i, stop, now_ms, lines)
@@ -84,12 +115,12 @@ class DeliveryMixin(DaemonState):
                 i += 1
             if early and lines:
                 early = False
-                lines = self._broadcast(lines)
+                lines = self._fanout.broadcast(lines)
                 self._take_notices(bridge, now)  # nothing else runs before the watchers have seen them
                 await _let_writers_run()
-        self._broadcast(lines)
+        self._fanout.broadcast(lines)
         self._take_notices(bridge, now)
-        self.counters.deltas_in += delivery.deltas - deltas_before
+        self._counters.deltas_in += delivery.deltas - deltas_before
 
     def _take_other(
         self, bridge: BridgeProcess, note: rpc.Notification, now_ms: float, lines: list[bytes]
@@ -103,13 +134,13 @@ class DeliveryMixin(DaemonState):
                 if params is not None:
                     bridge.delivery.take_params(params, now_ms, lines)
                 return lines
-            lines = self._broadcast(lines)
+            lines = self._fanout.broadcast(lines)
             if method in FORWARDED_NOTIFICATIONS:
                 self._on_forwarded(bridge, method, note.params)
             elif method == "error":
                 self._on_bridge_error(bridge, note.params)
         except Exception:
-            self.counters.failed_notifications += 1
+            self._counters.failed_notifications += 1
             log.exception(
                 "a bridge notification failed; the rest of its batch goes on",
                 providerId=bridge.provider_id,
@@ -122,20 +153,20 @@ class DeliveryMixin(DaemonState):
         try:
             return grammar.decode_params(raw if raw is not None else b"null")
         except grammar.GrammarError as exc:
-            self.counters.rejected_notifications += 1
+            self._counters.rejected_notifications += 1
             log.warning("skipped an invalid thread/delta notification", providerId=bridge.provider_id, error=str(exc))
             return None
 
     def open_delivery(self, bridge: BridgeProcess) -> Delivery:
         """The bridge's compiled path from deltas to `thread/events` lines: its assembler and guard, this
         daemon's journal, thread identities and extension checks, and the event types the watchers need."""
-        checker = self.extensions.get(bridge.provider_id)
+        checker = self._extensions.get(bridge.provider_id)
         return Delivery(
             bridge.provider_id,
             bridge.assembler,
             bridge.guard,
-            self.journal.log,
-            self.registry.provider_threads,
+            self._journal.log,
+            self._registry.provider_threads,
             _LIFECYCLE,
             None if checker is None else checker.check,
             CHECKED_TYPES,
@@ -148,26 +179,26 @@ class DeliveryMixin(DaemonState):
         delivery = bridge.delivery
         if delivery.noticed:
             noticed, delivery.noticed = delivery.noticed, []
-            tracker, watchdogs = self.tracker, bridge.watchdogs
+            tracker, watchdogs = self._tracker, bridge.watchdogs
             provider_errors: list[tuple[str, Event]] = []
             for thread_id, event in noticed:
                 tracker.observe(thread_id, event)
                 if (closed := watchdogs.observe(thread_id, event, now)) is not None:
-                    self.turn_durations.observe(bridge.provider_id, now - closed.started)
+                    self._turn_durations.observe(bridge.provider_id, now - closed.started)
                 kind = event["type"]
                 if kind == "provider/error":
                     provider_errors.append((thread_id, event))
                 elif kind == NAMED and isinstance(name := event.get("threadName"), str):
                     self._named(thread_id, name)
             for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken
-                self._advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
+                self.advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
         if delivery.dropped:
             dropped, delivery.dropped = delivery.dropped, []
-            self.counters.grammar_drops += len(dropped)
+            self._counters.grammar_drops += len(dropped)
             for thread_id, event, violation in dropped:
                 hint = mistakes.drop_hint(bridge.assembler, bridge.guard, thread_id, event, violation.rule)
                 message = mistakes.drop_message(bridge.provider_id, thread_id, event, violation, hint)
-                self.mistakes.note(thread_id, violation.rule, message)
+                self._mistakes.note(thread_id, violation.rule, message)
                 log.warning(message, threadId=thread_id, providerId=bridge.provider_id, rule=violation.rule)
         assembler = bridge.assembler
         if assembler.arrivals:  # the threads it newly heard from: members of the bridge (until a release)
@@ -176,11 +207,11 @@ class DeliveryMixin(DaemonState):
         if assembler.suspects:
             self._take_suspects(bridge)
         if delivery.replaced:
-            self.counters.unhandled_extensions += delivery.replaced
+            self._counters.unhandled_extensions += delivery.replaced
             delivery.replaced = 0
         if delivery.failed:
             failed, delivery.failed = delivery.failed, []
-            self.counters.failed_notifications += len(failed)
+            self._counters.failed_notifications += len(failed)
             for thread_id, exc in failed:
                 log.error(
                     "a bridge notification failed; the rest of its batch goes on",
@@ -190,7 +221,7 @@ class DeliveryMixin(DaemonState):
                     exc_info=exc,
                 )
         if delivery.flushes:  # its coalesced text's flushes: the flusher drains them when due (none runs: dropped)
-            if self._nursery is None:
+            if not self._flushing:
                 delivery.drop_flushes()
             elif self._flusher_idle:
                 self._flusher_idle = False
@@ -199,8 +230,8 @@ class DeliveryMixin(DaemonState):
     def _named(self, thread_id: str, name: str) -> None:
         """A thread's new name, for `daemon/status`; with `--journal` also in `<thread>.names.ndjson`, which a
         restarted daemon reads back (`read_names`): the events' journal is read whole only when asked for."""
-        self.registry.named(thread_id, name)
-        directory = self.journal.directory
+        self._registry.named(thread_id, name)
+        directory = self._journal.directory
         if directory is not None:
             try:
                 append_record(beside(directory, thread_id, NAMES), {"threadId": thread_id, "name": name})
@@ -209,20 +240,20 @@ class DeliveryMixin(DaemonState):
 
     def read_names(self) -> None:
         """A restart: each journaled thread's latest name, back in its record."""
-        if self.journal.directory is not None:
-            for record in latest_beside(self.journal.directory, NAMES):
+        if self._journal.directory is not None:
+            for record in latest_beside(self._journal.directory, NAMES):
                 thread_id, name = record.get("threadId"), record.get("name")
                 if isinstance(thread_id, str) and isinstance(name, str):
-                    self.registry.named(thread_id, name)
+                    self._registry.named(thread_id, name)
 
     def _take_suspects(self, bridge: BridgeProcess) -> None:
         """Closes the grammar lets pass but a bridge rarely means (`Assembler.suspects`): counted, logged with the
         bridge's key, kept for `daemon/status` (`bbridge run --strict` fails on them); the events are unchanged."""
         suspects, bridge.assembler.suspects = bridge.assembler.suspects, []
-        self.counters.suspect_closes += len(suspects)
+        self._counters.suspect_closes += len(suspects)
         for suspect in suspects:
             message = mistakes.suspect_message(suspect)
-            self.mistakes.note(suspect.thread_id, suspect.rule, message)
+            self._mistakes.note(suspect.thread_id, suspect.rule, message)
             log.warning(
                 f"Suspect close from provider {bridge.provider_id!r} in thread {suspect.thread_id!r} "
                 f"({suspect.rule}): {message}",
@@ -239,7 +270,7 @@ class DeliveryMixin(DaemonState):
         bridge.delivery.note_pending(thread_id, now * 1000)
         self._take_notices(bridge, now)
         if line is not None:
-            self._broadcast([line])
+            self._fanout.broadcast([line])
 
     async def flusher(self) -> None:
         """One task drains every thread's due text (a task per thread and window cost more than the text): it
@@ -247,32 +278,36 @@ class DeliveryMixin(DaemonState):
         in one send. Each bridge's delivery holds its queue in due order (`Delivery.flushes`: every entry waits one
         window) and drains it in one compiled call; a Python step per entry cost ~2 % of the daemon's CPU at
         1,000 streaming threads. Coalesced text waits for traffic in the reference; here it goes out when due."""
-        while True:
-            due = min((bridge.delivery.next_due() for bridge in self.bridges.values()), default=NOT_DUE)
-            if due == NOT_DUE:
-                self._flusher_idle = True  # the next read that queues a flush wakes it (`_take_notices`)
-                await self._flush_wake.wait()
-                self._flush_wake = trio.Event()
-                continue
-            now = trio.current_time()
-            if due > now * 1000:  # compared in ms, as `flush_due` compares: the first entry is always taken next
-                await trio.sleep_until(due / 1000 + FLUSH_SLACK_S)
+        self._flushing = True
+        try:
+            while True:
+                due = min((bridge.delivery.next_due() for bridge in self._bridges.values()), default=NOT_DUE)
+                if due == NOT_DUE:
+                    self._flusher_idle = True  # the next read that queues a flush wakes it (`_take_notices`)
+                    await self._flush_wake.wait()
+                    self._flush_wake = trio.Event()
+                    continue
                 now = trio.current_time()
-            now_ms = now * 1000
-            lines: list[bytes] = []
-            for bridge in list(self.bridges.values()):
-                delivery = bridge.delivery
-                if delivery.next_due() > now_ms:
-                    continue
-                if bridge.state != "ready":
-                    delivery.drop_flushes()
-                    continue
-                delivery.flush_due(now_ms, lines)
-                self._take_notices(bridge, now)
-            self._broadcast(lines)
-            del lines  # freed now, while in the cache, not after the next sleep (`rpc.Connection._read_loop`)
+                if due > now * 1000:  # compared in ms, as `flush_due` compares: the first entry is always taken next
+                    await trio.sleep_until(due / 1000 + FLUSH_SLACK_S)
+                    now = trio.current_time()
+                now_ms = now * 1000
+                lines: list[bytes] = []
+                for bridge in list(self._bridges.values()):
+                    delivery = bridge.delivery
+                    if delivery.next_due() > now_ms:
+                        continue
+                    if bridge.state != "ready":
+                        delivery.drop_flushes()
+                        continue
+                    delivery.flush_due(now_ms, lines)
+                    self._take_notices(bridge, now)
+                self._fanout.broadcast(lines)
+                del lines  # freed now, while in the cache, not after the next sleep (`rpc.Connection._read_loop`)
+        finally:
+            self._flushing = False
 
-    def _advise(self, bridge: BridgeProcess, thread_id: str, text: str) -> None:
+    def advise(self, bridge: BridgeProcess, thread_id: str, text: str) -> None:
         """A `provider/error` whose text names `BB_*` variables the bridge was not given ("set BB_X …, then
         restart"): a daemon-made `system/warning` after it says how to set them through bbridge (the canonical
         error stays as the bridge made it), once per thread and names for this bridge process."""
@@ -284,18 +319,7 @@ class DeliveryMixin(DaemonState):
         warning["code"] = "bridge_env_not_passed"
         warning["message"] = env_advice(bridge.provider_id, list(names), bridge.stripped)
         warning["details"] = {"variables": list(names), "stripped": [n for n in names if n in bridge.stripped]}
-        self._publish(thread_id, bridge.provider_id, [warning])
-
-    def _publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
-        """Daemon-made events past the bridge's guard (the bridge is gone, or a watchdog speaks): journaled, out."""
-        self._broadcast([self.journal.log.record(thread_id, provider_id, events)])
-
-    def _broadcast(self, lines: list[bytes]) -> list[bytes]:
-        """Hands the lines to every client, in order; returns a fresh list for the caller's next lines."""
-        if lines:
-            for client in list(self.clients):
-                client.enqueue(lines)
-        return []
+        self._fanout.publish(thread_id, bridge.provider_id, [warning])
 
     def _on_forwarded(self, bridge: BridgeProcess, method: str, raw: msgspec.Raw | None) -> None:
         """A notification every client gets (with the bridge's `providerId`), after what the daemon learns from it
@@ -310,19 +334,20 @@ class DeliveryMixin(DaemonState):
         if learn is not None:
             learn(self, bridge, raw)
         params["providerId"] = bridge.provider_id
-        self._broadcast([rpc.encode_notification(method, params)])
+        self._fanout.broadcast([rpc.encode_notification(method, params)])
 
     def _on_identity(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
         """`thread/identity`: the thread's provider thread id, and the bridge serves it."""
         identity = decode(raw, _Identity)
         if identity is not None:
-            self.registry.identify(identity.threadId, identity.providerThreadId, bridge)
+            self._registry.identify(identity.threadId, identity.providerThreadId)
+            bridge.serves(identity.threadId)
 
     def _on_replaced(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:
         """`session/replaced`: a warning in the thread's timeline when the provider lost its context."""
         replaced = decode(raw, _Replaced)
         if replaced is not None and replaced.providerThreadId and replaced.contextLost:
-            self._deliver_warning(
+            self.deliver_warning(
                 bridge,
                 replaced.threadId,
                 "Provider session was replaced; provider-side context was lost.",
@@ -333,9 +358,9 @@ class DeliveryMixin(DaemonState):
         params = decode(raw, ThreadParams)
         message = decode(raw, _Message)
         if params is not None and message is not None and params.threadId and params.providerThreadId:
-            self._deliver_warning(bridge, params.threadId, message.message, None)
+            self.deliver_warning(bridge, params.threadId, message.message, None)
 
-    def _deliver_warning(self, bridge: BridgeProcess, thread_id: str, summary: str, details: str | None) -> None:
+    def deliver_warning(self, bridge: BridgeProcess, thread_id: str, summary: str, details: str | None) -> None:
         event: Event = {"type": "provider/warning", "threadId": "", "providerThreadId": "", "scope": {"kind": "thread"}}
         event["category"] = "general"
         event["summary"] = summary
@@ -345,9 +370,9 @@ class DeliveryMixin(DaemonState):
 
 
 # The bridge notifications forwarded to every client, each with what the daemon learns from it first (if anything).
-FORWARDED_NOTIFICATIONS: dict[str, Callable[[DeliveryMixin, BridgeProcess, msgspec.Raw | None], None] | None] = {
-    "thread/identity": DeliveryMixin._on_identity,
-    "session/replaced": DeliveryMixin._on_replaced,
+FORWARDED_NOTIFICATIONS: dict[str, Callable[[Output, BridgeProcess, msgspec.Raw | None], None] | None] = {
+    "thread/identity": Output._on_identity,
+    "session/replaced": Output._on_replaced,
     "provider/recovery": None,
 }
 

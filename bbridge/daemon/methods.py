@@ -1,5 +1,5 @@
 """What the daemon does around each client method it forwards to a bridge: one `MethodRule` per method, in
-`METHODS`, read by `Daemon._forward` (`router.py`).
+`METHODS`, read by `Daemon._forward` (`runtime.py`) with a `RuleContext`: what a rule may use.
 
 A forwarded request goes: the rule's `prepare` (before a bridge is chosen: a refusal here starts nothing) →
 the provider (`providerId`, else the thread's record) and its ready bridge → the capability check → for a request
@@ -12,30 +12,44 @@ identity is known before its first turn's); a failure runs `after_error`, which 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
 import structlog
-import trio
 
-from bbridge.daemon.declared_tools import DeclarationError
+from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.declared_tools import DeclarationError, Declarations, Tool
 from bbridge.daemon.delivery import ThreadParams, decode
-from bbridge.daemon.hosted import take_choice
-from bbridge.daemon.threads import Cause
+from bbridge.daemon.fanout import ClientSink, Fanout
+from bbridge.daemon.inputs import Inputs
+from bbridge.daemon.offered_tools import OfferedTools, take_choice
+from bbridge.daemon.threads import Cause, ThreadRegistry
+from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, protocol, rpc
+from bbridge.wire.client_api import ToolChoice
 
-if TYPE_CHECKING:
-    from bbridge.daemon.base import ClientSink
-    from bbridge.daemon.bridge import BridgeProcess
-    from bbridge.daemon.declared_tools import Tool
-    from bbridge.daemon.router import Daemon
-    from bbridge.wire.client_api import ToolChoice
-
-log = structlog.get_logger("bbridge.daemon.router")
+log = structlog.get_logger("bbridge.daemon.methods")
 
 THREAD_CREATION_TIMEOUT_S = 120.0
 DAEMON_MADE: Final = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a method rule may use: the thread records, the tool declarations and offers, the open work, the
+    kept inputs, the clients' names, and two actions of other parts (a thread's pending requests resolved before
+    its stop; a thread let go from its bridge)."""
+
+    registry: ThreadRegistry
+    declarations: Declarations
+    offered: OfferedTools
+    tracker: Tracker
+    inputs: Inputs
+    fanout: Fanout
+    resolve_thread: Callable[[str, str], Awaitable[None]]  # `Relays.resolve_thread`
+    release: Callable[[str, BridgeProcess, Cause], object]  # `Supervisor.release`
 
 
 @dataclass
@@ -62,16 +76,16 @@ class MethodRule:
     turn_field: str | None = None  # a bb turn id in the params, sent as the provider's
     min_timeout_s = 0.0  # the request's timeout is at least this
 
-    async def prepare(self, daemon: Daemon, call: Call) -> None:
+    async def prepare(self, ctx: RuleContext, call: Call) -> None:
         """Before a bridge is chosen."""
 
-    async def before(self, daemon: Daemon, call: Call) -> None:
+    async def before(self, ctx: RuleContext, call: Call) -> None:
         """A request naming a thread, its bridge chosen, just before it is sent."""
 
-    def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
+    def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         """A request naming a thread, answered: in the bridge's reader, before its later notifications."""
 
-    def after_error(self, daemon: Daemon, call: Call, exc: rpc.RpcError) -> Any:
+    def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         """A failed request: an answer in the error's place, or None to pass the error on."""
         return None
 
@@ -94,58 +108,59 @@ class Construction(MethodRule):
     def __init__(self, min_timeout_s: float = 0.0) -> None:
         self.min_timeout_s = min_timeout_s
 
-    async def prepare(self, daemon: Daemon, call: Call) -> None:
+    async def prepare(self, ctx: RuleContext, call: Call) -> None:
         try:
             call.choice = take_choice(call.params)
             if call.thread_id is None and call.choice is not None and call.choice.mcpServers:
                 raise DeclarationError("options.tools.mcpServers needs the construction's threadId")
-            call.declared = await daemon.declarations.declare(call.params.get("dynamicTools"))
-            hosted = daemon.hosted.for_construction(call.thread_id, call.client.name, call.choice, set(call.declared))
-            await self._add(daemon, call, hosted)
+            call.declared = await ctx.declarations.declare(call.params.get("dynamicTools"))
+            hosted = ctx.offered.for_construction(call.thread_id, call.client.name, call.choice, set(call.declared))
+            await self._add(ctx, call, hosted)
         except DeclarationError as exc:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
 
-    async def before(self, daemon: Daemon, call: Call) -> None:
+    async def before(self, ctx: RuleContext, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
         cwd = call.params.get("cwd")
         try:
-            brought = await daemon.hosted.brought(
+            brought = await ctx.offered.brought(
                 call.thread_id,
                 call.client.name,
                 call.choice,
                 set(call.declared or {}) - call.hosted,
                 cwd if isinstance(cwd, str) else None,
             )
-            await self._add(daemon, call, brought)
+            await self._add(ctx, call, brought)
         except DeclarationError as exc:
-            self._stop_brought(daemon, call)
+            self._stop_brought(ctx, call)
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
-        daemon.registry.construct(call.thread_id, call.bridge.provider_id, call.client, call.bridge)
+        ctx.registry.construct(call.thread_id, call.bridge.provider_id, call.client)
+        call.bridge.serves(call.thread_id)
         supplied = call.params.get("providerThreadId")
         if call.method == "thread/resume" and isinstance(supplied, str) and supplied:
-            daemon.registry.identify(call.thread_id, supplied)  # recorded before sending (protocol.md §3.3.6)
+            ctx.registry.identify(call.thread_id, supplied)  # recorded before sending (protocol.md §3.3.6)
 
     @staticmethod
-    async def _add(daemon: Daemon, call: Call, tools: list[protocol.DynamicTool]) -> None:
+    async def _add(ctx: RuleContext, call: Call, tools: list[protocol.DynamicTool]) -> None:
         """Hosted tools appended to the construction's `dynamicTools`, checked as declared ones."""
         if not tools:
             return
         offered = msgspec.to_builtins(tools)
-        call.declared = (call.declared or {}) | await daemon.declarations.declare(offered)
+        call.declared = (call.declared or {}) | await ctx.declarations.declare(offered)
         call.params["dynamicTools"] = [*(call.params.get("dynamicTools") or []), *offered]
         call.hosted |= {tool.name for tool in tools}
 
     @staticmethod
-    def _stop_brought(daemon: Daemon, call: Call) -> None:
-        host, choice = daemon.hosted.host, call.choice
+    def _stop_brought(ctx: RuleContext, call: Call) -> None:
+        host, choice = ctx.offered.host, call.choice
         if host is not None and call.thread_id is not None and choice is not None and choice.mcpServers:
             host.forget(call.thread_id)
 
-    def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
+    def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None
         result = decode(raw, ThreadParams)
         cwd = call.params.get("cwd")
-        daemon.registry.constructed(
+        ctx.registry.constructed(
             call.thread_id,
             call.declared,
             None if result is None else result.providerThreadId,
@@ -153,8 +168,8 @@ class Construction(MethodRule):
             cwd if isinstance(cwd, str) else None,
         )
 
-    def after_error(self, daemon: Daemon, call: Call, exc: rpc.RpcError) -> Any:
-        self._stop_brought(daemon, call)
+    def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
+        self._stop_brought(ctx, call)
         return None
 
 
@@ -162,22 +177,22 @@ class TurnInput(MethodRule):
     """`turn/start` and `turn/steer`: an input the bridge accepted is kept as thread state (`inputs.py`: the
     canonical events keep no prompt text); a refused one is not."""
 
-    def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
+    def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None and call.bridge is not None
-        client = {"connection": call.client.name, **daemon.client_info.get(call.client, {})}
-        daemon.inputs.add(call.thread_id, call.bridge.provider_id, call.params, call.method, call.sent_at, client)
+        client = ctx.fanout.signature(call.client)
+        ctx.inputs.add(call.thread_id, call.bridge.provider_id, call.params, call.method, call.sent_at, client)
 
 
 class TurnStart(TurnInput):
     """`turn/start`: the turn-start watchdog is armed as it is sent, disarmed if it fails; kept as `TurnInput`."""
 
-    async def before(self, daemon: Daemon, call: Call) -> None:
+    async def before(self, ctx: RuleContext, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
-        call.bridge.watchdogs.turn_dispatched(call.thread_id, trio.current_time())
+        call.bridge.turn_dispatched(call.thread_id)
 
-    def after_error(self, daemon: Daemon, call: Call, exc: rpc.RpcError) -> Any:
+    def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         if call.thread_id is not None and call.bridge is not None:
-            call.bridge.watchdogs.dispatch_failed(call.thread_id)
+            call.bridge.dispatch_failed(call.thread_id)
         return None
 
 
@@ -191,20 +206,20 @@ class ThreadStop(MethodRule):
 
     turn_field = "activeTurnId"
 
-    async def prepare(self, daemon: Daemon, call: Call) -> None:
+    async def prepare(self, ctx: RuleContext, call: Call) -> None:
         if call.thread_id is not None and call.params.get("intent") == "interrupt":
-            call.open_before = daemon.tracker.open_turns(call.thread_id)  # before requests are resolved
+            call.open_before = ctx.tracker.open_turns(call.thread_id)  # before requests are resolved
 
-    async def before(self, daemon: Daemon, call: Call) -> None:
+    async def before(self, ctx: RuleContext, call: Call) -> None:
         assert call.thread_id is not None
-        await daemon.resolve_thread(call.thread_id, "the thread was stopped")
+        await ctx.resolve_thread(call.thread_id, "the thread was stopped")
 
-    def after_result(self, daemon: Daemon, call: Call, raw: msgspec.Raw) -> None:
+    def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         if call.params.get("intent") == "release":
             assert call.thread_id is not None and call.bridge is not None
-            daemon.registry.release(call.thread_id, call.bridge, Cause.RELEASED)
+            ctx.release(call.thread_id, call.bridge, Cause.RELEASED)
 
-    def after_error(self, daemon: Daemon, call: Call, exc: rpc.RpcError) -> Any:
+    def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         """An interrupt the bridge refused (`no active turn`) after the turns open at the stop settled meanwhile
         (a declined approval ended the turn first): the thread is stopped, so is the client's stop."""
         bridge, thread_id = call.bridge, call.thread_id
@@ -212,7 +227,7 @@ class ThreadStop(MethodRule):
             return None
         if exc.code in DAEMON_MADE or bridge.state != "ready":
             return None  # the bridge did not answer (exit, timeout): the turns were settled by the daemon, not it
-        if set(call.open_before) & set(daemon.tracker.open_turns(thread_id)):
+        if set(call.open_before) & set(ctx.tracker.open_turns(thread_id)):
             return None
         log.info(
             "an interrupt was refused after the turn had ended; the stop succeeds",

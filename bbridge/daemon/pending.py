@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -39,9 +39,6 @@ import trio
 
 from bbridge.daemon.journal import append_record, beside, read_records
 from bbridge.wire import errors, rpc
-
-if TYPE_CHECKING:
-    from bbridge.daemon.threads import ThreadRegistry
 
 log = structlog.get_logger("bbridge.daemon.pending")
 
@@ -122,11 +119,31 @@ def policy_answer(pending: Pending, reason: str) -> tuple[msgspec.Raw | None, rp
     return None, rpc.RpcError(rpc.BRIDGE_ERROR, f"The {pending.kind.replace('_', ' ')} was cancelled: {reason}")
 
 
+class Holder(Protocol):
+    """A thread's record as the pending requests use it (`threads.ThreadRecord`): its open ones by request id."""
+
+    @property
+    def pending(self) -> dict[str, Pending]: ...
+
+
+class Holders(Protocol):
+    """The thread records (`threads.ThreadRegistry`): a thread's, made on first use; dropped once it holds
+    nothing (a thread no client constructed)."""
+
+    def record(self, thread_id: str) -> Holder: ...
+
+    def get(self, thread_id: str) -> Holder | None: ...
+
+    def drop_if_empty(self, thread_id: str) -> None: ...
+
+    def waiting(self, thread_id: str) -> list[Pending]: ...
+
+
 class Interactions:
     """The open requests of every thread, their resolution, and the history of how each was resolved."""
 
     def __init__(
-        self, broadcast: Callable[[list[bytes]], Any], threads: ThreadRegistry, directory: Path | None = None
+        self, broadcast: Callable[[list[bytes]], Any], threads: Holders, directory: Path | None = None
     ) -> None:
         self._broadcast = broadcast
         self._threads = threads
@@ -182,9 +199,9 @@ class Interactions:
                     f"Request {request_id!r} was already resolved by {first}; your answer was not used",
                 )
             raise rpc.RpcError(errors.UNKNOWN_REQUEST, f"No pending request {request_id!r} (see thread/pending)")
-        if pending.thread_id is not None and (thread := self._threads.records.get(pending.thread_id)) is not None:
+        if pending.thread_id is not None and (thread := self._threads.get(pending.thread_id)) is not None:
             thread.pending.pop(request_id, None)
-            self._threads.drop_if_empty(thread)
+            self._threads.drop_if_empty(pending.thread_id)
         pending.result, pending.error = (result if result is not None else msgspec.Raw(b"null")), error
         pending.resolved_by, pending.resolved_at, pending.resolved_client = by, time.time(), client
         pending.done.set()

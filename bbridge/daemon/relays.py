@@ -7,7 +7,7 @@ it — unless another client answered first with `interaction/respond`. A client
 nothing. With no client connected for the provider's `interaction_timeout_s`, a `thread/stop` of its thread,
 or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly one answer, the resolution's.
 
-A call of a tool the daemon hosts (`daemon/hosted.py`) is answered by its tool host instead, no client asked
+A call of a tool the daemon hosts (`daemon/offered_tools.py`) is answered by its tool host instead, no client asked
 (`hosted_call`); the host's `ask` is a pending approval opened, relayed and resolved as a bridge's is.
 """
 
@@ -22,23 +22,58 @@ import structlog
 import trio
 from msgspec import UNSET
 
-from bbridge.daemon.base import ClientSink, DaemonState
 from bbridge.daemon.bridge import BridgeProcess
-from bbridge.daemon.declared_tools import Refusal, lookup
+from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.counters import Counters
+from bbridge.daemon.declared_tools import Checker, Refusal, lookup
 from bbridge.daemon.declared_tools import failed_result as failed_tool_result
-from bbridge.daemon.hosting import Approval, HostedCall
-from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Pending
-from bbridge.daemon.threads import HostedRun
+from bbridge.daemon.fanout import ClientSink, Fanout
+from bbridge.daemon.offered_tools import OfferedTools
+from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Interactions, Pending
+from bbridge.daemon.threads import HostedRun, ThreadRegistry
+from bbridge.daemon.tool_host import Approval, HostedCall
 from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 
-log = structlog.get_logger("bbridge.daemon.router")
+log = structlog.get_logger("bbridge.daemon.runtime")
 
 DECISIONS: Final = ("allow_once", "allow_for_session", "deny")  # what a hosted call's approval offers
 
 
-class RelayMixin(DaemonState):
-    """Pending bridge requests: opened, relayed, resolved once."""
+Warn = Callable[[BridgeProcess, str, str, str | None], None]
+"""A `provider/warning` on a bridge's thread (bridge, thread id, summary, details): `delivery.Output`'s."""
+
+
+class Relays:
+    """Pending bridge requests: opened, relayed, resolved once. It owns the tasks that relay and expire them
+    (started in the daemon's nursery, `start`), and reads the clients, the thread records and the bridges."""
+
+    def __init__(
+        self,
+        providers: dict[str, ProviderConfig],
+        bridges: dict[str, BridgeProcess],
+        fanout: Fanout,
+        registry: ThreadRegistry,
+        interactions: Interactions,
+        checker: Checker,
+        offered: OfferedTools,
+        counters: Counters,
+        warn: Warn,
+    ) -> None:
+        self._providers = providers
+        self._bridges = bridges
+        self._fanout = fanout
+        self._registry = registry
+        self._interactions = interactions
+        self._checker = checker
+        self._offered = offered
+        self._counters = counters
+        self._warn = warn
+        self._nursery: trio.Nursery | None = None
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Where the relays and timeouts of pending requests run from now on (the daemon's nursery)."""
+        self._nursery = nursery
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         """Open `item/tool/call` / `interaction/request` as pending, and answer the bridge with its resolution."""
@@ -50,7 +85,7 @@ class RelayMixin(DaemonState):
         try:
             protocol.decode_method_params(request.method, raw)
         except protocol.InvalidParams as exc:
-            self.counters.rejected_bridge_requests += 1
+            self._counters.rejected_bridge_requests += 1
             log.warning(
                 "refused a malformed provider request",
                 providerId=bridge.provider_id,
@@ -61,7 +96,7 @@ class RelayMixin(DaemonState):
         params = msgspec.json.decode(raw)
         thread_id = params.get("threadId")
         if params.get("providerNativeIds") is True and isinstance(thread_id, str):
-            _translate_native_ids(bridge, thread_id, params)
+            bridge.bb_ids(thread_id, params)
         return await relay(self, bridge, params)
 
     async def _interaction(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
@@ -82,13 +117,13 @@ class RelayMixin(DaemonState):
         """
         thread_id = self._tool_thread(bridge, params)
         name: str = params["tool"]
-        found = lookup(self.registry.tools_of(thread_id), name)
+        found = lookup(self._registry.tools_of(thread_id), name)
         refusal = found if isinstance(found, Refusal) else None
         if not isinstance(found, Refusal):
             params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
-            refusal = await self.checker.check(found, params.setdefault("arguments", {}))
+            refusal = await self._checker.check(found, params.setdefault("arguments", {}))
         if refusal is not None:
-            self.counters.tool_calls_refused += 1
+            self._counters.tool_calls_refused += 1
             log.info(
                 "refused a tool call",
                 providerId=bridge.provider_id,
@@ -97,20 +132,20 @@ class RelayMixin(DaemonState):
                 reason=refusal.message,
             )
             return refusal.result()
-        if thread_id is not None and params["tool"] in self.registry.hosted_of(thread_id):
+        if thread_id is not None and params["tool"] in self._registry.hosted_of(thread_id):
             return await self.hosted_call(bridge, thread_id, params)
         params["providerId"] = bridge.provider_id
-        self.counters.tool_calls_relayed += 1
+        self._counters.tool_calls_relayed += 1
         pending = self._open(bridge, TOOL_CALL, params, thread_id)
         try:
             answer = await self._outcome(pending)
         except rpc.RpcError:
-            self.counters.tool_calls_failed += 1
+            self._counters.tool_calls_failed += 1
             raise
         try:
             msgspec.json.decode(answer, type=ToolCallResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.counters.tool_calls_failed += 1
+            self._counters.tool_calls_failed += 1
             log.warning(
                 "a client answered a tool call with an invalid tool result",
                 providerId=bridge.provider_id,
@@ -127,9 +162,9 @@ class RelayMixin(DaemonState):
     async def hosted_call(self, bridge: BridgeProcess, thread_id: str, params: dict[str, Any]) -> dict[str, Any]:
         """Hand a checked call of a hosted tool to the tool host (no client is asked), in a cancel scope kept on
         the thread's record: a cancelled call answers the bridge as failed, saying why."""
-        host = self.hosted.host
+        host = self._offered.host
         assert host is not None
-        record = self.registry.records[thread_id]
+        record = self._registry.records[thread_id]
         tool: str = params["tool"]
         call = HostedCall(
             thread_id=thread_id,
@@ -143,32 +178,32 @@ class RelayMixin(DaemonState):
         )
         run = HostedRun()
         record.calls.add(run)
-        self.counters.hosted_calls += 1
+        self._counters.hosted_calls += 1
         try:
             with run.scope:
                 result = await host.call(call)
         except trio.Cancelled:  # from outside: the bridge's connection closed (it exited), nobody takes an answer
-            self.counters.hosted_calls_cancelled += 1
+            self._counters.hosted_calls_cancelled += 1
             log.info("cancelled a hosted tool call: its bridge went away", threadId=thread_id, tool=tool)
             raise
         except Exception as exc:  # a fault of the host: the model reads a failed call, the log has the traceback
-            self.counters.hosted_calls_failed += 1
+            self._counters.hosted_calls_failed += 1
             log.exception("the tool host failed a call", threadId=thread_id, tool=tool)
             return failed_tool_result(f'Tool "{tool}" failed in the daemon\'s tool host: {exc}')
         finally:
             record.calls.discard(run)
         if run.scope.cancel_called:
-            self.counters.hosted_calls_cancelled += 1
+            self._counters.hosted_calls_cancelled += 1
             log.info("cancelled a hosted tool call", threadId=thread_id, tool=tool, reason=run.reason)
             return failed_tool_result(f'Tool "{tool}" was cancelled: {run.reason}')
         try:
             answer = msgspec.convert(result, ToolCallResult)
         except msgspec.ValidationError as exc:
-            self.counters.hosted_calls_failed += 1
+            self._counters.hosted_calls_failed += 1
             log.error("the tool host answered an invalid tool result", threadId=thread_id, tool=tool, error=str(exc))
             return failed_tool_result(f'Tool "{tool}" failed: the daemon\'s tool host answered no valid result ({exc})')
         if not answer.success:
-            self.counters.hosted_calls_failed += 1
+            self._counters.hosted_calls_failed += 1
         return result
 
     async def _ask(
@@ -181,7 +216,7 @@ class RelayMixin(DaemonState):
             "kind": "tool_use",
             "itemId": call["callId"],
             "tool": tool,
-            "presentation": self.hosted.presentation(tool),
+            "presentation": self._offered.presentation(tool),
         }
         params: dict[str, Any] = {
             **details,
@@ -196,7 +231,7 @@ class RelayMixin(DaemonState):
             },
             "providerId": bridge.provider_id,
         }
-        self.counters.hosted_asks += 1
+        self._counters.hosted_asks += 1
         pending = self._open(bridge, INTERACTION, params, thread_id)
         try:
             raw = await self._outcome(pending)
@@ -208,7 +243,7 @@ class RelayMixin(DaemonState):
         decision = answer.get("decision") if isinstance(answer, dict) else None
         by = str(pending.resolved_by)
         if decision == "allow_once" or decision == "allow_for_session":
-            self.counters.hosted_asks_allowed += 1
+            self._counters.hosted_asks_allowed += 1
             return Approval(decision, by)
         return Approval("deny", by)
 
@@ -216,30 +251,27 @@ class RelayMixin(DaemonState):
         """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
         thread_id = params.get("threadId")
         if not isinstance(thread_id, str):
-            thread_id = self.registry.by_provider_thread(params.get("providerThreadId"), bridge.provider_id)
-        if thread_id is None or not self.registry.on_provider(thread_id, bridge.provider_id):
+            thread_id = self._registry.by_provider_thread(params.get("providerThreadId"), bridge.provider_id)
+        if thread_id is None or not self._registry.on_provider(thread_id, bridge.provider_id):
             return None  # another provider's thread never lends its tools
         return thread_id
 
     # -- pending requests -----------------------------------------------------------------------------------
 
     def _open(self, bridge: BridgeProcess, method: str, params: dict[str, Any], thread_id: str | None) -> Pending:
-        pending = self.interactions.add(method, bridge.provider_id, params, thread_id)
-        self.counters.interactions_opened += 1
+        pending = self._interactions.add(method, bridge.provider_id, params, thread_id)
+        self._counters.interactions_opened += 1
         assert self._nursery is not None
         client = self._answering_client(pending.thread_id)
         if client is not None:
             self._nursery.start_soon(self._relay, client, pending)
-        config = self.providers.get(bridge.provider_id)
+        config = self._providers.get(bridge.provider_id)
         timeout = config.interaction_timeout_s if config is not None else 300.0
         self._nursery.start_soon(self._expire, pending, timeout)
         return pending
 
     def _answering_client(self, thread_id: str | None) -> ClientSink | None:
-        client = self.registry.owner_of(thread_id) if thread_id is not None else None
-        if client is None or client not in self.clients:
-            client = self.clients[-1] if self.clients else None
-        return client
+        return self._fanout.answering(self._registry.owner_of(thread_id) if thread_id is not None else None)
 
     async def _relay(self, client: ClientSink, pending: Pending) -> None:
         """Ask one client; its answer (a result or an error) resolves the request unless another came first. A
@@ -269,21 +301,21 @@ class RelayMixin(DaemonState):
         result: msgspec.Raw | None = None,
         error: rpc.RpcError | None = None,
     ) -> None:
-        if pending.request_id in self.interactions.open:
-            self.interactions.resolve(pending.request_id, client.name, result, error, self.client_info.get(client))
+        if pending.request_id in self._interactions.open:
+            self._interactions.resolve(pending.request_id, client.name, result, error, self._fanout.info.get(client))
         else:
             log.info("an answer came after the request was resolved", requestId=pending.request_id, by=client.name)
 
     async def _expire(self, pending: Pending, timeout: float) -> None:
         """With no client connected for `timeout` seconds, the daemon's policy answers."""
         while not pending.done.is_set():
-            changed = self.clients_changed
-            if self.clients:
+            changed = self._fanout.changed
+            if self._fanout.clients:
                 await _first(changed, pending.done)
                 continue
             with trio.move_on_after(timeout) as waited:
                 await _first(changed, pending.done)
-            if waited.cancelled_caught and not self.clients:
+            if waited.cancelled_caught and not self._fanout.clients:
                 self._by_policy(pending, f"no client answered within {timeout:g}s", "daemon:timeout")
 
     async def _outcome(self, pending: Pending) -> msgspec.Raw:
@@ -293,58 +325,48 @@ class RelayMixin(DaemonState):
         return pending.result if pending.result is not None else msgspec.Raw(b"null")
 
     def _by_policy(self, pending: Pending, reason: str, by: str) -> None:
-        if pending.request_id in self.interactions.open:
-            self.counters.interactions_by_policy += 1
+        if pending.request_id in self._interactions.open:
+            self._counters.interactions_by_policy += 1
             log.info("resolved a pending request by policy", requestId=pending.request_id, kind=pending.kind, by=by)
-            self.interactions.apply_policy(pending, reason, by)
+            self._interactions.apply_policy(pending, reason, by)
 
     async def resolve_thread(self, thread_id: str, reason: str) -> None:
         """A `thread/stop`: the thread's pending requests are resolved before the stop goes to the bridge (two
         checkpoints: every answer's task, woken here, has written its answer before the caller writes the stop)."""
-        waiting = self.registry.waiting(thread_id)
+        waiting = self._registry.waiting(thread_id)
         for pending in waiting:
             self._by_policy(pending, reason, "daemon:thread-stop")
-        if self.registry.cancel_calls(thread_id, reason) or waiting:
+        if self._registry.cancel_calls(thread_id, reason) or waiting:
             await trio.lowlevel.checkpoint()
             await trio.lowlevel.checkpoint()
 
     def resolve_provider(self, provider_id: str, reason: str) -> None:
         """A bridge that exits: nobody can use an answer to its requests."""
-        for pending in self.interactions.of_provider(provider_id):
+        for pending in self._interactions.of_provider(provider_id):
             self._by_policy(pending, reason, "daemon:bridge-exit")
 
-    # -- client methods ---------------------------------------------------------------------------------------
+    # -- client answers ----------------------------------------------------------------------------------------
 
-    def respond(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
-        """`interaction/respond {requestId, result | error, warning?}`: answer a pending request; the first answer
-        wins; its `warning` goes on the request's thread as a `provider/warning`."""
-        try:
-            answer = msgspec.json.decode(msgspec.json.encode(params), type=client_api.InteractionRespondParams)
-        except msgspec.ValidationError as exc:
-            raise rpc.RpcError(rpc.INVALID_PARAMS, f"interaction/respond: {exc}") from None
+    def respond(self, client: ClientSink, answer: client_api.InteractionRespondParams) -> dict[str, Any]:
+        """`interaction/respond`: answer a pending request; the first answer wins; its `warning` goes on the
+        request's thread as a `provider/warning`."""
         if (answer.result is UNSET) == (answer.error is UNSET):
             raise rpc.RpcError(rpc.INVALID_PARAMS, "interaction/respond needs exactly one of result and error")
         result = None if answer.result is UNSET else answer.result
         error = None if answer.error is UNSET else rpc.RpcError(answer.error.code, answer.error.message)
-        pending = self.interactions.resolve(answer.requestId, client.name, result, error, self.client_info.get(client))
-        bridge = self.bridges.get(pending.provider_id)
+        pending = self._interactions.resolve(
+            answer.requestId, client.name, result, error, self._fanout.info.get(client)
+        )
+        bridge = self._bridges.get(pending.provider_id)
         if answer.warning is not UNSET and pending.thread_id is not None and bridge is not None:
-            self._deliver_warning(bridge, pending.thread_id, answer.warning, None)
+            self._warn(bridge, pending.thread_id, answer.warning, None)
         return {"ok": True}
-
-    def pending_requests(self, params: dict[str, Any]) -> dict[str, Any]:
-        """`thread/pending {threadId?}`: the open requests (and a thread's recent resolutions)."""
-        try:
-            asked = msgspec.convert(params, client_api.ThreadPendingParams)
-        except msgspec.ValidationError as exc:
-            raise rpc.RpcError(rpc.INVALID_PARAMS, f"thread/pending: {exc}") from None
-        return self.interactions.listing(None if asked.threadId is UNSET else asked.threadId)
 
 
 # The bridge requests the daemon serves: each is relayed to a client as a pending request.
-RELAYED: dict[str, Callable[[RelayMixin, BridgeProcess, dict[str, Any]], Awaitable[Any]]] = {
-    TOOL_CALL: RelayMixin._tool_call,
-    INTERACTION: RelayMixin._interaction,
+RELAYED: dict[str, Callable[[Relays, BridgeProcess, dict[str, Any]], Awaitable[Any]]] = {
+    TOOL_CALL: Relays._tool_call,
+    INTERACTION: Relays._interaction,
 }
 
 
@@ -358,18 +380,3 @@ async def _first(*events: trio.Event) -> None:
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(wait)
-
-
-def _translate_native_ids(bridge: BridgeProcess, thread_id: str, params: dict[str, Any]) -> None:
-    """Provider-native turn/item ids on relayed requests become bb ids (protocol.md §3.6)."""
-    assembler = bridge.assembler
-    turn = params.get("turnId")
-    if isinstance(turn, str):
-        params["turnId"] = assembler.get_bb_turn_id(thread_id, turn) or turn
-    call = params.get("callId")
-    if isinstance(call, str):
-        params["callId"] = assembler.get_bb_item_id(thread_id, call) or call
-    payload = params.get("payload")
-    subject = payload.get("subject") if isinstance(payload, dict) else None
-    if isinstance(subject, dict) and isinstance(subject.get("itemId"), str):
-        subject["itemId"] = assembler.get_bb_item_id(thread_id, subject["itemId"]) or subject["itemId"]

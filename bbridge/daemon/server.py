@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from bbridge.daemon.config import ConfigError
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.wire import errors, rpc
 from bbridge.wire.framing import MAX_LINE_BYTES
 
@@ -38,7 +38,7 @@ FINAL_FLUSH_S = 0.1  # lets the answer to `shutdown` reach its client before con
 CLOSE_FLUSH_S = 5.0  # a client that half-closed gets what is queued for it (its answers among it) within this long
 
 
-class Client:
+class ClientConnection:
     """One connected client, on any transport: `transport` names it (`stdio`, `socket`, `ws`) for the metrics, and
     `authorized` says it proved the token before its first message (a WebSocket upgrade's bearer token)."""
 
@@ -202,7 +202,7 @@ async def _watch_signals(daemon: Daemon) -> None:
 async def serve_stdio(daemon: Daemon, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
-    client = Client(daemon, stdout, stdin, "stdio", queue_bytes, transport="stdio")
+    client = ClientConnection(daemon, stdout, stdin, "stdio", queue_bytes, transport="stdio")
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         nursery.start_soon(_watch_signals, daemon)
@@ -289,14 +289,14 @@ async def serve(
 
 
 def socket_face(path: Path) -> Face:
-    """The Unix-socket face: one `Client` per connection."""
+    """The Unix-socket face: one `ClientConnection` per connection."""
 
     async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
         listener = await open_socket_listener(path)
         counter = itertools.count(1)
 
         async def handle(stream: trio.SocketStream) -> None:
-            await Client(daemon, stream, stream, f"socket-{next(counter)}", queue_bytes).run()
+            await ClientConnection(daemon, stream, stream, f"socket-{next(counter)}", queue_bytes).run()
 
         try:
             log.info("listening", socket=str(path))

@@ -15,17 +15,56 @@ import msgspec
 import trio
 
 from bbridge.core import native
-from bbridge.daemon.base import DAEMON_INFO, DaemonState
+from bbridge.daemon.config import ConfigReport, ProviderConfig
+from bbridge.daemon.counters import DAEMON_INFO, Counters, TurnDurations
+from bbridge.daemon.fanout import Fanout
+from bbridge.daemon.mistakes import Mistakes
+from bbridge.daemon.offered_tools import OfferedTools
+from bbridge.daemon.pending import Interactions
+from bbridge.daemon.supervisor import Supervisor
+from bbridge.daemon.threads import ThreadRegistry
+from bbridge.daemon.tracker import Tracker
 
 
-class StatusMixin(DaemonState):
+class Status:
+    """Reads every part, writes none (but the journal's event count, copied into the counters)."""
+
+    def __init__(
+        self,
+        providers: dict[str, ProviderConfig],
+        config: ConfigReport,
+        supervisor: Supervisor,
+        fanout: Fanout,
+        registry: ThreadRegistry,
+        tracker: Tracker,
+        interactions: Interactions,
+        offered: OfferedTools,
+        counters: Counters,
+        turn_durations: TurnDurations,
+        noted: Mistakes,
+    ) -> None:
+        self._providers = providers
+        self._config = config
+        self._supervisor = supervisor
+        self._fanout = fanout
+        self._journal = fanout.journal
+        self._registry = registry
+        self._tracker = tracker
+        self._interactions = interactions
+        self._offered = offered
+        self._counters = counters
+        self._turn_durations = turn_durations
+        self._mistakes = noted
+        self._started_at = time.time()
+
     def status(self) -> dict[str, Any]:
         now = trio.current_time()
-        self.counters.events_out = self.journal.log.recorded
+        self._counters.events_out = self._journal.log.recorded
+        bridges, clients = self._supervisor.bridges, self._fanout.clients
         providers = []
-        for pid in sorted(self.providers):
-            bridge = self.bridges.get(pid)
-            entry: dict[str, Any] = {"providerId": pid, **self.provider_state(pid)}
+        for pid in sorted(self._providers):
+            bridge = bridges.get(pid)
+            entry: dict[str, Any] = {"providerId": pid, **self._supervisor.provider_state(pid)}
             if bridge is not None:
                 entry.update(
                     pid=bridge.pid,
@@ -38,47 +77,39 @@ class StatusMixin(DaemonState):
             "daemon": {
                 **DAEMON_INFO,
                 "uptimeS": round(time.time() - self._started_at, 3),
-                "clients": len(self.clients),
-                "clientsByTransport": dict(Counter(client.transport for client in self.clients)),
+                "clients": len(clients),
+                "clientsByTransport": dict(Counter(client.transport for client in clients)),
                 "core": native.describe(),  # compiled (mypyc) or pure, and why
             },
             "providers": providers,
             "threads": list(self._thread_status(now)),
-            "pending": len(self.interactions.open),
-            "counters": msgspec.to_builtins(self.counters),
-            "config": msgspec.to_builtins(self.config),
-            "journal": self.journal.health(),
-            "turnDurations": self.turn_durations.view(),
-            "hostedTools": self.hosted.status(),
+            "pending": len(self._interactions.open),
+            "counters": msgspec.to_builtins(self._counters),
+            "config": msgspec.to_builtins(self._config),
+            "journal": self._journal.health(),
+            "turnDurations": self._turn_durations.view(),
+            "hostedTools": self._offered.status(),
         }
 
-    def provider_state(self, provider_id: str) -> dict[str, str]:
-        """`{state[, reason]}`: its bridge's state; with none running, `failed` and why when its last start
-        failed (the next request tries again), else `idle`."""
-        bridge = self.bridges.get(provider_id)
-        if bridge is not None:
-            return {"state": bridge.state, **({"reason": bridge.reason} if bridge.reason else {})}
-        reason = self.start_failures.get(provider_id)
-        return {"state": "failed", "reason": reason} if reason is not None else {"state": "idle"}
-
     def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
-        tracked = self.tracker.threads()
-        known = dict(self.journal.threads())
-        for thread_id, record in self.registry.records.items():
+        tracked = self._tracker.threads()
+        known = dict(self._journal.threads())
+        for thread_id, record in self._registry.records.items():
             if record.pending:
                 known.setdefault(thread_id, 0)
+        clients = self._fanout.clients
         for thread_id, last_seq in sorted(known.items()):
-            provider_id = self.registry.provider_of(thread_id)
-            bridge = self.bridges.get(provider_id) if provider_id else None
+            provider_id = self._registry.provider_of(thread_id)
+            bridge = self._supervisor.bridges.get(provider_id) if provider_id else None
             work = tracked.get(thread_id)
-            live = self.registry.liveness(thread_id, now)
+            live = self._registry.liveness(thread_id, now)
             turn_age, silence = (live.turn_age_s, live.silence_s) if bridge else (None, None)
-            owner = self.registry.owner_of(thread_id)
+            owner = self._registry.owner_of(thread_id)
             yield {
                 "threadId": thread_id,
                 "providerId": provider_id,
-                "providerThreadId": self.registry.provider_threads.get(thread_id),
-                "name": self.registry.name_of(thread_id),  # the latest thread/name/updated; null: none this run
+                "providerThreadId": self._registry.provider_threads.get(thread_id),
+                "name": self._registry.name_of(thread_id),  # the latest thread/name/updated; null: none this run
                 "openTurns": list(work.open_turns) if work else [],
                 "openItems": list(work.open_items) if work else [],
                 "openTurn": None if turn_age is None else {"turnId": live.turn_id, "ageS": round(turn_age, 3)},
@@ -86,10 +117,10 @@ class StatusMixin(DaemonState):
                 "waitingOn": [
                     {"requestId": p.request_id, "kind": p.kind, "ageS": round(now - p.opened, 3)} for p in live.waiting
                 ],
-                "clients": {"owner": owner.name if owner is not None else None, "connected": len(self.clients)},
+                "clients": {"owner": owner.name if owner is not None else None, "connected": len(clients)},
                 "bridge": None if bridge is None else {"pid": bridge.pid, "state": bridge.state},
                 "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
                 "pendingTurnStart": live.start_pending if bridge else False,
-                "bridgeMistakes": self.mistakes.of_thread(thread_id),
+                "bridgeMistakes": self._mistakes.of_thread(thread_id),
                 "lastSeq": last_seq,
             }

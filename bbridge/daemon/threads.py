@@ -1,8 +1,9 @@
-"""Every thread the daemon serves, one record each, and `release`: the one place a thread is let go.
+"""Every thread the daemon serves, one record each, and what a release clears (`LETS_GO`, applied by
+`supervisor.Supervisor.release`: the one place a thread is let go).
 
 A thread's record (`ThreadRecord`) holds what the daemon learnt when a client constructed it — its provider
 (which routes a later request that names none), the client that owns it (asked first by the thread's bridge
-requests), the tools it declared with the daemon's hosted tools it chose among them (`daemon/hosted.py`), and
+requests), the tools it declared with the daemon's hosted tools it chose among them (`daemon/offered_tools.py`), and
 its `cwd` — and what is live on it: its watchdog state (`watchdog.Watch`: a dispatched
 turn not yet started, its open turns, and where to read when its bridge last sent something for it: its
 assembler's state of the thread) and its open pending requests (the
@@ -25,14 +26,15 @@ the threads its assembler newly hears from join after each read: `Assembler.arri
 bridge's watchdogs sweep (`Watchdogs.watched`, with its provider's timeouts, over the records' state); the open
 work (`Tracker`) is fed per lifecycle event.
 
-What each way of letting a thread go clears is `LETS_GO`, read by `release`. What a thread is not let go of:
+What each way of letting a thread go clears is `LETS_GO`: the record's part here (`let_go`), the bridge's in
+`BridgeProcess.let_go`. What a thread is not let go of:
 
 * its record and provider thread id: kept for `daemon/status`, and so a request without `providerId` still
   finds the provider after a release or a bridge restart;
 * its owner: cleared only when the owning client goes away (`owner_left`), never by a release;
 * its pending requests: resolved by policy before a `thread/stop` (any intent) is sent
-  (`RelayMixin.resolve_thread`) and, for a bridge that exits, by provider before its threads are let go
-  (`RelayMixin.resolve_provider`: a request may name no thread); each resolution leaves the record
+  (`relays.Relays.resolve_thread`) and, for a bridge that exits, by provider before its threads are let go
+  (`relays.Relays.resolve_provider`: a request may name no thread); each resolution leaves the record
   (`Interactions.resolve`), so a released thread's record holds none unless its bridge asked again meanwhile;
 * its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
   per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
@@ -44,21 +46,17 @@ and the daemon forwards them as any other method or notice.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
-if TYPE_CHECKING:
-    from bbridge.core.events import Event
-    from bbridge.daemon.base import ClientSink
-    from bbridge.daemon.bridge import BridgeProcess
-    from bbridge.daemon.declared_tools import Tool
-    from bbridge.daemon.hosting import ToolHost
-    from bbridge.daemon.pending import Pending
-    from bbridge.daemon.tracker import Tracker
-    from bbridge.daemon.watchdog import Watch
+from bbridge.daemon.declared_tools import Tool
+from bbridge.daemon.fanout import ClientSink
+from bbridge.daemon.pending import Pending
+from bbridge.daemon.tool_host import ToolHost
+from bbridge.daemon.watchdog import Watch
 
 
 class Cause(enum.Enum):
@@ -136,22 +134,20 @@ class Liveness:
 class ThreadRegistry:
     """The daemon's threads: their records, their provider thread ids, and where each is let go."""
 
-    def __init__(self, tracker: Tracker, tool_host: ToolHost | None = None) -> None:
+    def __init__(self, tool_host: ToolHost | None = None) -> None:
         self.records: dict[str, ThreadRecord] = {}
         self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
-        self._tracker = tracker
         self._tool_host = tool_host
 
     # -- learning a thread ----------------------------------------------------------------------------------
 
-    def construct(self, thread_id: str, provider_id: str, owner: ClientSink, bridge: BridgeProcess) -> None:
-        """A construction (`thread/start`, `thread/resume`, `thread/fork`) about to be sent to `bridge`."""
+    def construct(self, thread_id: str, provider_id: str, owner: ClientSink) -> None:
+        """A construction (`thread/start`, `thread/resume`, `thread/fork`) about to be sent to its bridge."""
         record = self.records.get(thread_id)
         if record is None:
             self.records[thread_id] = ThreadRecord(thread_id, provider_id, owner)
         else:
             record.provider_id, record.owner = provider_id, owner
-        bridge.threads.add(thread_id)
 
     def constructed(
         self,
@@ -169,11 +165,9 @@ class ThreadRegistry:
         if provider_thread_id:
             self.provider_threads[thread_id] = provider_thread_id
 
-    def identify(self, thread_id: str, provider_thread_id: str, bridge: BridgeProcess | None = None) -> None:
+    def identify(self, thread_id: str, provider_thread_id: str) -> None:
         """A provider thread id learnt before or outside an answer (a resume's, a `thread/identity` notice)."""
         self.provider_threads[thread_id] = provider_thread_id
-        if bridge is not None:
-            bridge.threads.add(thread_id)
 
     def record(self, thread_id: str) -> ThreadRecord:
         """The thread's record; one with no provider for a thread no client constructed, made on first use (a
@@ -194,6 +188,9 @@ class ThreadRegistry:
                 record.owner = None
 
     # -- reading ----------------------------------------------------------------------------------------------
+
+    def get(self, thread_id: str) -> ThreadRecord | None:
+        return self.records.get(thread_id)
 
     def provider_of(self, thread_id: str) -> str | None:
         record = self.records.get(thread_id)
@@ -250,47 +247,35 @@ class ThreadRegistry:
             None,
         )
 
-    def of_bridge(self, bridge: BridgeProcess) -> Iterator[str]:
-        """The threads constructed on the bridge's provider, then those no client constructed that it serves or
-        watches."""
+    def of_provider(self, provider_id: str, served: Iterable[str]) -> Iterator[str]:
+        """The threads constructed on the provider, then those of `served` (what its bridge serves or watches) that
+        no client constructed."""
         for thread_id, record in self.records.items():
-            if record.provider_id == bridge.provider_id:
+            if record.provider_id == provider_id:
                 yield thread_id
-        for thread_id in bridge.threads.union(bridge.watchdogs.watched):
+        for thread_id in served:
             if self.provider_of(thread_id) is None:
                 yield thread_id
 
     # -- letting go ---------------------------------------------------------------------------------------------
 
-    def release(self, thread_id: str, bridge: BridgeProcess, cause: Cause, message: str = "") -> list[Event]:
-        """Let the thread go from `bridge` for `cause`, clearing what `LETS_GO` names; returns the events that
-        settle its open work as failed (a bridge exit, with `message`; none otherwise). A record no client
-        constructed goes too if it holds nothing else."""
+    def let_go(self, thread_id: str, cause: Cause) -> None:
+        """What of the record `LETS_GO` names for `cause` (its watch, running hosted calls, tools and the tool
+        host's grants); a record no client constructed goes too if it holds nothing else. The bridge's part of a
+        release is `BridgeProcess.let_go`; `Supervisor.release` does both."""
         pieces = LETS_GO[cause]
         record = self.records.get(thread_id)
-        settlement: list[Event] = []
-        if Piece.TRACKER in pieces:
-            streamed = bridge.assembler.streamed_text(thread_id)
-            ptid = self.provider_threads.get(thread_id, "")
-            settlement = self._tracker.settle_failed(thread_id, ptid, message, streamed)
-        if Piece.GUARD in pieces:
-            bridge.guard.clear_thread(thread_id)
+        if record is None:
+            return
         if Piece.WATCHDOGS in pieces:
-            bridge.watchdogs.forget(thread_id)
-            if record is not None:
-                record.watch = None
-        if Piece.MEMBERSHIP in pieces:
-            bridge.threads.discard(thread_id)
-            bridge.assembler.depart(thread_id)  # its next notification, if any, makes it a member again
-        if record is not None:
-            if Piece.HOSTED_CALLS in pieces:
-                self.cancel_calls(thread_id, f"the thread was let go ({cause.value})")
-            if Piece.TOOLS in pieces:
-                record.tools, record.hosted = {}, frozenset()
-                if self._tool_host is not None:
-                    self._tool_host.forget(thread_id)
-            self.drop_if_empty(record)
-        return settlement
+            record.watch = None
+        if Piece.HOSTED_CALLS in pieces:
+            self.cancel_calls(thread_id, f"the thread was let go ({cause.value})")
+        if Piece.TOOLS in pieces:
+            record.tools, record.hosted = {}, frozenset()
+            if self._tool_host is not None:
+                self._tool_host.forget(thread_id)
+        self.drop_if_empty(thread_id)
 
     def cancel_calls(self, thread_id: str, reason: str) -> int:
         """Cancel the thread's running hosted tool calls (each answers its bridge as failed, saying `reason`)."""
@@ -300,7 +285,14 @@ class ThreadRegistry:
             run.cancel(reason)
         return len(runs)
 
-    def drop_if_empty(self, record: ThreadRecord) -> None:
+    def drop_if_empty(self, thread_id: str) -> None:
         """A record no client constructed lasts while it holds something: a watch armed, a pending request, a name."""
-        if record.provider_id is None and record.watch is None and not record.pending and record.name is None:
+        record = self.records.get(thread_id)
+        if (
+            record is not None
+            and record.provider_id is None
+            and record.watch is None
+            and not record.pending
+            and record.name is None
+        ):
             self.records.pop(record.thread_id, None)

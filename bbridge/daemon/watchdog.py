@@ -15,15 +15,12 @@ its record made here when it is armed (`ThreadRegistry.record`). Times are secon
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 from bbridge.core.events import Event
-
-if TYPE_CHECKING:
-    from bbridge.daemon.threads import ThreadRecord, ThreadRegistry
-
+from bbridge.daemon.pending import Pending
 
 HeardAt = Callable[[str], float | None]
 """When its bridge last sent a notification for a thread, in ms of the daemon's clock (`Assembler.heard_at`)."""
@@ -80,13 +77,35 @@ class Watch:
             turn.last_activity, turn.warned = heard, False
 
 
+class Slot(Protocol):
+    """A thread's record as the watchdogs use it (`threads.ThreadRecord`): where its watch is kept, and the
+    requests it waits on a person for (a turn waiting on a client is not stalled)."""
+
+    thread_id: str
+    watch: Watch | None
+
+    @property
+    def pending(self) -> Mapping[str, Pending]: ...
+
+
+class Slots(Protocol):
+    """The thread records (`threads.ThreadRegistry`): a thread's, made on first use for a thread no client
+    constructed, and dropped again once it holds nothing."""
+
+    def record(self, thread_id: str) -> Slot: ...
+
+    def get(self, thread_id: str) -> Slot | None: ...
+
+    def drop_if_empty(self, thread_id: str) -> None: ...
+
+
 class Watchdogs:
     OBSERVED_TYPES: ClassVar[frozenset[str]] = frozenset({"turn/started", "turn/completed", "provider/error"})
     """The event types `observe` acts on; it ignores every other."""
 
     def __init__(
         self,
-        threads: ThreadRegistry,
+        threads: Slots,
         start_timeout_s: float = 120.0,
         stall_timeout_s: float = 600.0,
         heard_at: HeardAt = _never,
@@ -95,7 +114,6 @@ class Watchdogs:
         self.stall_timeout_s = stall_timeout_s
         self.watched: dict[str, None] = {}  # the threads this bridge armed, in order; their state is their records'
         self._threads = threads
-        self._records = threads.records
         self._heard_at = heard_at
 
     def _arm(self, thread_id: str) -> Watch:
@@ -110,7 +128,7 @@ class Watchdogs:
     def _disarm(self, thread_id: str, turn_id: str | None = None) -> OpenTurn | None:
         """The thread's dispatched turn is settled (and `turn_id` closed, returned); a watch left with nothing armed
         goes from its record, and the bridge stops sweeping the thread."""
-        record = self._records.get(thread_id)
+        record = self._threads.get(thread_id)
         watch = None if record is None else record.watch
         if record is None or watch is None:
             return None
@@ -119,7 +137,7 @@ class Watchdogs:
         if not watch.turns:
             record.watch = None
             self.watched.pop(thread_id, None)
-            self._threads.drop_if_empty(record)
+            self._threads.drop_if_empty(thread_id)
         return closed
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
@@ -129,7 +147,7 @@ class Watchdogs:
         self._disarm(thread_id)
 
     def forget(self, thread_id: str) -> None:
-        """This bridge no longer sweeps the thread (`ThreadRegistry.release` clears its state)."""
+        """This bridge no longer sweeps the thread (a release: `ThreadRegistry.let_go` clears its watch)."""
         self.watched.pop(thread_id, None)
 
     def observe(self, thread_id: str, event: Event, now: float) -> OpenTurn | None:
@@ -154,9 +172,9 @@ class Watchdogs:
         A turn whose thread waits on a client (its record's pending requests: an approval, a question, a tool
         call) is not stalled: its warning says what it waits on and for how long, with code
         `turn_waiting_on_client`."""
-        armed: list[tuple[ThreadRecord, Watch]] = []
+        armed: list[tuple[Slot, Watch]] = []
         for thread_id in list(self.watched):
-            record = self._records.get(thread_id)
+            record = self._threads.get(thread_id)
             watch = None if record is None else record.watch
             if record is None or watch is None:
                 del self.watched[thread_id]
@@ -189,7 +207,7 @@ class Watchdogs:
         return out
 
 
-def _silent_turn(record: ThreadRecord, turn_id: str, silent: float, now: float) -> Event:
+def _silent_turn(record: Slot, turn_id: str, silent: float, now: float) -> Event:
     """The warning for a turn silent `silent` seconds: waiting on a client (its oldest pending request), or on
     the provider."""
     oldest = next(iter(record.pending.values()), None)

@@ -20,8 +20,8 @@ from pathlib import Path
 import structlog
 import trio
 
-from bbridge.daemon.router import Daemon
-from bbridge.daemon.server import Client, Face
+from bbridge.daemon.runtime import Daemon
+from bbridge.daemon.server import ClientConnection, Face
 from bbridge.listen import probes
 from bbridge.listen.admission import Address, Admission
 from bbridge.listen.http import READ_BYTES, BadRequest, Exchange, Head
@@ -160,7 +160,7 @@ class _Listener:
         with trio.move_on_after(self._settings.head_s):
             await stream.send_all(accepted)
         ws = WebSocketStream(stream, lines, head.rest, name)
-        client = Client(
+        client = ClientConnection(
             self._daemon,
             ws,
             ws,

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from bbridge import page
-from bbridge.daemon.router import Daemon
+from bbridge.daemon.runtime import Daemon
 from bbridge.listen.admission import Admission
 from bbridge.listen.http import Head
 

@@ -1,4 +1,4 @@
-"""The tool host: what `bbridge.daemon.hosting.ToolHost` asks, done for command tools and external ones.
+"""The tool host: what `bbridge.daemon.tool_host.ToolHost` asks, done for command tools and external ones.
 
 Its tools compose first-wins: `[tools.NAME]` of `bbridge.toml`, then plugin bundles (the catalog), then external
 tools (the MCP servers' `NAME__tool`, anything satisfying `ExternalTool`); a later tool of a taken name is
@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from bbridge.core import grammar
 from bbridge.daemon.config import Refusal, read_toml
-from bbridge.daemon.hosting import HostedCall
+from bbridge.daemon.tool_host import HostedCall
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit, digest, load_audit, shape
 from bbridge.toolhost.catalog import Catalog, Shadowing, load_tools
@@ -68,7 +68,7 @@ Tool = HostedTool | ExternalTool
 
 
 class Host:
-    """Implements `bbridge.daemon.hosting.ToolHost`."""
+    """Implements `bbridge.daemon.tool_host.ToolHost`."""
 
     def __init__(
         self,

@@ -1,15 +1,15 @@
 """The daemon's side of hosted tools (issue 35): which a thread gets, and its calls answered by the tool host.
 
-The tool host (`hosting.ToolHost`, implemented above the daemon) says which tools it serves. A construction
+The tool host (`tool_host.ToolHost`, implemented above the daemon) says which tools it serves. A construction
 (`thread/start|resume|fork`) chooses among them with `options.tools = {include?, exclude?}`, which the daemon
 takes out before the bridge sees it (`take_choice`); the chosen tools, less any the client declares itself (its
 own tool shadows a hosted one of the same name, each such shadowing reported once per daemon), are appended to
-the construction's `dynamicTools` (`HostedTools.for_construction`), so every bridge offers them as it offers a client's.
+the construction's `dynamicTools` (`OfferedTools.for_construction`), so every bridge offers them as it offers a client's.
 What a construction brings for its thread alone (`options.tools.mcpServers`) is handed to the host, opaque, once
-the bridge is chosen (`HostedTools.brought`): the tools it returns join the same list, shadowed the same way.
+the bridge is chosen (`OfferedTools.brought`): the tools it returns join the same list, shadowed the same way.
 
 A bridge's `item/tool/call` for one of a thread's hosted tools, checked like any declared tool's, is answered
-by the daemon (`RelayMixin.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept
+by the daemon (`Relays.hosted_call`, `relays.py`): no client is asked. The call runs in a cancel scope kept
 on the thread's record (`threads.HostedRun`), which `thread/stop`, the thread's release and its bridge's exit
 cancel; a cancelled call answers the bridge with a failed result saying why. The host's `ask` opens a pending
 approval exactly like a bridge's: relayed, answerable by any client, resolved by the timeout policy as a deny.
@@ -25,13 +25,13 @@ import structlog
 from msgspec import UNSET
 
 from bbridge.daemon.declared_tools import DeclarationError
-from bbridge.daemon.hosting import ThreadToolsRefused
+from bbridge.daemon.tool_host import ThreadToolsRefused
 from bbridge.wire import client_api, protocol
 
 if TYPE_CHECKING:
-    from bbridge.daemon.hosting import ToolHost
+    from bbridge.daemon.tool_host import ToolHost
 
-log = structlog.get_logger("bbridge.daemon.hosted")
+log = structlog.get_logger("bbridge.daemon.offered_tools")
 
 # A hosted tool with no presentation of its own is shown, when it asks, as a client tool is by the echo bridge.
 DEFAULT_PRESENTATION: Final = {
@@ -79,7 +79,7 @@ def chosen(offered: list[protocol.DynamicTool], choice: client_api.ToolChoice | 
     return [tool for tool in kept if tool.name not in exclude]
 
 
-class HostedTools:
+class OfferedTools:
     """The tool host, if any, and the shadowings reported: what a construction adds, and what status shows."""
 
     def __init__(self, host: ToolHost | None) -> None:

@@ -1,51 +1,13 @@
-"""What every part of the daemon shares: the client interface, the counters, and the daemon's state.
-
-`Daemon` (`router.py`) is one object assembled from its concerns — delivery of bridge output
-(`delivery.py`), relayed bridge requests and pending interactions (`relays.py`), the live view
-(`status.py`) — each a mixin over `DaemonState`, which declares the state they read and write so each
-module type-checks on its own.
-"""
+"""What the daemon counts for `daemon/status` and `/metrics`: its counters and turn durations, and what it
+calls itself in `initialize`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-
-import msgspec
-import trio
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from pathlib import Path
-
-    from bbridge.daemon.bridge import BridgeProcess
-    from bbridge.daemon.config import ConfigReport, ProviderConfig
-    from bbridge.daemon.declared_tools import Checker, Declarations
-    from bbridge.daemon.extensions import ExtensionChecker
-    from bbridge.daemon.hosted import HostedTools
-    from bbridge.daemon.journal import Journal
-    from bbridge.daemon.mistakes import Mistakes
-    from bbridge.daemon.pending import Interactions
-    from bbridge.daemon.threads import ThreadRegistry
-    from bbridge.daemon.tracker import Tracker
+from typing import Any
 
 DAEMON_INFO = {"name": "bbridge", "version": "0.1.0"}
 CLIENT_PROTOCOL_VERSION = 1
-
-
-class ClientSink(Protocol):
-    """What the daemon needs of a connected client (a socket/stdio client, or an in-process driver such as
-    `tools/record_echo_cells.py`'s)."""
-
-    name: str
-    transport: str  # stdio | socket | ws | in-process: what `daemon/status` counts clients by
-
-    def enqueue(self, lines: list[bytes]) -> None:
-        """Queue encoded notifications, in order; never blocks (a slow client is dropped instead)."""
-
-    async def relay(self, method: str, params: dict[str, Any]) -> msgspec.Raw:
-        """Ask the client to answer a bridge's request."""
-        ...
 
 
 @dataclass
@@ -102,34 +64,3 @@ class TurnDurations:
                 buckets.append([bound, total])
             out[provider_id] = {"buckets": buckets, "count": total, "sumS": round(self._sums[provider_id], 3)}
         return out
-
-
-class DaemonState:
-    """The attributes `Daemon.__init__` sets, declared for the mixins."""
-
-    providers: dict[str, ProviderConfig]
-    config: ConfigReport
-    journal: Journal
-    record_dir: Path | None
-    text_delta_flush_ms: float
-    counters: Counters
-    turn_durations: TurnDurations
-    tracker: Tracker
-    mistakes: Mistakes
-    bridges: dict[str, BridgeProcess]
-    start_failures: dict[str, str]  # provider id -> why its last start failed (until a start succeeds)
-    registry: ThreadRegistry
-    declarations: Declarations
-    hosted: HostedTools
-    checker: Checker
-    clients: list[ClientSink]
-    client_info: dict[ClientSink, dict[str, str]]
-    extensions: dict[str, ExtensionChecker]
-    interactions: Interactions
-    clients_changed: trio.Event
-    _flush_wake: trio.Event
-    _flusher_idle: bool
-    _nursery: trio.Nursery | None
-    _started_at: float
-    # a `provider/warning` the daemon makes on a thread (bridge, thread id, summary, details): delivery.py's
-    _deliver_warning: Callable[[BridgeProcess, str, str, str | None], None]

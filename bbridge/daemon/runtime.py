@@ -1,0 +1,304 @@
+"""The daemon (daemon.md): its parts, assembled, and the client requests it answers or forwards.
+
+`Daemon` is the composition root. Each part owns its state and is handed the few others it uses:
+
+* `fanout.Fanout`: the clients and the journal in front of them (`broadcast`, `publish`);
+* `supervisor.Supervisor`: the bridge processes, their exits and watchdogs, and `release`;
+* `delivery.Output`: bridge output to clients (notifications, text flushes, daemon-made events);
+* `relays.Relays`: bridge requests that need a client, held as pending thread state;
+* `status.Status`: `daemon/status`, read from all of them;
+* `threads.ThreadRegistry`: every thread's record, shared by the others.
+
+Client requests come here (`handle`): the daemon's own methods (`OWN`), and bridge methods, forwarded with
+what each method's rule (`methods.METHODS`) does before and after, given a `methods.RuleContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+import structlog
+import trio
+
+from bbridge.daemon.config import ConfigReport, ProviderConfig
+from bbridge.daemon.counters import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, Counters, TurnDurations
+from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
+from bbridge.daemon.delivery import Output
+from bbridge.daemon.extensions import ExtensionChecker
+from bbridge.daemon.fanout import ClientSink, Fanout
+from bbridge.daemon.inputs import Inputs
+from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call, RuleContext
+from bbridge.daemon.mistakes import Mistakes
+from bbridge.daemon.offered_tools import OfferedTools
+from bbridge.daemon.pending import Interactions
+from bbridge.daemon.relays import Relays
+from bbridge.daemon.status import Status
+from bbridge.daemon.supervisor import Spawning, Supervisor
+from bbridge.daemon.threads import ThreadRegistry
+from bbridge.daemon.tool_host import ToolHost
+from bbridge.daemon.tracker import Tracker
+from bbridge.wire import client_api, errors, protocol, rpc
+from bbridge.wire.redact import Pattern
+
+__all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
+
+log = structlog.get_logger("bbridge.daemon.runtime")
+
+DEFAULT_TIMEOUT_S = 30.0
+_P = TypeVar("_P", bound=msgspec.Struct)
+
+
+class Daemon:
+    def __init__(
+        self,
+        providers: dict[str, ProviderConfig],
+        *,
+        journal: Journal | None = None,
+        record_dir: Path | None = None,
+        record_redactions: Sequence[Pattern] = (),
+        token: str | None = None,
+        text_delta_flush_ms: float = 100,
+        entropy_prefix: str | None = None,
+        request_timeout_s: float = DEFAULT_TIMEOUT_S,
+        open_extensions: bool = False,
+        config: ConfigReport | None = None,
+        tool_check_deadline_s: float = CHECK_DEADLINE_S,
+        max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES,
+        tool_host: ToolHost | None = None,
+    ) -> None:
+        self.providers = providers
+        self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
+        self.request_timeout_s = request_timeout_s
+        self.token = token
+        self.text_delta_flush_ms = text_delta_flush_ms
+        self.journal = journal or Journal()
+        self.counters = Counters()
+        self.turn_durations = TurnDurations()  # per provider, for `daemon/status` and the listener's /metrics
+        self.tracker = Tracker()
+        self.mistakes = Mistakes()  # each thread's latest bridge mistakes, worded with its keys (daemon/status)
+        self.registry = ThreadRegistry(tool_host)  # every thread's record
+        self.offered = OfferedTools(tool_host)  # the tools the daemon hosts (None: none), offered to constructions
+        self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
+        self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
+        self.fanout = Fanout(self.journal)
+        self.interactions = Interactions(self.fanout.broadcast, self.registry, self.journal.directory)
+        self.inputs = Inputs(self.fanout.broadcast, self.journal.directory)  # what clients asked of each thread
+        extensions = {
+            pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
+            for pid, cfg in providers.items()
+        }
+        bridges: dict[str, Any] = {}
+        self.output = Output(
+            self.fanout,
+            self.registry,
+            self.tracker,
+            bridges,
+            extensions,
+            self.counters,
+            self.turn_durations,
+            self.mistakes,
+        )
+        self.relays = Relays(
+            providers,
+            bridges,
+            self.fanout,
+            self.registry,
+            self.interactions,
+            self.checker,
+            self.offered,
+            self.counters,
+            self.output.deliver_warning,
+        )
+        spawning = Spawning(record_dir, tuple(record_redactions), text_delta_flush_ms, entropy_prefix)
+        self.supervisor = Supervisor(
+            providers,
+            self.config,
+            spawning,
+            self.fanout,
+            self.registry,
+            self.tracker,
+            bridges,
+            self.output,
+            self.relays,
+        )
+        self.view = Status(
+            providers,
+            self.config,
+            self.supervisor,
+            self.fanout,
+            self.registry,
+            self.tracker,
+            self.interactions,
+            self.offered,
+            self.counters,
+            self.turn_durations,
+            self.mistakes,
+        )
+        self.rules = RuleContext(
+            self.registry,
+            self.declarations,
+            self.offered,
+            self.tracker,
+            self.inputs,
+            self.fanout,
+            self.relays.resolve_thread,
+            self.supervisor.release,
+        )
+        self.shutdown_requested = trio.Event()
+        self.stopped = trio.Event()
+
+    # -- running -------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Owns the bridges; returns after `shutdown` has stopped them all."""
+        async with trio.open_nursery() as nursery:
+            self.supervisor.start(nursery)
+            self.relays.start(nursery)
+            if self.text_delta_flush_ms > 0:
+                nursery.start_soon(self.output.flusher)
+            task_status.started()
+            await self.shutdown_requested.wait()
+            await self.supervisor.stop_all()
+            await self.checker.aclose()
+            nursery.cancel_scope.cancel()
+        self.journal.close()
+        self.stopped.set()
+
+    def request_shutdown(self) -> None:
+        self.supervisor.close()
+        self.shutdown_requested.set()
+
+    def status(self) -> dict[str, Any]:
+        """`daemon/status` (also read by the listener's plain routes)."""
+        return self.view.status()
+
+    # -- client → daemon requests --------------------------------------------
+
+    def add_client(self, client: ClientSink) -> None:
+        self.fanout.add(client)
+
+    def remove_client(self, client: ClientSink) -> None:
+        """A client that goes away resolves nothing: its pending requests stay for the next one."""
+        self.fanout.remove(client)
+        self.registry.owner_left(client)
+
+    async def handle(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        own = OWN.get(method)
+        if own is not None:
+            return await own(self, client, params)
+        if method not in FORWARDED:
+            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}")
+        return await self._forward(client, method, params)
+
+    async def _hello(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        """`initialize`: what the client calls itself is kept (its answers are signed with it)."""
+        hello = _decoded("initialize", params, client_api.DaemonInitializeParams)
+        if hello.client is not msgspec.UNSET:
+            self.fanout.named(client, msgspec.to_builtins(hello.client))
+        providers = [{"providerId": pid, **self.supervisor.provider_state(pid)} for pid in sorted(self.providers)]
+        return {
+            "daemon": DAEMON_INFO,
+            "protocolVersion": CLIENT_PROTOCOL_VERSION,
+            "grammarVersions": [3, 3],
+            "providers": providers,
+        }
+
+    async def _shutdown(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        self.request_shutdown()
+        await self.stopped.wait()
+        return {}
+
+    def _thread_events(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`thread/events {threadId, afterSeq?}`: the journal's events of the thread after `afterSeq`."""
+        asked = _decoded("thread/events", params, client_api.ThreadEventsParams)
+        replay = self.journal.after(asked.threadId, asked.afterSeq)
+        result: dict[str, Any] = {"events": entries_json(replay.entries), "lastSeq": replay.last_seq}
+        if replay.missing_before:
+            result["missingThrough"] = replay.missing_before
+        return result
+
+    def _thread_inputs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`thread/inputs {threadId, afterSentAt?}`: the turn inputs kept for the thread (`inputs.py`)."""
+        asked = _decoded("thread/inputs", params, client_api.ThreadInputsParams)
+        after = None if asked.afterSentAt is msgspec.UNSET else asked.afterSentAt
+        return self.inputs.listing(asked.threadId, after)
+
+    def _thread_pending(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`thread/pending {threadId?}`: the open requests (and a thread's recent resolutions)."""
+        asked = _decoded("thread/pending", params, client_api.ThreadPendingParams)
+        return self.interactions.listing(None if asked.threadId is msgspec.UNSET else asked.threadId)
+
+    def _respond(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        """`interaction/respond {requestId, result | error, warning?}` (`Relays.respond`)."""
+        answer = _decoded("interaction/respond", params, client_api.InteractionRespondParams)
+        return self.relays.respond(client, answer)
+
+    async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
+        rule, ctx = METHODS[method], self.rules
+        thread_id = params.get("threadId")
+        call = Call(client, method, params, thread_id if isinstance(thread_id, str) else None)
+        await rule.prepare(ctx, call)
+        provider_id = params.get("providerId") if rule.keeps_provider_id else params.pop("providerId", None)
+        if provider_id is None and call.thread_id is not None:
+            provider_id = self.registry.provider_of(call.thread_id)
+        if not isinstance(provider_id, str):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method} needs providerId (string)")
+        bridge = call.bridge = await self.supervisor.bridge(provider_id)
+        refusal = protocol.method_allowed(method, bridge.capabilities)
+        if refusal is not None:
+            raise rpc.RpcError(errors.NOT_ADVERTISED, f"Provider {provider_id!r} refused {method}: {refusal}")
+        if call.thread_id is not None:
+            known = self.registry.provider_threads.get(call.thread_id)
+            if known is not None and not rule.constructs:
+                params.setdefault("providerThreadId", known)
+            field = rule.turn_field
+            if field is not None and isinstance(params.get(field), str):
+                params[field] = bridge.provider_turn(call.thread_id, params[field])
+            await rule.before(ctx, call)
+
+        def answered(raw: msgspec.Raw) -> None:
+            if call.thread_id is not None:
+                rule.after_result(ctx, call, raw)
+
+        timeout = max(self.request_timeout_s, rule.min_timeout_s)
+        try:
+            raw = await bridge.request(method, params, timeout, on_result=answered)
+        except rpc.RpcError as exc:
+            instead = rule.after_error(ctx, call, exc)
+            if instead is not None:
+                return instead
+            if exc.code in DAEMON_MADE:
+                raise
+            raise bridge.with_env_advice(exc) from None  # "set BB_X …": how, through bbridge
+        return msgspec.Raw(raw)
+
+
+def _decoded(method: str, params: dict[str, Any], kind: type[_P]) -> _P:
+    """A daemon method's params as their `client_api` type, or the client's error naming what is wrong."""
+    try:  # through JSON, not `convert`: a `msgspec.Raw` field (an answer's `result`) keeps the bytes as sent
+        return msgspec.json.decode(msgspec.json.encode(params), type=kind)
+    except msgspec.ValidationError as exc:
+        raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
+
+
+# The methods the daemon answers itself; with FORWARDED, what `openrpc.json` describes.
+OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] = {
+    "initialize": Daemon._hello,
+    "daemon/status": lambda daemon, client, params: _now(daemon.status()),
+    "thread/events": lambda daemon, client, params: _now(daemon._thread_events(params)),
+    "thread/inputs": lambda daemon, client, params: _now(daemon._thread_inputs(params)),
+    "thread/pending": lambda daemon, client, params: _now(daemon._thread_pending(params)),
+    "interaction/respond": lambda daemon, client, params: _now(daemon._respond(client, params)),
+    "shutdown": Daemon._shutdown,
+}
+OWN_METHODS = tuple(OWN)
+
+
+async def _now(result: Any) -> Any:
+    """A synchronous method's answer, as the table's awaitable."""
+    return result
