@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
+.PHONY: install run test lint docs parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
 
 # The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
 # when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
@@ -186,6 +186,11 @@ lint: install
 	$(VENV)/bin/mypy --strict examples
 	$(VENV)/bin/lint-imports
 
+# The documentation as a static site (mkdocs.yml): README.md and docs/ into site/ (ignored). --strict: a broken link
+# or anchor, or a page missing from the nav, fails the build (tests/test_docs.py builds it the same way).
+docs: install
+	$(PY) -m mkdocs build --strict --site-dir site
+
 # Core, daemon, memory and coalescing figures (BENCHMARKS.md); the last line printed is one JSON object.
 bench: install
 	$(PY) -m bbridge bench --json
@@ -203,7 +208,7 @@ parity: install
 	$(PY) -m bbridge parity cases $(SHARED)/golden/synthetic/cases.ndjson
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build site
 	rm -f bbridge/core/*.so bbridge/core/compiled.sha256
 
 # The TypeScript client (clients/typescript): its package.json pins typescript, @types/node and the declaration

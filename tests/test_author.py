@@ -1,4 +1,4 @@
-"""The bridge author's path (README "Writing a bridge"): the example bridge is the README's, it passes `bbridge run
+"""The bridge author's path (docs/writing-a-bridge.md): the example bridge is the page's, it passes `bbridge run
 --strict` and `bbridge conformance`; the echo bridge's `--help`; and the classic mistakes, each named by its key."""
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ def bbridge(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_readmes_bridge_is_the_example_file() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## Writing a bridge\n", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert block is not None, "the section has no python block"
+def test_the_docs_bridge_is_the_example_file() -> None:
+    page = (REPO / "docs" / "writing-a-bridge.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(.*?)```", page, re.DOTALL)
+    assert block is not None, "the page has no python block"
     assert block.group(1) == EXAMPLE.read_text(encoding="utf-8")
 
 

@@ -1,5 +1,5 @@
-"""The README's "Testing your bridge in CI", run as written (issue 37, step 4): the commands are read from
-docs/ci/ (which the README quotes verbatim) and run on a small bridge of the tests' own (tests/fakes/tiny_bridge.py,
+"""docs/testing-in-ci.md ("Testing your bridge in CI"), run as written (issue 37, step 4): the commands are read
+from docs/ci/ (which the page quotes verbatim) and run on a small bridge of the tests' own (tests/fakes/tiny_bridge.py,
 not an agent bridge): record a session, bless it, replay it (pass); change one delta of the bridge's output (fail,
 the diff in the JUnit report, an annotation on GitHub); accept the change (--update), replay again (pass)."""
 
@@ -61,11 +61,10 @@ def recipe() -> dict[str, str]:
     return texts
 
 
-def test_the_readme_quotes_the_recipe_files_verbatim(recipe: dict[str, str]) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Testing your bridge in CI") :]
+def test_the_page_quotes_the_recipe_files_verbatim(recipe: dict[str, str]) -> None:
+    page = (REPO / "docs" / "testing-in-ci.md").read_text(encoding="utf-8")
     for text in recipe.values():
-        assert text in section
+        assert text in page
 
 
 def test_the_workflow_installs_bbridge_replays_and_uploads_the_report(recipe: dict[str, str]) -> None:

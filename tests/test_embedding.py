@@ -1,7 +1,7 @@
-"""README "Embedding bbridge": its Python and TypeScript examples, taken from the README as written, run against
-a live daemon on a socket with a token (the TypeScript one, committed as `clients/typescript/examples/readme.ts`,
-compiled with `tsc --strict` first); neither gives a `clientRequestId` (the clients mint it). And every file of the
-TypeScript package the READMEs name exists."""
+"""docs/embedding.md ("Embedding bbridge"): its Python and TypeScript examples, taken from the page as written, run
+against a live daemon on a socket with a token (the TypeScript one, committed as
+`clients/typescript/examples/readme.ts`, compiled with `tsc --strict` first); neither gives a `clientRequestId` (the
+clients mint it). And every file of the TypeScript package the page and the package's README name exists."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ __all__ = ["daemon", "tools"]  # the fixtures, shared with the TypeScript client
 EXPECTED = "echo: approve:command hello [completed]\n"
 
 
+EMBEDDING = REPO / "docs" / "embedding.md"
+
+
 def readme_example(language: str) -> str:
-    section = (REPO / "README.md").read_text().split("## Embedding bbridge", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    (code,) = re.findall(rf"```{language}\n(.*?)```", EMBEDDING.read_text(encoding="utf-8"), re.S)
     return code
 
 
@@ -35,7 +37,7 @@ def test_the_python_example(tmp_path: Path, daemon: tuple[Path, Path]) -> None:
 
 def test_the_typescript_example(tools: None, tmp_path: Path, daemon: tuple[Path, Path]) -> None:
     assert (PACKAGE / "examples" / "readme.ts").read_text() == readme_example("typescript"), (
-        "clients/typescript/examples/readme.ts differs from the README's TypeScript example: make them one text"
+        "clients/typescript/examples/readme.ts differs from docs/embedding.md's TypeScript example: make them one text"
     )
     root = tmp_path / "ts"
     openrpc = exported_openrpc(tmp_path / "schema")
@@ -47,15 +49,15 @@ def test_the_typescript_example(tools: None, tmp_path: Path, daemon: tuple[Path,
     assert (ran.returncode, ran.stdout) == (0, EXPECTED), ran.stderr
 
 
-# a file of the package, as the READMEs name it: `clients/typescript/examples/echo.ts`, or `examples/echo.ts` (the
-# TypeScript README and the README's TypeScript paragraph speak from the package)
+# a file of the package, as the docs name it: `clients/typescript/examples/echo.ts`, or `examples/echo.ts` (the
+# TypeScript README and docs/embedding.md's TypeScript section speak from the package)
 PACKAGE_PATH = re.compile(r"(?<![\w/.-])(?:clients/typescript/)?((?:examples|scripts|src)/[\w./-]*\w\.(?:ts|mjs))")
 GENERATED = {"src/api.ts"}  # written by `npm run build` (and ignored by git)
 
 
 def test_every_package_file_the_readmes_name_exists() -> None:
     named = set()
-    for readme in (REPO / "README.md", PACKAGE / "README.md"):
+    for readme in (EMBEDDING, PACKAGE / "README.md"):
         named |= set(PACKAGE_PATH.findall(readme.read_text()))
     assert {"examples/echo.ts", "examples/spawn.ts", "examples/readme.ts", "src/client.ts"} <= named
     assert sorted(path for path in named - GENERATED if not (PACKAGE / path).is_file()) == []

@@ -304,9 +304,9 @@ def test_the_sdk_is_imported_only_to_start_a_server(tmp_path: Path) -> None:
     assert (loaded.returncode, loaded.stdout) == (0, "[]\n"), loaded.stderr
 
 
-def test_the_readmes_example_table_loads() -> None:
-    section = (REPO / "README.md").read_text(encoding="utf-8").split("### MCP servers", 1)[1]
+def test_the_docs_example_table_loads() -> None:
+    section = (REPO / "docs" / "tools.md").read_text(encoding="utf-8").split("\n## MCP servers\n", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    [config], refused = mcp_server_configs(tomllib.loads(example)["mcp_servers"], "README.md")
+    [config], refused = mcp_server_configs(tomllib.loads(example)["mcp_servers"], "docs/tools.md")
     assert refused == []
     assert config.name == "everything" and config.command[-1] == "stdio"
