@@ -19,7 +19,7 @@ import msgspec
 import trio
 
 from bbridge import ci, ops
-from bbridge.daemon.config import ConfigError
+from bbridge.config_file import ConfigError
 from bbridge.listen import options as listen_options
 
 if TYPE_CHECKING:
