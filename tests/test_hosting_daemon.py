@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import failed_result
 from bbridge.daemon.hosting import Approval, HostedCall
-from bbridge.listen.probes import metrics
+from bbridge.listen.routes import metrics
 from bbridge.ops import asked
 from bbridge.wire import protocol, rpc
 from bbridge.wire.interactions import approval_answer
