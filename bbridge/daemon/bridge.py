@@ -25,8 +25,8 @@ import structlog
 import trio
 
 from bbridge.core.assembler import Assembler
+from bbridge.core.event_log import Delivery
 from bbridge.core.guard import Guard
-from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.watchdog import Watchdogs
 from bbridge.wire import errors, process, protocol, redact, rpc, tee

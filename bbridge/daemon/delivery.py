@@ -17,8 +17,8 @@ import structlog
 import trio
 
 from bbridge.core import grammar
+from bbridge.core.event_log import NOT_DUE, Delivery
 from bbridge.core.events import Event
-from bbridge.core.outbox import NOT_DUE, Delivery
 from bbridge.daemon import mistakes
 from bbridge.daemon.base import DaemonState
 from bbridge.daemon.bridge import BridgeProcess, env_advice

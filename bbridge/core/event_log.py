@@ -1,4 +1,5 @@
-"""From assembled events to the clients' `thread/events` line, in one compiled call per batch (daemon.md §4).
+"""The event log and the delivery into it: from assembled events to the clients' `thread/events` line, in one
+compiled call per batch (daemon.md §4).
 
 `Delivery` stamps a bridge's events with their thread (assembler.md §12), lets the extension check
 replace a refused payload, drops what the grammar guard refuses (§13), and hands the rest to the
