@@ -53,7 +53,7 @@ _TEXT_DELTA_TYPE: Final = {
 _FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
 _SESSION_RESET: Final = g.SessionReset
 _TEXT_DELTA: Final = g.ItemTextDelta
-# A msgspec Struct's attribute read from compiled code is a generic lookup (~160 instructions); `astuple` reads all
+# A msgspec Struct's attribute read from compiled code is a generic lookup; `astuple` reads all
 # of a Struct's fields in one call, and a tuple's item is a compiled index. The text handler reads its delta's and key's
 # fields so, by position: these are the positions it assumes (checked at import, so a reordered Struct fails loudly).
 _TEXT_DELTA_FIELDS: Final = ("key", "channel", "text", "providerTurnId", "noTurnFallback")
