@@ -18,8 +18,8 @@ import trio
 
 from bbridge import ci, ops, serving
 from bbridge.bench import report as bench_report
+from bbridge.config_file import ConfigError
 from bbridge.core.events import encode_lines
-from bbridge.daemon.config import ConfigError
 from bbridge.listen import options as listen_options
 from bbridge.replay import parity
 from bbridge.replay.cells import GOLDEN_ENTROPY, replay_cell

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar, TextIO, get_args
+from typing import Any, ClassVar, TextIO
 
 import msgspec
 import trio
@@ -33,7 +33,7 @@ from bbridge.daemon.counters import DAEMON_INFO
 from bbridge.run import Renderer
 from bbridge.wire import client_api as api
 from bbridge.wire import errors
-from bbridge.wire.interactions import Decision
+from bbridge.wire.interactions import DECISIONS, NotOffered, approval_answer
 
 _SECTIONS = (
     "daemon",
@@ -270,7 +270,6 @@ def _duration(seconds: float | None) -> str:
 # -- tail ---------------------------------------------------------------------
 
 INTERACTION_NOTES = ("interaction/opened", "interaction/resolved")
-DECISIONS: tuple[str, ...] = get_args(Decision)
 
 
 def asked(params: dict[str, Any]) -> str:
@@ -465,22 +464,6 @@ def pending_main(
     return _run("pending", lambda: _session(where, token, show))
 
 
-def approval(request: dict[str, Any], decision: str) -> dict[str, Any]:
-    """The approval answer a shorthand decision stands for (protocol.md §3.7): an allow grants what the request
-    offers (a permission grant's permissions; for the session, a command's or file change's `sessionGrant`)."""
-    payload = (request.get("params") or {}).get("payload") or {}
-    offered = payload.get("availableDecisions") or list(DECISIONS)
-    if decision not in offered:
-        raise OpsError(f"{request['requestId']} does not offer {decision} (it offers {', '.join(offered)})")
-    if decision == "deny":
-        return {"decision": "deny"}
-    subject = payload.get("subject") or {}
-    granted = subject.get("permissions") if subject.get("kind") == "permission_grant" else None
-    if decision == "allow_for_session" and granted is None:
-        granted = subject.get("sessionGrant")
-    return {"decision": decision, "grantedPermissions": granted}
-
-
 def respond_main(
     where: Where, token: str | None, request_id: str, decision: str | None, result: Any, out: TextIO = sys.stdout
 ) -> int:
@@ -499,7 +482,11 @@ def respond_main(
                     f" --json RESULT (bbridge pending --json shows what it asks)"
                 )
             else:
-                answer = approval(request, decision)
+                payload = (request.get("params") or {}).get("payload") or {}
+                try:
+                    answer = approval_answer(request_id, payload, decision)
+                except NotOffered as exc:
+                    raise OpsError(str(exc)) from None
         await client.respond(request_id, answer)
         where = f" in thread {request['threadId']}" if request is not None and request.get("threadId") else ""
         out.write(f"answered {request_id}{where}: {answer_words({'result': answer})}\n")

@@ -19,7 +19,7 @@ import msgspec
 import trio
 
 from bbridge import ci, ops
-from bbridge.daemon.config import ConfigError
+from bbridge.config_file import ConfigError
 from bbridge.listen import options as listen_options
 
 if TYPE_CHECKING:
@@ -81,14 +81,13 @@ def serve(args: argparse.Namespace) -> int:
         tool_host=tool_host,
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
-    # sight, a full collection while streaming scans only what the threads made (it was ~70,000 objects and up to
-    # 120 ms of stalled delivery at 1,000 streaming threads, two thirds of them the imports').
+    # sight, a full collection while streaming scans only what the threads made, not the imports' objects too (a
+    # full collection stalls every delivery while it runs).
     gc.collect()
     gc.freeze()
     # A young-generation collection every 10,000 net allocations, not 700: a streaming read's events and decoded
     # deltas are freed by their counts within the read, and a collection every few reads only moved the live ones
-    # up a generation to be scanned again (1,000 streaming threads: 224 young and 19 middle collections, 84 ms in
-    # the collector, against 12 and none, 28 ms). Cyclic garbage waits at most that many allocations longer.
+    # up a generation to be scanned again. Cyclic garbage waits at most that many allocations longer.
     gc.set_threshold(10_000, 10, 10)
     faces = [server.socket_face(args.socket)] if args.socket is not None else []
     faces += [listen_face(settings) for settings in listens]

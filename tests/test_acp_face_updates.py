@@ -11,7 +11,7 @@ from bbridge.acp_face import messages, options, permissions
 from bbridge.acp_face.index import BadCursor, Record, page
 from bbridge.acp_face.settings import read_settings
 from bbridge.acp_face.updates import Updates, stop_reason, user_message
-from bbridge.daemon.config import ConfigError
+from bbridge.config_file import ConfigError
 
 TURN = {"kind": "turn", "turnId": "t1"}
 ECHOING = {"label": {"pending": "Echoing", "completed": "Echoed"}, "icon": {"glyph": "Sparkles"}}

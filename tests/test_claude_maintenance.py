@@ -19,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
-from bbridge.kit import probes
+from bbridge.kit import cli_probes
 from bbridge.wire import protocol
 from bridges.claude_code import launch
 from bridges.claude_code import maintenance as mt
@@ -178,7 +178,7 @@ async def test_a_failing_or_slow_version_probe_reads_as_no_version(host: Host, m
     del host.env["FAKE_CLAUDE_FAIL"]
     host.env["FAKE_CLAUDE_VERSION"] = "dev build"
     assert (await health(host))["installedVersion"] is None
-    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(cli_probes, "PROBE_TIMEOUT_S", 0.2)
     host.env["FAKE_CLAUDE_SLEEP"] = "5"
     started = time.monotonic()
     assert (await health(host))["installedVersion"] is None

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from bridges.codex import launch
-from bridges.codex.child import MISSING_CLI, ChildError, CodexChild, Notification, ServerRequest
+from bridges.codex.child import MISSING_CLI, ChildError, CodexChild, CodexNotification, ServerRequest
 from tests.live import openai
 from tests.live.codex import FULL_ACCESS, MODEL, installed_cli, offline_env, text_input
 
@@ -94,7 +94,7 @@ async def test_unhandled_server_request_is_refused(tmp_path: Path) -> None:
 async def test_response_continuation_runs_before_the_next_line(tmp_path: Path) -> None:
     log: list[Any] = []
 
-    async def on_notification(note: Notification) -> None:
+    async def on_notification(note: CodexNotification) -> None:
         log.append(note.message)
 
     async with fake_child(tmp_path, on_notification=on_notification) as child:
@@ -168,7 +168,7 @@ async def test_real_codex_turn(tmp_path: Path) -> None:
     notes: list[dict[str, Any]] = []
     completed = trio.Event()
 
-    async def on_notification(note: Notification) -> None:
+    async def on_notification(note: CodexNotification) -> None:
         notes.append(note.message)
         if note.method == "turn/completed":
             completed.set()

@@ -39,14 +39,16 @@ def test_child_environment_drops_bb_variables() -> None:
 
 def test_classify_lines() -> None:
     assert child.classify("  ") is None and child.classify("not json") is None and child.classify("[1]") is None
-    assert child.classify('{"id":"3","result":{"a":1}}') == child.Response(3.0, None, {"a": 1})
-    assert child.classify('{"id":2,"error":{"code":-32600,"message":"no"}}') == child.Response(2.0, "no", None)
-    assert child.classify('{"id":2,"error":{"code":-1}}') == child.Response(
+    assert child.classify('{"id":"3","result":{"a":1}}') == child.CodexResponse(3.0, None, {"a": 1})
+    assert child.classify('{"id":2,"error":{"code":-32600,"message":"no"}}') == child.CodexResponse(2.0, "no", None)
+    assert child.classify('{"id":2,"error":{"code":-1}}') == child.CodexResponse(
         2.0, "codex app-server returned error code -1", None
     )
-    assert child.classify('{"id":0,"method":"item/tool/call","params":{}}') == child.Request(0, "item/tool/call", {})
+    assert child.classify('{"id":0,"method":"item/tool/call","params":{}}') == child.CodexRequest(
+        0, "item/tool/call", {}
+    )
     note = child.classify('{"id":null,"method":"turn/started","params":{"a":1},"emittedAtMs":5}')
-    assert note == child.Notification("turn/started", {"method": "turn/started", "params": {"a": 1}})
+    assert note == child.CodexNotification("turn/started", {"method": "turn/started", "params": {"a": 1}})
     assert child.classify('{"method":3}') is None
 
 

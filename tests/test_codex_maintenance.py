@@ -19,7 +19,7 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
-from bbridge.kit import probes
+from bbridge.kit import cli_probes
 from bbridge.wire import protocol
 from bridges.codex import maintenance as cm
 from tests.conftest import require_shared
@@ -173,7 +173,7 @@ async def test_a_failing_or_slow_version_probe_reads_as_no_version(host: Host, m
     host.env["FAKE_CODEX_FAIL"] = "1"
     assert (await health(host))["installedVersion"] is None
     del host.env["FAKE_CODEX_FAIL"]
-    monkeypatch.setattr(probes, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(cli_probes, "PROBE_TIMEOUT_S", 0.2)
     host.env["FAKE_CODEX_SLEEP"] = "5"
     started = time.monotonic()
     assert await health(host) == health_of("ready", accountEmail="ada@example.com", installedVersion=None)
@@ -467,18 +467,18 @@ async def test_status_without_npm_knows_no_latest(host: Host) -> None:
 
 
 def test_versions_compare_numbers_then_release_over_prerelease_then_prerelease_text() -> None:
-    assert probes.older("0.9.9", "0.10.0") and not probes.older("0.10.0", "0.9.9")
-    assert probes.older("0.149.0-alpha.2", "0.149.0") and not probes.older("0.149.0", "0.149.0-alpha.2")
-    assert probes.older("0.149.0-alpha.10", "0.149.0-alpha.2")  # as strings, not numerically
-    assert not probes.older("0.149.0", "0.149.0") and not probes.older(None, "1.0.0")
-    assert not probes.older("1.0.0", "latest")
-    assert probes.parse_version("codex-cli v0.149.0-beta.1 (abc)") == "0.149.0-beta.1"
+    assert cli_probes.older("0.9.9", "0.10.0") and not cli_probes.older("0.10.0", "0.9.9")
+    assert cli_probes.older("0.149.0-alpha.2", "0.149.0") and not cli_probes.older("0.149.0", "0.149.0-alpha.2")
+    assert cli_probes.older("0.149.0-alpha.10", "0.149.0-alpha.2")  # as strings, not numerically
+    assert not cli_probes.older("0.149.0", "0.149.0") and not cli_probes.older(None, "1.0.0")
+    assert not cli_probes.older("1.0.0", "latest")
+    assert cli_probes.parse_version("codex-cli v0.149.0-beta.1 (abc)") == "0.149.0-beta.1"
 
 
 def test_display_commands_quote_only_arguments_outside_the_safe_set() -> None:
     safe = ["npm", "install", "-g", "@openai/codex@latest", "a_b.c/d:e+f"]
-    assert probes.display_command(safe) == " ".join(safe)
-    assert probes.display_command(["x=1", "a,b", "50%", "two words", "it's", ""]) == (
+    assert cli_probes.display_command(safe) == " ".join(safe)
+    assert cli_probes.display_command(["x=1", "a,b", "50%", "two words", "it's", ""]) == (
         "'x=1' 'a,b' '50%' 'two words' 'it'\"'\"'s' ''"
     )
 

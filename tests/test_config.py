@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from bbridge.config_file import ConfigError
 from bbridge.daemon.config import (
-    ConfigError,
     ConfigReport,
     ProviderConfig,
     Refusal,

@@ -98,7 +98,7 @@ def test_compiled_and_pure_cores_pass_every_parity_corpus_byte_for_byte() -> Non
         assert outputs["compiled", corpus] == outputs["pure", corpus]
 
 
-# The daemon's delivery path (core/outbox.py) over the bench stream, plus an event the guard drops: a digest of
+# The daemon's delivery path (core/event_log.py) over the bench stream, plus an event the guard drops: a digest of
 # every line it frames and of what it collects for the daemon.
 DELIVERY_DIGEST = """
 import hashlib
@@ -107,7 +107,7 @@ from bbridge.bench import stream
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
-from bbridge.core.outbox import Delivery, EventLog
+from bbridge.core.event_log import Delivery, EventLog
 delivery = Delivery(
     "bench", Assembler("bench", "parity"), Guard(), EventLog(100), {}, frozenset({"turn/started"}), None, frozenset()
 )

@@ -17,7 +17,7 @@ import trio.testing
 
 from bbridge.bench import stream
 from bbridge.core import grammar
-from bbridge.core.outbox import Delivery
+from bbridge.core.event_log import Delivery
 from bbridge.daemon import delivery, runtime
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ExtensionKind, ProviderConfig

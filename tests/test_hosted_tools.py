@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
-from bbridge.ops import approval
 from bbridge.toolhost.host import load_host
 from bbridge.wire import rpc
+from bbridge.wire.interactions import approval_answer
 from tests.support import connect, fake_provider, running
 from tests.test_child_process import until_gone
 from tests.test_declared_tools import call_turn, completed
@@ -74,7 +74,7 @@ async def test_allow_for_session_answered_by_a_second_client_skips_the_next_ask(
             await second.wait_for(lambda: any(name == "interaction/opened" for name, _ in second.notes))
             [(_, opened)] = [note for note in second.notes if note[0] == "interaction/opened"]
             assert opened["params"]["hostedTool"]["argv"][-1] == "$(id)"  # the argv it would run, literally
-            answer = approval(opened, "allow_for_session")
+            answer = approval_answer(opened["requestId"], opened["params"]["payload"], "allow_for_session")
             await second.request("interaction/respond", {"requestId": opened["requestId"], "result": answer})
             await owner.wait_for(lambda: completed(owner, THREAD))
             got = await run_call(owner, {"tool": "note", "arguments": {"text": "again"}}, 2)

@@ -24,9 +24,10 @@ from structlog.testing import capture_logs
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import failed_result
 from bbridge.daemon.tool_host import Approval, HostedCall
-from bbridge.listen.probes import metrics
-from bbridge.ops import approval, asked
+from bbridge.listen.routes import metrics
+from bbridge.ops import asked
 from bbridge.wire import protocol, rpc
+from bbridge.wire.interactions import approval_answer
 from bbridge.wire.lanes import read_lane
 from tests.support import FULL, connect, fake_provider, running
 from tests.test_declared_tools import LOOKUP, OK, bridge_got, call_turn, completed, tool_calls
@@ -267,7 +268,8 @@ async def test_an_ask_is_a_pending_approval_a_second_client_answers(tmp_path: Pa
             [relayed] = owner.requests  # relayed to the owner, which never answers
             assert relayed.method == "interaction/request"
             assert asked(opened).startswith('use asking running ["echo","hi"] (Tool "asking" is hosted by the daemon')
-            answer = approval(opened, "allow_for_session")  # what `bbridge respond ID allow_for_session` sends
+            # what `bbridge respond ID allow_for_session` sends
+            answer = approval_answer(opened["requestId"], opened["params"]["payload"], "allow_for_session")
             await second.request("interaction/respond", {"requestId": opened["requestId"], "result": answer})
             await owner.wait_for(lambda: completed(owner, THREAD))
             assert bridge_got(owner, THREAD) == text_result("allow_for_session by socket-2")

@@ -15,9 +15,10 @@ import trio
 
 from bbridge.client import Notification
 from bbridge.daemon.config import echo_provider
-from bbridge.ops import Tail, approval, interaction_line
+from bbridge.ops import Tail, interaction_line
 from bbridge.wire import rpc
 from bbridge.wire.client_api import ThreadPendingResult
+from bbridge.wire.interactions import NotOffered, approval_answer
 from tests.support import FULL, TestClient, connect, fake_provider, running
 from tests.test_ops import bbridge, tailing
 
@@ -133,9 +134,8 @@ async def test_a_question_needs_json_and_a_stop_resolves_by_policy(tmp_path: Pat
 def test_a_shorthand_decision_is_the_approval_answer_the_request_offers() -> None:
     grant = {"network": {"enabled": True}, "fileSystem": None}
 
-    def request(subject: dict[str, Any], offered: list[str]) -> dict[str, Any]:
-        payload = {"kind": "approval", "subject": subject, "reason": None, "availableDecisions": offered}
-        return {"requestId": "req_1", "kind": "approval", "params": {"payload": payload}}
+    def payload(subject: dict[str, Any], offered: list[str]) -> dict[str, Any]:
+        return {"kind": "approval", "subject": subject, "reason": None, "availableDecisions": offered}
 
     command: dict[str, Any] = {
         "kind": "command",
@@ -147,16 +147,22 @@ def test_a_shorthand_decision_is_the_approval_answer_the_request_offers() -> Non
     }
     permission = {"kind": "permission_grant", "itemId": "i", "toolName": "Bash", "permissions": grant}
     every = ["allow_once", "allow_for_session", "deny"]
-    assert approval(request(command, every), "allow_once") == {"decision": "allow_once", "grantedPermissions": None}
-    assert approval(request(command, every), "allow_for_session") == {
+    assert approval_answer("req_1", payload(command, every), "allow_once") == {
+        "decision": "allow_once",
+        "grantedPermissions": None,
+    }
+    assert approval_answer("req_1", payload(command, every), "allow_for_session") == {
         "decision": "allow_for_session",
         "grantedPermissions": grant,
     }
-    assert approval(request(permission, every), "allow_once") == {"decision": "allow_once", "grantedPermissions": grant}
-    assert approval(request(command, every), "deny") == {"decision": "deny"}
+    assert approval_answer("req_1", payload(permission, every), "allow_once") == {
+        "decision": "allow_once",
+        "grantedPermissions": grant,
+    }
+    assert approval_answer("req_1", payload(command, every), "deny") == {"decision": "deny"}
     try:
-        approval(request(command, ["allow_once", "deny"]), "allow_for_session")
-    except Exception as exc:
+        approval_answer("req_1", payload(command, ["allow_once", "deny"]), "allow_for_session")
+    except NotOffered as exc:
         assert str(exc) == "req_1 does not offer allow_for_session (it offers allow_once, deny)"
     else:
         raise AssertionError("an undeclared decision was accepted")

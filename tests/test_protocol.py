@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from bbridge.wire import protocol as p
-from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, Entry, find_cells, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RUNTIME_TO_BRIDGE, LaneEntry, find_cells, lane_path, read_lane
 from tests.support import FULL
 
 MALFORMED = (
@@ -317,7 +317,7 @@ def test_user_question_rules() -> None:
 # -- recordings ------------------------------------------------------------------------
 
 
-def runtime_lanes(cell: Path) -> Iterator[tuple[bool, list[Entry]]]:
+def runtime_lanes(cell: Path) -> Iterator[tuple[bool, list[LaneEntry]]]:
     """The runtime lanes of a cell in wire order, once with each `bridge→runtime` lane (plain, then `.current`)."""
     requests = lane_path(cell, RUNTIME_TO_BRIDGE)
     sent = read_lane(requests, RUNTIME_TO_BRIDGE) if requests.exists() else []

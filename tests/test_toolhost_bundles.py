@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bbridge.cli import main
-from bbridge.daemon.config import ConfigError
+from bbridge.config_file import ConfigError
 from bbridge.toolhost.bundles import load_bundles
 from bbridge.toolhost.catalog import Shadowing, load_tools
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bbridge.cli import main
-from bbridge.daemon.config import ConfigError, Refusal, load_config
+from bbridge.config_file import ConfigError
+from bbridge.daemon.config import Refusal, load_config
 from bbridge.toolhost.argv import fill
 from bbridge.toolhost.catalog import load_tools
 from bbridge.toolhost.declarations import HostedTool, Icon, Label, Presentation

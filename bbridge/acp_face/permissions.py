@@ -24,9 +24,9 @@ import structlog
 import trio
 
 from bbridge.client import Client, DaemonError
-from bbridge.ops import approval
 from bbridge.wire import rpc
 from bbridge.wire.client_api import WARNING_MAX
+from bbridge.wire.interactions import approval_answer
 
 log = structlog.get_logger("bbridge.acp_face")
 
@@ -171,4 +171,4 @@ def result_of(opened: dict[str, Any], payload: dict[str, Any], outcome: dict[str
         return {"kind": "user_answer", "answers": {str(questions[0]["id"]): {"selected": [str(chosen)]}}}
     if chosen not in (payload.get("availableDecisions") or []) or chosen == "deny":
         return {"decision": "deny"}
-    return approval({"requestId": opened.get("requestId"), "params": {"payload": payload}}, str(chosen))
+    return approval_answer(str(opened.get("requestId")), payload, str(chosen))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from bbridge.daemon.config import ConfigError, read_toml
+from bbridge.config_file import ConfigError, read_toml
 
 
 class AcpSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -115,6 +115,6 @@ async def _measure(turns: int, blasts: int, paced_s: float, yardstick: Callable[
 def bench_daemon(turns: int, blasts: int, paced_s: float, yardstick: Callable[[], float]) -> dict[str, Any]:
     """`yardstick()` runs one slice of the core's decode-only workload and returns its rate."""
     # A daemon does not share its heap with a benchmark: without a collection here, the first collection inside
-    # a timed phase would traverse whatever the core benchmark left young (seen: one 8 ms stall in a paced phase).
+    # a timed phase would traverse whatever the core benchmark left young, a stall inside the measurement.
     gc.collect()
     return trio.run(_measure, turns, blasts, paced_s, yardstick)

@@ -87,7 +87,10 @@ def _open_websocket(url: str, token: str | None) -> tuple[socket.socket, Message
     return sock, lines
 
 
-class Client(SocketClient):
+class BenchClient(SocketClient):
+    """The daemon benchmark's client: its setup requests answered, then each phase's turn read until the done marker,
+    with every probe stamp's latency (receipt minus stamp) and the phase's record."""
+
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.awaiting: bytes | None = None  # the head of the response `request` waits for
@@ -139,7 +142,7 @@ class Client(SocketClient):
 
 
 def main() -> None:
-    client = Client(sys.argv[1])
+    client = BenchClient(sys.argv[1])
     client.request("initialize", {"client": {"name": "bbridge-bench", "version": "0"}})
     client.request("thread/start", {"providerId": "bench", "threadId": THREAD})
     phases = [client.phase(prompt) for prompt in sys.argv[2:]]

@@ -22,7 +22,7 @@ from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay import driver
-from bbridge.replay.bridge_client import Entry
+from bbridge.replay.bridge_client import BridgeOutput
 from bbridge.replay.driver import Replay
 from bbridge.wire.lanes import find_cells, is_cell
 from bbridge.wire.schema import ThreadEvent
@@ -96,7 +96,7 @@ def check_replay(cell: str, replay: Replay) -> list[Result]:
     return results
 
 
-def _schema(rule: str, log: list[Entry]) -> Result:
+def _schema(rule: str, log: list[BridgeOutput]) -> Result:
     index = 0
     for entry in log:
         if entry.kind == "invalid-delta":

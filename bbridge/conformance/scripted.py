@@ -25,7 +25,7 @@ from bbridge.conformance.fixture import Fixture
 from bbridge.conformance.results import Result, failed, passed, skipped
 from bbridge.core.events import Event
 from bbridge.daemon.bridge import RUNTIME_GRAMMAR
-from bbridge.replay.bridge_client import BridgeClient, Entry, describe_error
+from bbridge.replay.bridge_client import BridgeClient, BridgeOutput, describe_error
 from bbridge.wire import protocol, rpc
 
 T = TypeVar("T")
@@ -241,7 +241,7 @@ async def _probe(run: Run, mark: int, rule: str, ok: str, *, strict: bool) -> Re
     return passed(rule, f"{ok}; note: it answered the line ({text[:200]}), where §1.8 says to ignore it")
 
 
-def _answers_nothing(client: BridgeClient, entry: Entry) -> bool:
+def _answers_nothing(client: BridgeClient, entry: BridgeOutput) -> bool:
     """A response to an id the client never used, or an error/result object without a usable id."""
     message = entry.message
     if entry.kind == "response":
@@ -287,7 +287,7 @@ async def start_session(run: Run, thread: str) -> tuple[Result, str | None]:
     return passed(rule, f"providerThreadId {ptid!r}; thread/identity, session.reset, then the response"), ptid
 
 
-def _opening_order(window: list[Entry], thread: str, ptid: str) -> list[str]:
+def _opening_order(window: list[BridgeOutput], thread: str, ptid: str) -> list[str]:
     identity = reset = first_delta = None
     for index, entry in enumerate(window):
         message = entry.message

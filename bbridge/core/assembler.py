@@ -19,6 +19,7 @@ from bbridge.core import items as it
 from bbridge.core.events import Event, delta_event, new_event
 from bbridge.core.ids import Ids
 from bbridge.core.items import BACKGROUND_TASK_SHAPE, COMPACTION_SHAPE, DELEGATION_SHAPE, UNSET
+from bbridge.core.outputs import Outputs
 from bbridge.core.reports import Reports
 from bbridge.core.sink import Sink
 from bbridge.core.state import (
@@ -49,14 +50,10 @@ _TEXT_DELTA_TYPE: Final = {
     "reasoningText": "item/reasoning/textDelta",
     "plan": "item/plan/delta",
 }
-_OUTPUT_DELTA_TYPE: Final = {
-    "command": "item/commandExecution/outputDelta",
-    "fileChange": "item/fileChange/outputDelta",
-}
 _FLUSH_BEFORE: Final = frozenset({g.ItemTextClose, g.ItemClose, g.SessionEnded})
 _SESSION_RESET: Final = g.SessionReset
 _TEXT_DELTA: Final = g.ItemTextDelta
-# A msgspec Struct's attribute read from compiled code is a generic lookup (~160 instructions); `astuple` reads all
+# A msgspec Struct's attribute read from compiled code is a generic lookup; `astuple` reads all
 # of a Struct's fields in one call, and a tuple's item is a compiled index. The text handler reads its delta's and key's
 # fields so, by position: these are the positions it assumes (checked at import, so a reordered Struct fails loudly).
 _TEXT_DELTA_FIELDS: Final = ("key", "channel", "text", "providerTurnId", "noTurnFallback")
@@ -85,8 +82,9 @@ class Assembler:
     Built from three collaborators, each with its own state: the `Sink`
     (batch context, coalescing, throttling), the `Ids` minter (counters never
     reset) and `Turns` (lifecycle over the thread state). The item handlers
-    live here; the turn handlers live in `Turns`, the handlers of the deltas
-    that report on the thread (usage, context, metadata, errors) in `Reports`.
+    live here, but for an item's output (`Outputs`); the turn handlers and the
+    session's end live in `Turns`, the handlers of the deltas that report on
+    the thread (usage, context, metadata, errors) in `Reports`.
     """
 
     def __init__(
@@ -105,6 +103,7 @@ class Assembler:
         # that is a native call, where a bound method stored on the instance is a generic Python call.
         self._turns = turns = Turns(provider_id, sink, ids)
         self._reports = Reports(sink, ids, turns)
+        self._outputs = Outputs(sink, ids, turns)
         self._states: dict[str, ThreadState] = {}
         self._uses = 0  # `_state` calls so far: a state's `used` is the count when it was last served
         # The reference's prune may evict the state it has just made when every other one is pinned (§19.5): the
@@ -529,60 +528,6 @@ class Assembler:
         event["item"] = item
         self._sink.push(event)
 
-    def _output_delta(self, s: ThreadState, d: g.ItemOutputDelta) -> None:
-        key = d.key
-        turn = self._turns.turn_for(s, d.providerTurnId)
-        if turn is None:
-            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
-            return
-        rec = s.open_items.get(item_key(key))
-        bb = rec.bb_id if rec is not None else self._ids.known_or_mint(s, key.providerItemId)
-        parent = self._ids.parent(s, key.parentRef)
-        event = delta_event(_OUTPUT_DELTA_TYPE[d.channel], turn, bb, d.text)
-        if parent:
-            event["parentToolCallId"] = parent
-        self._sink.push(event)
-
-    def _output_snapshot(self, s: ThreadState, d: g.CommandOutputSnapshot) -> None:
-        key = d.key
-        turn = s.current_turn
-        if turn is None:
-            self._turns.fallback(s, d.noTurnFallback, key.parentRef)
-            return
-        k = item_key(key)
-        rec = s.open_items.get(k)
-        if rec is None:
-            return
-        step = diff_cumulative_text(d.text, s.cmd_snapshots.get(k))
-        if step is None:
-            return
-        delta, s.cmd_snapshots[k], reset = step
-        parent = self._ids.parent(s, key.parentRef)
-        event = delta_event("item/commandExecution/outputDelta", turn, rec.bb_id, delta)
-        if reset:
-            event["reset"] = True
-        if parent:
-            event["parentToolCallId"] = parent
-        self._sink.push(event)
-
-    def _session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
-        turn = self._turns.claiming_turn(s)
-        if turn is None:
-            return
-        for rec in list(s.open_items.values()):
-            if rec.thread_attached:
-                continue
-            item = None
-            if rec.text or rec.summary_text:
-                item = it.text_item(rec.item, rec.text, rec.summary_text)
-            if item is None:
-                item = it.echo_item(rec.item, "interrupted", None, None)
-            event = new_event("item/completed", turn)
-            event["item"] = item
-            self._sink.push(event)
-        self._turns.settle_turn(s, turn, "interrupted")
-        self._turns.finish_turn(s)
-
 
 _Handler = Callable[[Assembler, ThreadState, Any], None]
 
@@ -597,6 +542,11 @@ def _via_reports(handler: Callable[[Reports, ThreadState, Any], None]) -> _Handl
     return lambda asm, s, d: handler(asm._reports, s, d)
 
 
+def _via_outputs(handler: Callable[[Outputs, ThreadState, Any], None]) -> _Handler:
+    """An item's output deltas are handled by the assembler's `Outputs`."""
+    return lambda asm, s, d: handler(asm._outputs, s, d)
+
+
 # One table for every assembler: plain functions, so an assembler holds no cycle through bound methods
 # and is freed by reference counting alone.
 _HANDLERS: Final[dict[type, _Handler]] = {
@@ -608,8 +558,8 @@ _HANDLERS: Final[dict[type, _Handler]] = {
     g.ItemProgress: Assembler._item_progress,
     g.ItemTextDelta: Assembler._text_delta,
     g.ItemTextClose: Assembler._text_close,
-    g.ItemOutputDelta: Assembler._output_delta,
-    g.CommandOutputSnapshot: Assembler._output_snapshot,
+    g.ItemOutputDelta: _via_outputs(Outputs.output_delta),
+    g.CommandOutputSnapshot: _via_outputs(Outputs.output_snapshot),
     g.Usage: _via_reports(Reports.usage),
     g.ContextWindow: _via_reports(Reports.context_window),
     g.ContextCompacted: _via_reports(Reports.context_compacted),
@@ -624,5 +574,5 @@ _HANDLERS: Final[dict[type, _Handler]] = {
     g.ProviderModelFallback: _via_reports(Reports.model_fallback),
     g.ProviderWarning: _via_reports(Reports.warning),
     g.Unhandled: _via_reports(Reports.unhandled),
-    g.SessionEnded: Assembler._session_ended,
+    g.SessionEnded: _via_turns(Turns.session_ended),
 }

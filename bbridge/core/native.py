@@ -23,7 +23,19 @@ from types import ModuleType
 
 PACKAGE = "bbridge.core"
 # Compiled by mypyc. Not grammar, scalars, shapes (msgspec Structs with class keywords stay interpreted), js, nesting.
-COMPILED = ("assembler", "events", "guard", "ids", "items", "outbox", "reports", "sink", "state", "turns")
+COMPILED = (
+    "assembler",
+    "event_log",
+    "events",
+    "guard",
+    "ids",
+    "items",
+    "outputs",
+    "reports",
+    "sink",
+    "state",
+    "turns",
+)
 SHARED_LIB = "_native__mypyc"  # mypyc's shared library for the group `bbridge.core._native`
 DIGEST_FILE = "compiled.sha256"
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ SEP = "\x1f"
 MAX_SAFE = 2**53 - 1
 
 # A key part is non-empty and holds no U+001F (the key separator). msgspec checks the length; the U+001F rule is
-# no msgspec `pattern`, whose check costs about 0.3 µs a string, a third of decoding a whole delta line. Every
+# no msgspec `pattern`, whose check on every string costs a large share of decoding a whole delta line. Every
 # decoding entry point runs it (`key_part_fault`) where U+001F can be: JSON text holds it only through a
 # `\u001f` escape (msgspec refuses raw control characters), which `ESCAPED_SEPARATOR` finds in one scan.
 KEY_PART_PATTERN = r"^[^\x1f]+\Z"
@@ -84,10 +84,9 @@ def utf16_len(text: str) -> int:
 
 def escaped_separator(data: bytes | Raw) -> re.Match[bytes] | None:
     """`ESCAPED_SEPARATOR.search`, after substring tests on bytes: `in` scans faster than the regex engine steps
-    byte by byte (callgrind: ~950 instructions per bridge line of ~190 bytes), and almost no text holds `\\u001`.
-    A backslash is looked for first: a one-byte `in` is a `memchr` (~8 ns a line of the scale bench's reads, where
-    the five-byte search took ~105 ns), and a text with no escape at all is common. Other buffers (`msgspec.Raw`)
-    go to the regex."""
+    byte by byte, and almost no text holds `\\u001`. A backslash is looked for first: a one-byte `in` is a
+    `memchr`, far cheaper than the five-byte search, and a text with no escape at all is common. Other buffers
+    (`msgspec.Raw`) go to the regex."""
     if type(data) is bytes and (b"\\" not in data or b"\\u001" not in data):
         return None
     return ESCAPED_SEPARATOR.search(data)

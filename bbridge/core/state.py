@@ -32,7 +32,7 @@ def item_key(key: g.ItemKey) -> str:
 def key_of(pid: str | UnsetType, channel: str | UnsetType, parent_ref: str | UnsetType) -> str:
     """`item_key` of parts a handler has already read (from compiled code each Struct attribute read is a generic
     lookup: the text handler reads two of the three anyway). The common key, an item id alone, is one concatenation
-    (the f-string tested each part's truth, UNSET's through a slot call: ~700 instructions)."""
+    (an f-string would test each part's truth, UNSET's through a slot call)."""
     if channel is UNSET and parent_ref is UNSET and type(pid) is str:
         return pid + "\x1f\x1f"
     return f"{pid or ''}\x1f{channel or ''}\x1f{parent_ref or ''}"
@@ -56,9 +56,9 @@ STREAMED_CHUNK: Final = 256  # streamed pieces joined into one string at a time
 class StreamedText:
     """Text streamed piece by piece, kept so that appending stays linear however long the text grows.
 
-    `+=` on a string held by an object copies the whole text each time (quadratic: ~20 µs per delta at 50k
-    deltas); pieces instead gather in `tail`, every `STREAMED_CHUNK` of them become one chunk, and the text
-    is joined only when read (then kept joined).
+    `+=` on a string held by an object copies the whole text each time (quadratic in the deltas); pieces instead
+    gather in `tail`, every `STREAMED_CHUNK` of them become one chunk, and the text is joined only when read (then
+    kept joined).
     """
 
     __slots__ = ("chunks", "tail")
@@ -250,8 +250,7 @@ class ThreadState:
         self.used = 0  # the assembler's use count when it last served this thread (least recently used: lowest)
         # The clock (ms) of the latest notification whose deltas reached this state, and whether its owner has been
         # told the thread arrived (`Assembler.arrivals`): what the daemon's watchdogs and a bridge's membership read,
-        # kept here because a delta already reaches this line (a set of a read's threads cost ~700 instructions a
-        # delta).
+        # kept here because a delta already reaches this line (a set of a read's threads would cost more per delta).
         self.heard = 0.0
         self.arrived = False
         self.current_turn: str | None = None

@@ -1,6 +1,7 @@
 """Turn lifecycle: the unkeyed current turn, vouched provider turns, settlement (assembler.md §7).
 
-Also the no-turn fallback (§8.0): every handler that finds no turn ends here.
+Also the no-turn fallback (§8.0): every handler that finds no turn ends here; and the session's end, which
+interrupts the open turn.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from msgspec import UnsetType
 
 from bbridge.core import grammar as g
+from bbridge.core import items as it
 from bbridge.core.events import Event, new_event, scope
 from bbridge.core.ids import Ids
 from bbridge.core.items import UNSET
@@ -120,4 +122,24 @@ class Turns:
         if turn is None:
             return
         self.settle_turn(s, turn, d.status, d)
+        self.finish_turn(s)
+
+    def session_ended(self, s: ThreadState, d: g.SessionEnded) -> None:
+        """The provider's session ended: the claiming turn's open items complete (their text so far, else
+        interrupted), except those attached to the thread, and the turn settles as interrupted."""
+        turn = self.claiming_turn(s)
+        if turn is None:
+            return
+        for rec in list(s.open_items.values()):
+            if rec.thread_attached:
+                continue
+            item = None
+            if rec.text or rec.summary_text:
+                item = it.text_item(rec.item, rec.text, rec.summary_text)
+            if item is None:
+                item = it.echo_item(rec.item, "interrupted", None, None)
+            event = new_event("item/completed", turn)
+            event["item"] = item
+            self._sink.push(event)
+        self.settle_turn(s, turn, "interrupted")
         self.finish_turn(s)

@@ -25,8 +25,8 @@ import structlog
 import trio
 
 from bbridge.core.assembler import Assembler
+from bbridge.core.event_log import Delivery
 from bbridge.core.guard import Guard
-from bbridge.core.outbox import Delivery
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.threads import Piece
 from bbridge.daemon.watchdog import Slots, Watchdogs

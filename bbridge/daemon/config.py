@@ -10,13 +10,14 @@ import math
 import re
 import shlex
 import sys
-import tomllib
 import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
+
+from bbridge.config_file import ConfigError, read_toml
 
 ECHO_PROVIDER = "echo"
 DEFAULT_PATH = Path("bbridge.toml")
@@ -46,10 +47,6 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True):
             problem = check(getattr(self, name))
             if problem is not None:
                 raise ValueError(f"{name}: {problem}")
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the file and the problem."""
 
 
 class Refusal(msgspec.Struct, frozen=True):
@@ -105,16 +102,6 @@ def config_path(given: Path | None) -> Path | None:
 # The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
 # `tool_rules`, `tool_audit`, `mcp_servers`) and `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults).
 KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "acp"})
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """The file parsed, or a `ConfigError` naming it and why it cannot be used."""
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to parse") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
 
 def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:

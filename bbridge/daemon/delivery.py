@@ -3,7 +3,7 @@ notifications, and daemon-made events on a bridge's threads (warnings, flushes),
 
 Bridge `thread/delta` notifications flow decode → assemble → stamp → check (extension payloads, grammar guard)
 → journal → every client, one `thread/events` message per notification; all but the decode is one compiled
-call per read (`bbridge.core.outbox.Delivery.take_notes`).
+call per read (`bbridge.core.event_log.Delivery.take_notes`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import structlog
 import trio
 
 from bbridge.core import grammar
+from bbridge.core.event_log import NOT_DUE, Delivery
 from bbridge.core.events import Event
-from bbridge.core.outbox import NOT_DUE, Delivery
 from bbridge.daemon import mistakes
 from bbridge.daemon.bridge import BridgeProcess, env_advice
 from bbridge.daemon.counters import Counters, TurnDurations

@@ -39,9 +39,9 @@ from typing import IO, Any
 import msgspec
 import structlog
 
+from bbridge.core.event_log import EventLog, ThreadLog
 from bbridge.core.events import Event
 from bbridge.core.nesting import too_deep
-from bbridge.core.outbox import EventLog, ThreadLog
 
 _logger = structlog.get_logger("bbridge.daemon.journal")
 

@@ -23,7 +23,7 @@ import msgspec
 import structlog
 import trio
 
-from bbridge.daemon.config import ConfigError
+from bbridge.config_file import ConfigError
 from bbridge.daemon.runtime import Daemon
 from bbridge.wire import errors, rpc
 from bbridge.wire.framing import MAX_LINE_BYTES

@@ -18,8 +18,8 @@ from typing import Any
 import structlog
 import trio
 
+from bbridge.core.event_log import Delivery
 from bbridge.core.events import Event
-from bbridge.core.outbox import Delivery
 from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.delivery import Output

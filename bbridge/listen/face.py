@@ -22,7 +22,7 @@ import trio
 
 from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.server import ClientConnection, Face
-from bbridge.listen import probes
+from bbridge.listen import routes
 from bbridge.listen.admission import Address, Admission
 from bbridge.listen.http import READ_BYTES, BadRequest, Exchange, Head
 from bbridge.listen.wsstream import WebSocketStream
@@ -140,7 +140,7 @@ class _Listener:
         if head.path == "/rpc":
             await self._upgrade(stream, exchange, head)
             return
-        status, body, content_type, headers = probes.answer(self._daemon, self._admission, head)
+        status, body, content_type, headers = routes.answer(self._daemon, self._admission, head)
         await _send_closing(stream, exchange.answer(status, body, content_type, **headers, **_challenge(status)))
 
     async def _upgrade(self, stream: trio.abc.Stream, exchange: Exchange, head: Head) -> None:

@@ -62,8 +62,9 @@ GOLDEN_LANE = Lane(GOLDEN_ENTROPY, 500, fixed_clock=True, stamped=False)
 
 
 @dataclass
-class Entry:
-    """One log entry: a message as the bridge sent it, or an event assembled from a `thread/delta`."""
+class BridgeOutput:
+    """One entry of the client's log of what the bridge wrote: a message as the bridge sent it, or an event assembled
+    from a `thread/delta`."""
 
     kind: Kind
     message: Any  # the decoded JSON-RPC message; the event for "event"; the raw text for "junk"
@@ -116,7 +117,7 @@ class BridgeClient:
     on_request: Answerer = refuse_requests
     lane: Lane = LIVE_LANE
     stderr_limit: int | None = STDERR_TAIL_BYTES  # None keeps all of it
-    log: list[Entry] = field(default_factory=list)
+    log: list[BridgeOutput] = field(default_factory=list)
     guard: Guard = field(default_factory=Guard)
     exited: bool = False
     exit_status: ExitStatus | None = None  # known once the process exited after its stdout ended
@@ -210,7 +211,7 @@ class BridgeClient:
 
     # -- reading -----------------------------------------------------------------
 
-    def _append(self, entry: Entry) -> None:
+    def _append(self, entry: BridgeOutput) -> None:
         self.log.append(entry)
         self._changed.set()
         self._changed = trio.Event()
@@ -259,10 +260,10 @@ class BridgeClient:
             message = msgspec.json.decode(line)
         except msgspec.DecodeError:
             if line.strip():
-                self._append(Entry("junk", line.decode("utf-8", errors="replace")))
+                self._append(BridgeOutput("junk", line.decode("utf-8", errors="replace")))
             return
         kind = _classify(message)
-        self._append(Entry(kind, message))
+        self._append(BridgeOutput(kind, message))
         if kind == "request":
             await self.on_request(self, message)
         elif kind == "notification":
@@ -280,7 +281,7 @@ class BridgeClient:
         try:
             batch = grammar.decode_params(msgspec.json.encode(params))
         except grammar.GrammarError as exc:
-            self._append(Entry("invalid-delta", message, reason=str(exc)))
+            self._append(BridgeOutput("invalid-delta", message, reason=str(exc)))
             return
         now = 0 if self.lane.fixed_clock else trio.current_time() * 1000
         for event in self.assembler.assemble(batch.threadId, batch.deltas, now):
@@ -294,7 +295,7 @@ class BridgeClient:
                 if violation is None
                 else drop_hint(self.assembler, self.guard, batch.threadId, event, violation.rule)
             )
-            self._append(Entry("event", event, batch.threadId, violation, hint))
+            self._append(BridgeOutput("event", event, batch.threadId, violation, hint))
 
     def release(self, thread_id: str) -> None:
         """Forget a detached thread's grammar state (§7.5); unstamped events all share the thread `""`."""

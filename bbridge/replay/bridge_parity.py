@@ -32,8 +32,8 @@ from typing import Any
 
 import trio
 
+from bbridge.config_file import ConfigError
 from bbridge.core.events import Event, encode_event
-from bbridge.daemon.config import ConfigError
 from bbridge.replay.bridge_client import GOLDEN_LANE
 from bbridge.replay.cells import Drop
 from bbridge.replay.driver import Pacing, Replay, replay_cell

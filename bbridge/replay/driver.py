@@ -58,7 +58,7 @@ from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
 from bbridge.core.guard import Guard
 from bbridge.daemon.bridge import STDERR_TAIL_BYTES
-from bbridge.replay.bridge_client import LIVE_LANE, BridgeClient, Entry, Lane, with_client
+from bbridge.replay.bridge_client import LIVE_LANE, BridgeClient, BridgeOutput, Lane, with_client
 from bbridge.wire import rpc
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, RUNTIME_TO_BRIDGE, read_cell
 
@@ -458,7 +458,7 @@ class Replay:
     """One replay: the plan it followed, the client's log, the stalls, and the bridge's stderr."""
 
     plan: Plan
-    log: list[Entry]
+    log: list[BridgeOutput]
     stalls: list[str]
     stderr: str
 

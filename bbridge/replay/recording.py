@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, DIRECTIONS, PROCESS_SCOPE, RUNTIME_TO_BRIDGE, Entry, lane_path
+from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, DIRECTIONS, PROCESS_SCOPE, RUNTIME_TO_BRIDGE, LaneEntry, lane_path
 from bbridge.wire.redact import Pattern, Redactor, read_counts, shown
 
 
@@ -116,11 +116,11 @@ def _redact_lane(path: Path, redactor: Redactor, counts: Counter[str]) -> int:
     return len(out)
 
 
-def _entries(cell: Path, direction: str) -> list[Entry]:
+def _entries(cell: Path, direction: str) -> list[LaneEntry]:
     path = lane_path(cell, direction)
     if not path.exists():
         return []
-    decoded = (msgspec.json.decode(raw, type=Entry) for raw in path.read_bytes().split(b"\n") if raw.strip())
+    decoded = (msgspec.json.decode(raw, type=LaneEntry) for raw in path.read_bytes().split(b"\n") if raw.strip())
     return list(decoded)
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, Entry, lane_path, read_lane
+from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, PROVIDER_TO_BRIDGE, LaneEntry, lane_path, read_lane
 
 
-def provider_entries(cell: Path) -> list[Entry]:
+def provider_entries(cell: Path) -> list[LaneEntry]:
     """A cell's two provider lanes merged in wire order (what a fake provider child plays and expects)."""
     entries = [
         entry

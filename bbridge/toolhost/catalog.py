@@ -6,7 +6,8 @@ from pathlib import Path
 
 import msgspec
 
-from bbridge.daemon.config import ConfigError, Refusal, read_toml
+from bbridge.config_file import ConfigError, read_toml
+from bbridge.daemon.config import Refusal
 from bbridge.toolhost.bundles import load_bundles
 from bbridge.toolhost.declarations import HostedTool, declared_tools
 from bbridge.toolhost.mcp import McpServerConfig, mcp_server_configs

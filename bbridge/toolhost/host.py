@@ -20,8 +20,9 @@ from typing import Any, Protocol
 import structlog
 from msgspec import UNSET, UnsetType
 
+from bbridge.config_file import read_toml
 from bbridge.core import grammar
-from bbridge.daemon.config import Refusal, read_toml
+from bbridge.daemon.config import Refusal
 from bbridge.daemon.tool_host import HostedCall
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit, digest, load_audit, shape

@@ -9,17 +9,15 @@ reads a bridge's lines through `DELTA_LINES`, a `TypedDecoder`:
   that is whole lines by itself, `framing.LineReader.whole`; `read` for a read's lines otherwise): when every
   line of a read is a typed notification, the lines become one JSON array (their newlines replaced: no split
   and join) and are decoded by one msgspec call (`many`) straight into the read's `Notification`s, params typed
-  (a Python loop making them from tagged messages, checking each one's id, cost ~1.2k instructions a delta:
-  29.9k → 28.7k in the scale driver's count). A streaming bridge's read mostly is such a read; one call per
-  read instead of one per line took the scale bench's 25-line reads from 1.85 to 1.58 µs per line
-  (BENCHMARKS.md). Each line's depth is checked as the line path does (measuring the joined array's depth
-  halved the daemon bench's throughput). A read of one line goes the line path: looking for its method's tag
-  first cost more than that path's classification (callgrind: 15.8k instructions against 12.8k).
+  (not a Python loop making them from tagged messages and checking each one's id, which cost more per delta).
+  A streaming bridge's read mostly is such a read, so the read costs one call, not one per line. Each line's
+  depth is checked as the line path does (measuring the joined array's depth costs far more). A read of one
+  line goes the line path: looking for its method's tag first cost more than that path's classification.
 * **A line in one pass** (`TypedDecoder.one`, tried by `peer.Inbound.receive` for each line of any other
   read, inline in its loop: a call per line more would cost what the pass saves): the whole message, `method`
-  a literal, decoded once into the grammar's types instead of an envelope and then its params (the bench's
-  figure: 0.60 → 0.69 of the yardstick). What does not decode so, another message, a request or invalid params,
-  takes the envelope path unchanged, and the params reach `grammar.decode_params` in the daemon's delivery.
+  a literal, decoded once into the grammar's types instead of an envelope and then its params. What does not
+  decode so, another message, a request or invalid params, takes the envelope path unchanged, and the params
+  reach `grammar.decode_params` in the daemon's delivery.
 * **The float hook** (`scalars.js_float`): an integral double in an opaque payload becomes an integer, as
   `grammar.decode_params` makes it; without it the typed pass wrote `1.0` where the reference writes `1`.
 * **The U+001F screen** (`scalars.escaped_separator`): a key part holds no U+001F, a rule msgspec would check
@@ -107,9 +105,7 @@ class TypedDecoder:
         mostly is); None, for the line by line path, when one line is not (or may not be), or for a single line.
 
         The lines are found with `BytesIO.readlines` (a `memchr` each) and joined by replacing their newlines:
-        `bytes.split` steps through a read byte by byte (callgrind, the scale bench's reads: the split and join
-        of a line ~1,200 instructions, `readlines` and `replace` ~550; the daemon's read path 28.8k → 27.9k a
-        delta)."""
+        `bytes.split` steps through a read byte by byte, and a split and join cost about twice as much."""
         lines = BytesIO(data).readlines()
         if len(lines) < 2:
             return None

@@ -3,12 +3,14 @@
 `item/tool/call` (a dynamic tool the runtime executes) and
 `interaction/request` (an approval or a user question the host resolves):
 their params, the approval subjects and grants, the questions. Bridges build
-these; the runtime validates them before showing anything to a user.
+these; the runtime validates them before showing anything to a user. A client
+answering an approval with a bare decision gets its full answer from
+`approval_answer` (`bbridge respond` and the ACP face both do).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from msgspec import UNSET, Meta, UnsetType
 
@@ -117,6 +119,7 @@ class ToolUseSubject(Subject, tag="tool_use", kw_only=True):
 
 
 Decision = Literal["allow_once", "allow_for_session", "deny"]
+DECISIONS: Final[tuple[str, ...]] = get_args(Decision)
 
 
 class Payload(Wire, tag_field="kind", kw_only=True):
@@ -167,3 +170,26 @@ class InteractionRequestParams(Wire, kw_only=True):
     turnId: NonEmpty | None
     payload: ApprovalPayload | UserQuestionPayload
     providerNativeIds: bool | UnsetType = UNSET
+
+
+class NotOffered(ValueError):
+    """A decision the approval does not offer; the message names the request and what it offers."""
+
+
+def approval_answer(request_id: str, payload: dict[str, Any], decision: str) -> dict[str, Any]:
+    """The approval answer a bare decision stands for (protocol.md §3.7): an allow grants what the request offers
+    (a permission grant's permissions; for the session, a command's or file change's `sessionGrant`).
+
+    `payload` is the request's `ApprovalPayload` as JSON, as `interaction/opened` and `thread/pending` carry it; a
+    decision outside its `availableDecisions` (all three when it names none) is a `NotOffered`.
+    """
+    offered = payload.get("availableDecisions") or list(DECISIONS)
+    if decision not in offered:
+        raise NotOffered(f"{request_id} does not offer {decision} (it offers {', '.join(offered)})")
+    if decision == "deny":
+        return {"decision": "deny"}
+    subject = payload.get("subject") or {}
+    granted = subject.get("permissions") if subject.get("kind") == "permission_grant" else None
+    if decision == "allow_for_session" and granted is None:
+        granted = subject.get("sessionGrant")
+    return {"decision": decision, "grantedPermissions": granted}

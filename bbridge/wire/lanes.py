@@ -32,8 +32,8 @@ DIRECTIONS = (RUNTIME_TO_BRIDGE, BRIDGE_TO_RUNTIME, PROVIDER_TO_BRIDGE, BRIDGE_T
 CURRENT_SUFFIX = ".current"
 
 
-class Entry(msgspec.Struct, gc=False):
-    """An entry as read (`ts` and `run` may be absent); `_Written` is the one written."""
+class LaneEntry(msgspec.Struct, gc=False):
+    """One recorded line of a lane, as read (`ts` and `run` may be absent); `_Written` is the one written."""
 
     seq: int | float
     dir: str
@@ -46,11 +46,11 @@ class RecordingError(ValueError):
     """A lane file that does not hold valid entries; the message names file and line."""
 
 
-_entry_decoder = msgspec.json.Decoder(Entry)
+_entry_decoder = msgspec.json.Decoder(LaneEntry)
 
 
-def read_lane(path: Path, direction: str) -> list[Entry]:
-    entries: list[Entry] = []
+def read_lane(path: Path, direction: str) -> list[LaneEntry]:
+    entries: list[LaneEntry] = []
     for number, raw in enumerate(path.read_bytes().split(b"\n"), 1):
         if not raw.strip():
             continue
@@ -72,7 +72,7 @@ def lane_path(cell: Path, direction: str, current: bool = False) -> Path:
     return cell / f"{direction}{CURRENT_SUFFIX if current else ''}.ndjson"
 
 
-def bridge_lane(cell: Path) -> list[Entry]:
+def bridge_lane(cell: Path) -> list[LaneEntry]:
     """The `bridge→runtime` lane in file order, `.current` preferred."""
     current = lane_path(cell, BRIDGE_TO_RUNTIME, current=True)
     if current.exists():
@@ -81,9 +81,9 @@ def bridge_lane(cell: Path) -> list[Entry]:
     return read_lane(plain, BRIDGE_TO_RUNTIME) if plain.exists() else []
 
 
-def read_cell(cell: Path) -> list[Entry]:
+def read_cell(cell: Path) -> list[LaneEntry]:
     """All four lanes merged into wire order (stable sort on `(run, seq)`)."""
-    entries: list[Entry] = []
+    entries: list[LaneEntry] = []
     for direction in DIRECTIONS:
         if direction == BRIDGE_TO_RUNTIME:
             entries.extend(bridge_lane(cell))

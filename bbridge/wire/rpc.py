@@ -245,8 +245,8 @@ class Connection:
         `unsent`; to a peer that stopped reading, dropped as `_write` drops them: either calls `wake_writer`);
         False, writing nothing, when a write is under way, the stream is full or has no descriptor.
 
-        A client's writer task woke, took the lock, and yielded to the scheduler twice around each send; at a
-        thousand streaming threads that was a tenth of the daemon's CPU."""
+        Without it a client's writer task woke, took the lock, and yielded to the scheduler twice around each
+        send, for every client and every read."""
         if self._write_closed or self._aclosed or self._unsent or self._torn:
             return False
         nowait = self._nowait
@@ -371,8 +371,8 @@ class Connection:
             elif lines is not None:
                 await self._dispatch(lines)
             # The read's messages go now, while they are in the cache: kept until the next read rebound these names,
-            # they were freed after every other task's work, at 1,000 streaming threads ~7 % of the daemon's CPU
-            # (perf: the decrements of their fields' counts, each a miss).
+            # they were freed after every other task's work, the decrements of their fields' counts each a cache
+            # miss.
             del data, lines, batch
         await self._dispatch(reader.close())
 

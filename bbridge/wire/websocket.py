@@ -162,7 +162,7 @@ class MessageLines:
         if data == lines:
             return framed
         # A server's text frame is the same bytes on every connection (unmasked, no extension): wsproto's frame
-        # protocol frames it directly, without an event object and the connection's dispatch (4.0 -> 2.7 µs a line)
+        # protocol frames it directly, without an event object and the connection's dispatch
         send_data = _SERVER_FRAMES.send_data
         for text in data.decode("utf-8", errors="replace").split("\n"):
             if text:

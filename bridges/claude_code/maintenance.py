@@ -22,8 +22,8 @@ from typing import Any, Literal
 import trio
 
 from bbridge.core import js
-from bbridge.kit import probes
-from bbridge.kit.probes import (
+from bbridge.kit import cli_probes
+from bbridge.kit.cli_probes import (
     INSTALL_CHECK_TIMEOUT_S,
     display_command,
     error_text,
@@ -170,13 +170,13 @@ class Maintenance:
     # -- probes ------------------------------------------------------------------------
 
     async def run(self, argv: Sequence[str], timeout: float) -> str | None:
-        return await probes.run_probe(argv, self.env, timeout)
+        return await cli_probes.run_probe(argv, self.env, timeout)
 
     async def which(self) -> str | None:
-        return await probes.which(self.command, self.env)
+        return await cli_probes.which(self.command, self.env)
 
     async def version(self) -> str | None:
-        return await probes.version(self.command, self.env)
+        return await cli_probes.version(self.command, self.env)
 
     async def credentials(self) -> Credentials | None:
         """The login from the macOS keychain, else from `~/.claude/.credentials.json`."""
@@ -211,18 +211,18 @@ class Maintenance:
         try:
             health = await self._health()
         except Exception as exc:
-            health = probes.health("unknown", login_command=LOGIN_COMMAND, message=error_text(exc))
+            health = cli_probes.health("unknown", login_command=LOGIN_COMMAND, message=error_text(exc))
         return m.HealthReport(supported=True, health=health)
 
     async def _health(self) -> m.Health:
         if await self.which() is None:
-            return probes.health("not_installed", login_command=LOGIN_COMMAND)
+            return cli_probes.health("not_installed", login_command=LOGIN_COMMAND)
         version = await self.version()
         creds = await self.credentials()
         email = await self.account_email()
         plan = creds.plan_label if creds is not None else None
         status = _login_status(creds)
-        return probes.health(status, login_command=LOGIN_COMMAND, email=email, plan=plan, version=version)
+        return cli_probes.health(status, login_command=LOGIN_COMMAND, email=email, plan=plan, version=version)
 
     # -- provider/usage ----------------------------------------------------------------
 
@@ -259,7 +259,7 @@ class Maintenance:
         command = self.command
         doctor = partial(self.run, [command, "doctor"], INSTALL_CHECK_TIMEOUT_S)
         tags = partial(self.run, ["npm", "view", NPM_PACKAGE, "dist-tags", "--json"], INSTALL_CHECK_TIMEOUT_S)
-        found = await probes.probe_installation(command, NPM_PACKAGE, self.env, {"doctor": doctor, "tags": tags})
+        found = await cli_probes.probe_installation(command, NPM_PACKAGE, self.env, {"doctor": doctor, "tags": tags})
         latest = latest_version(found.more["doctor"], found.more["tags"])
         needs_update = older(found.current, latest)
         action: tuple[Literal["install", "update"], str] | None = None
@@ -280,7 +280,7 @@ class Maintenance:
         """The plan for the action the fresh status offers; the daemon runs it and verifies with the status."""
         status = await self.installation_status(protocol.InstallationStatusParams(providerId=params.providerId))
         argv = {"install": ("sh", "-c", INSTALL_SCRIPT), "update": (status.executableName, "update")}
-        return probes.install_plan(status, params.action, "Claude Code", argv)
+        return cli_probes.install_plan(status, params.action, "Claude Code", argv)
 
 
 def _login_status(creds: Credentials | None) -> HealthStatus:

@@ -37,22 +37,27 @@ MISSING_CLI = (
 
 
 @dataclass(slots=True, frozen=True)
-class Response:
+class CodexResponse:
+    """An answer to one of our requests: `error` (the reason, when it failed) or `result`."""
+
     id: float
     error: str | None
     result: Any
 
 
 @dataclass(slots=True, frozen=True)
-class Request:
+class CodexRequest:
+    """A request of the child's, before it becomes the `ServerRequest` the session answers."""
+
     id: str | int | float
     method: str
     params: Any
 
 
 @dataclass(slots=True, frozen=True)
-class Notification:
-    """`message` keeps only `method` and `params` (codex's `emittedAtMs` is discarded)."""
+class CodexNotification:
+    """A notification of the child's; `message` keeps only `method` and `params` (codex's `emittedAtMs` is
+    discarded)."""
 
     method: str
     message: dict[str, Any]
@@ -68,7 +73,7 @@ def _number(value: Any) -> float:
         return math.nan
 
 
-def classify(line: str | bytes) -> Response | Request | Notification | None:
+def classify(line: str | bytes) -> CodexResponse | CodexRequest | CodexNotification | None:
     """One stdout line of a child; None for what the reader skips."""
     text = line.decode(errors="replace") if isinstance(line, bytes) else line
     text = js.trim(text)
@@ -92,16 +97,16 @@ def classify(line: str | bytes) -> Response | Request | Notification | None:
                 reason = (
                     f"codex app-server returned error code {js.stringify(code) if js.is_number(code) else 'unknown'}"
                 )
-            return Response(_number(ident), reason, None)
-        return Response(_number(ident), None, message.get("result"))
+            return CodexResponse(_number(ident), reason, None)
+        return CodexResponse(_number(ident), None, message.get("result"))
     if not isinstance(method, str):
         return None
     if has_id and isinstance(ident, str | int | float):
-        return Request(ident, method, message.get("params"))
+        return CodexRequest(ident, method, message.get("params"))
     kept: dict[str, Any] = {"method": method}
     if "params" in message:
         kept["params"] = message["params"]
-    return Notification(method, kept)
+    return CodexNotification(method, kept)
 
 
 def request_line(ident: int, method: str, params: Any = None) -> bytes:
@@ -154,7 +159,7 @@ class ServerRequest:
         await self.child.write(line)
 
 
-NotificationHandler = Callable[[Notification], Awaitable[None]]
+NotificationHandler = Callable[[CodexNotification], Awaitable[None]]
 RequestHandler = Callable[[ServerRequest], Awaitable[None]]
 ExitHandler = Callable[["CodexChild"], Awaitable[None]]
 
@@ -331,7 +336,7 @@ class CodexChild:
         if self.finalized:
             return
         message = classify(line)
-        if isinstance(message, Response):
+        if isinstance(message, CodexResponse):
             pending = self._pending.get(message.id)
             if pending is None or pending.settled.is_set():
                 return
@@ -342,13 +347,13 @@ class CodexChild:
             self._holding = pending
             pending.settled.set()
             await pending.released.wait()
-        elif isinstance(message, Request):
+        elif isinstance(message, CodexRequest):
             request = ServerRequest(self, message.id, message.method, message.params)
             if self.on_request is None:
                 await request.reject(rpc.METHOD_NOT_FOUND, f'Unhandled codex request "{message.method}"')
             else:
                 await self.on_request(request)
-        elif isinstance(message, Notification) and self.on_notification is not None:
+        elif isinstance(message, CodexNotification) and self.on_notification is not None:
             await self.on_notification(message)
 
 

@@ -2,7 +2,7 @@
 
 They are host probes the runtime's account and install screens call, never an app-server child: each one looks
 at the CLI (`which`, `--version`), npm, the login in `<codex home>/auth.json` and ChatGPT's usage endpoint
-afresh. The shared mechanics (bounded probes, npm, versions, JWTs) are `bbridge.kit.probes`; blocking work runs in
+afresh. The shared mechanics (bounded probes, npm, versions, JWTs) are `bbridge.kit.cli_probes`; blocking work runs in
 trio's worker threads or as the kit's one-shot commands, so sessions keep streaming meanwhile.
 """
 
@@ -20,8 +20,8 @@ from typing import Any, Literal
 import trio
 
 from bbridge.core import js
-from bbridge.kit import probes
-from bbridge.kit.probes import INSTALL_CHECK_TIMEOUT_S, HealthStatus
+from bbridge.kit import cli_probes
+from bbridge.kit.cli_probes import INSTALL_CHECK_TIMEOUT_S, HealthStatus
 from bbridge.wire import maintenance as m
 from bbridge.wire import protocol
 
@@ -92,7 +92,7 @@ def credentials_from(document: Any, now_s: float) -> Credentials | None:
     access = _first_str([tokens.get("access_token")])
     if access is None:
         return None
-    payloads = [probes.jwt_payload(access), probes.jwt_payload(tokens.get("id_token"))]
+    payloads = [cli_probes.jwt_payload(access), cli_probes.jwt_payload(tokens.get("id_token"))]
     claims = [_object(p.get(AUTH_CLAIMS)) for p in payloads]
     account = _first_str([tokens.get("account_id"), *(c.get("chatgpt_account_id") for c in claims)])
     if account is None:
@@ -128,7 +128,7 @@ def _optional(value: Any, kind: type | tuple[type, ...]) -> bool:
 
 def usage_ok(body: bytes, email: str | None) -> m.UsageOk:
     """The `ok` answer of a 2xx usage body; ValueError(MALFORMED) when it is not the expected shape."""
-    document = probes.json_or_none(body)
+    document = cli_probes.json_or_none(body)
     if not isinstance(document, dict) or not _optional(document.get("plan_type"), str):
         raise ValueError(MALFORMED)
     limits = document.get("rate_limit")
@@ -150,8 +150,8 @@ def _window(entry: Any, label: str) -> m.UsageWindow:
     used, reset = entry.get("used_percent"), entry.get("reset_at")
     return m.UsageWindow(
         label="Weekly limit" if entry.get("limit_window_seconds") == WEEK_S else label,
-        usedPercent=probes.percent(float(used)) if used is not None else 0,
-        resetsAt=probes.iso_utc(reset) if reset is not None else None,
+        usedPercent=cli_probes.percent(float(used)) if used is not None else 0,
+        resetsAt=cli_probes.iso_utc(reset) if reset is not None else None,
     )
 
 
@@ -201,10 +201,10 @@ class Maintenance:
     # -- probes ------------------------------------------------------------------------
 
     async def which(self) -> str | None:
-        return await probes.which(COMMAND, self.env)
+        return await cli_probes.which(COMMAND, self.env)
 
     async def version(self) -> str | None:
-        return await probes.version(COMMAND, self.env)
+        return await cli_probes.version(COMMAND, self.env)
 
     async def credentials(self) -> Credentials | None:
         """The login in `auth.json`: a missing file is no login; an unreadable or non-JSON one raises."""
@@ -226,18 +226,18 @@ class Maintenance:
         if await self.which() is None:
             return self._report("not_installed")
         version = await self.version()
-        if probes.older(version, MINIMUM_VERSION):
+        if cli_probes.older(version, MINIMUM_VERSION):
             return self._report("unsupported_version", version=version)
         try:
             creds = await self.credentials()
         except Exception as exc:
-            return self._report("unknown", version=version, message=probes.error_text(exc))
+            return self._report("unknown", version=version, message=cli_probes.error_text(exc))
         if creds is None:
             return self._report("unauthenticated", version=version)
         return self._report("expired" if creds.expired else "ready", version=version, email=creds.email)
 
     def _report(self, status: HealthStatus, **members: str | None) -> m.HealthReport:
-        health = probes.health(status, login_command=LOGIN_COMMAND, minimum=MINIMUM_VERSION, **members)
+        health = cli_probes.health(status, login_command=LOGIN_COMMAND, minimum=MINIMUM_VERSION, **members)
         return m.HealthReport(supported=True, health=health)
 
     # -- provider/usage ----------------------------------------------------------------
@@ -251,7 +251,7 @@ class Maintenance:
         try:
             creds = await self.credentials()
         except Exception as exc:
-            return m.UsageError(message=probes.error_text(exc))
+            return m.UsageError(message=cli_probes.error_text(exc))
         if creds is None:
             return m.UsageUnauthenticated()
         if creds.api_key:
@@ -266,9 +266,9 @@ class Maintenance:
                 return m.UsageError(message=f"Codex usage request failed (HTTP {response.status}).")
             return usage_ok(response.body, creds.email)
         except Exception as exc:
-            return m.UsageError(message=probes.error_text(exc))
+            return m.UsageError(message=cli_probes.error_text(exc))
 
-    async def _fetch(self, creds: Credentials) -> probes.Response:
+    async def _fetch(self, creds: Credentials) -> cli_probes.Response:
         """The usage GET, once more after a Cloudflare challenge (whose answer set the clearance cookies)."""
         assert creds.account_id is not None
         headers = {"Authorization": f"Bearer {creds.token}", "chatgpt-account-id": creds.account_id, **USAGE_HEADERS}
@@ -279,11 +279,11 @@ class Maintenance:
             response = await self._get(headers)
         return response
 
-    async def _get(self, headers: dict[str, str]) -> probes.Response:
+    async def _get(self, headers: dict[str, str]) -> cli_probes.Response:
         """One GET replaying the retained Cloudflare cookies and retaining the ones it is given."""
         if self.cookies:
             headers = headers | {"Cookie": "; ".join(f"{name}={value}" for name, value in self.cookies.items())}
-        response = await trio.to_thread.run_sync(probes.http_get, self.usage_url, headers, self.opener)
+        response = await trio.to_thread.run_sync(cli_probes.http_get, self.usage_url, headers, self.opener)
         self.cookies |= retained_cookies(response.headers)
         return response
 
@@ -293,19 +293,19 @@ class Maintenance:
         """The install facts, from the CLI and npm probed side by side."""
         requirement = params.requirement if isinstance(params.requirement, str) else None
         latest_probe = partial(
-            probes.run_probe, ["npm", "view", NPM_PACKAGE, "version"], self.env, INSTALL_CHECK_TIMEOUT_S
+            cli_probes.run_probe, ["npm", "view", NPM_PACKAGE, "version"], self.env, INSTALL_CHECK_TIMEOUT_S
         )
-        found = await probes.probe_installation(COMMAND, NPM_PACKAGE, self.env, {"latest": latest_probe})
-        latest = probes.parse_version(found.more["latest"] or "")
+        found = await cli_probes.probe_installation(COMMAND, NPM_PACKAGE, self.env, {"latest": latest_probe})
+        latest = cli_probes.parse_version(found.more["latest"] or "")
         minimum = REQUIRED_VERSIONS[requirement] if requirement is not None else MINIMUM_VERSION
         current, installed = found.current, found.installed
-        needs_update = installed and probes.older(current, latest)
-        unsupported = installed and (requirement is not None if current is None else probes.older(current, minimum))
+        needs_update = installed and cli_probes.older(current, latest)
+        unsupported = installed and (requirement is not None if current is None else cli_probes.older(current, minimum))
         action: tuple[Literal["install", "update"], str] | None = None
         if not installed:
-            action = ("install", probes.display_command(NPM_INSTALL))
+            action = ("install", cli_probes.display_command(NPM_INSTALL))
         elif needs_update or unsupported:
-            action = ("update", probes.display_command(update_argv(found.source)))
+            action = ("update", cli_probes.display_command(update_argv(found.source)))
         return found.status(
             latest=latest, minimum=minimum, action=action, needs_update=needs_update, unsupported=unsupported
         )
@@ -314,4 +314,4 @@ class Maintenance:
         """The plan for the action the fresh status offers; the daemon runs it and verifies with the status."""
         status = await self.installation_status(protocol.InstallationStatusParams(providerId=params.providerId))
         argv = {"install": NPM_INSTALL, "update": update_argv(status.installSource)}
-        return probes.install_plan(status, params.action, "Codex", argv)
+        return cli_probes.install_plan(status, params.action, "Codex", argv)

@@ -28,8 +28,8 @@ from . import approvals, launch
 from .child import (
     ChildError,
     CodexChild,
+    CodexNotification,
     ExitHandler,
-    Notification,
     NotificationHandler,
     RequestHandler,
     ServerRequest,
@@ -211,7 +211,7 @@ class Session:
             self.child.stop()
             self.child = None
 
-    async def _on_notification(self, note: Notification) -> None:
+    async def _on_notification(self, note: CodexNotification) -> None:
         if not self.current:
             return
         params = note.message.get("params")

@@ -22,7 +22,7 @@ from bbridge.wire.lanes import (
     BRIDGE_TO_PROVIDER,
     PROVIDER_TO_BRIDGE,
     RUNTIME_TO_BRIDGE,
-    Entry,
+    LaneEntry,
     bridge_lane,
     lane_path,
     read_lane,
@@ -84,7 +84,7 @@ class Replay:
 
 
 def replay(cell: Path) -> list[bytes]:
-    entries: list[Entry] = []
+    entries: list[LaneEntry] = []
     for direction in (RUNTIME_TO_BRIDGE, PROVIDER_TO_BRIDGE, BRIDGE_TO_PROVIDER):
         path = lane_path(cell, direction)
         if path.exists():

@@ -1,4 +1,5 @@
-"""From assembled events to the clients' `thread/events` line, in one compiled call per batch (daemon.md §4).
+"""The event log and the delivery into it: from assembled events to the clients' `thread/events` line, in one
+compiled call per batch (daemon.md §4).
 
 `Delivery` stamps a bridge's events with their thread (assembler.md §12), lets the extension check
 replace a refused payload, drops what the grammar guard refuses (§13), and hands the rest to the
@@ -37,9 +38,8 @@ class ThreadLog:
 
     The entries are kept in tuples of `CHUNK` (and a list of the newest, fewer than `CHUNK`): a tuple of bytes is
     untracked by the cyclic collector at the first collection that sees it, so a full collection no longer reads
-    every held entry (held in a deque, 10 million entries — 1,000 threads at the default bound — cost ~380 ms per
-    full collection, a stall of every delivery; 400,000 cost ~30 ms). Up to `CHUNK - 1` dropped entries may stay in
-    memory until their chunk goes.
+    every held entry (held one by one, they made each full collection a stall of every delivery, growing with the
+    threads and the bound). Up to `CHUNK - 1` dropped entries may stay in memory until their chunk goes.
     """
 
     def __init__(self, bound: int) -> None:

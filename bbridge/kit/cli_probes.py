@@ -1,4 +1,5 @@
-"""Host probes both CLI bridges' maintenance methods share (claude-code-bridge.md §3.3, codex-bridge.md §2.3).
+"""Host probes of a provider CLI's installation, the ones both CLI bridges' maintenance methods share
+(claude-code-bridge.md §3.3, codex-bridge.md §2.3).
 
 Health, usage and installation answers look at the host afresh: the CLI on PATH and its `--version`, npm's
 global prefix and listing, a stored login's JWTs, an HTTP usage endpoint. The mechanics are the same for every

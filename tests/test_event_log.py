@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from bbridge.core import grammar
 from bbridge.core.assembler import Assembler
+from bbridge.core.event_log import CHUNK, Delivery, EventLog, ThreadLog
 from bbridge.core.events import Event
 from bbridge.core.guard import Guard
-from bbridge.core.outbox import CHUNK, Delivery, EventLog, ThreadLog
 
 WATCHED = frozenset({"turn/started", "turn/completed"})
 

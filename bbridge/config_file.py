@@ -1,0 +1,26 @@
+"""Reading `bbridge.toml`: the parse every reader of the file shares, and the error that says it cannot be used.
+
+The daemon's providers (`bbridge.daemon.config`), the hosted tools (`bbridge.toolhost`) and `bbridge acp`'s
+`[acp]` (`bbridge.acp_face.settings`) each read their own sections of one file. The reader sits in a low
+layer, beside the wire, so the ACP face, which may not import the daemon, uses the same one.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message names the file and the problem."""
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The file parsed, or a `ConfigError` naming it and why it cannot be used."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to parse") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
