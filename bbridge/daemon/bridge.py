@@ -148,7 +148,7 @@ class _PipeReceive(trio.abc.ReceiveStream):
 
     trio's `FdStream.receive_some` checkpoints and tries a read before it waits, so a pipe that has nothing yet
     (a bridge streaming at a model's pace: ~200 writes a second, each read as it comes) costs two scheduler passes
-    and a failed read per chunk; at 1,000 streaming threads that was ~5 % of the daemon's CPU."""
+    and a failed read per chunk, a cost that grows with the number of streaming threads."""
 
     def __init__(self, pipe: trio.lowlevel.FdStream) -> None:
         self._pipe = pipe

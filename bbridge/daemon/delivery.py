@@ -276,8 +276,7 @@ class Output:
         """One task drains every thread's due text (a task per thread and window cost more than the text): it
         wakes `FLUSH_SLACK_S` after the first queued flush of any bridge is due and takes every flush due by then,
         in one send. Each bridge's delivery holds its queue in due order (`Delivery.flushes`: every entry waits one
-        window) and drains it in one compiled call; a Python step per entry cost ~2 % of the daemon's CPU at
-        1,000 streaming threads. Coalesced text waits for traffic in the reference; here it goes out when due."""
+        window) and drains it in one compiled call, with no Python step per entry. Coalesced text waits for traffic in the reference; here it goes out when due."""
         self._flushing = True
         try:
             while True:
@@ -385,8 +384,7 @@ async def _let_writers_run() -> None:
 
     Then the CPU is offered to whoever those sends woke. Linux tends to wake a reader on its writer's CPU, and
     there the scheduler lets the writer run on until its time slice ends or it blocks: the client would read its
-    first events only after the daemon has assembled the rest of the read (measured: most of the 50 %-load p99
-    in `make bench`). One `sched_yield` per read lets a client sharing the daemon's CPU take them now; with
+    first events only after the daemon has assembled the rest of the read. One `sched_yield` per read lets a client sharing the daemon's CPU take them now; with
     nothing else runnable it returns at once."""
     await trio.lowlevel.checkpoint()
     await trio.lowlevel.checkpoint()

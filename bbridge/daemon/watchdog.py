@@ -6,8 +6,8 @@ turn); `Watchdogs` is one bridge's sweeper, with its provider's timeouts, over t
 and drops a thread's watch when its last turn settles. The daemon's timers call `sweep(now)`; everything else is
 fed from the request path (`turn_dispatched`) and the delivered events (`observe`). A thread's traffic is not fed
 at all: the bridge's assembler notes each thread's latest notification on the thread's state, which a delta
-reaches anyway (`Assembler.heard_at`), and a sweep or a live read brings the open turns up to it (a set of each
-read's threads, stored in the watches a batch at a time, cost ~700 instructions a delta). A thread no client
+reaches anyway (`Assembler.heard_at`), and a sweep or a live read brings the open turns up to it (nothing per
+delta). A thread no client
 constructed (a `turn/start` on a thread the daemon never constructed, a thread learnt from `thread/identity`) gets
 its record made here when it is armed (`ThreadRegistry.record`). Times are seconds on the daemon's clock.
 """
