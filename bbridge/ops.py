@@ -364,12 +364,12 @@ class Tail:
             return
         async for note in client.notifications():  # ends when the daemon closes the connection
             if note.method in INTERACTION_NOTES:
-                if self.only is None or note.params.get("threadId") == self.only:
-                    self.show_interaction(note.method, note.params)
+                if self.only is None or note.raw.get("threadId") == self.only:
+                    self.show_interaction(note.method, note.raw)
                 continue
-            if note.method != "thread/events":
+            batch = note.params
+            if not isinstance(batch, api.ThreadEventsNotification):
                 continue
-            batch = msgspec.convert(note.params, api.ThreadEventsNotification)
             if self.only is not None and batch.threadId != self.only:
                 continue
             for entry in batch.events:

@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from bbridge.client import Client, DaemonError, Notification, client_request_id, unreachable
+from bbridge.client import Client, DaemonError, Notice, client_request_id, unreachable
 from bbridge.wire import client_api as api
 
 PROVIDER = "bridge"
@@ -240,24 +240,22 @@ class Timeline:
     def __post_init__(self) -> None:
         self.view = Renderer(self.out)
 
-    def take(self, note: Notification) -> None:
-        if note.method == "bridge/status":
-            status = msgspec.convert(note.params, api.BridgeStatus)
-            if status.providerId != self.provider:
+    def take(self, note: Notice) -> None:
+        params = note.params
+        if isinstance(params, api.BridgeStatus):
+            if params.providerId != self.provider:
                 return
-            if status.state == "failed" and status.reason:
-                self.errors.append(status.reason)  # a crash mid-turn arrives as provider/error instead
-            if status.state in ("failed", "exited"):
+            if params.state == "failed" and params.reason:
+                self.errors.append(params.reason)  # a crash mid-turn arrives as provider/error instead
+            if params.state in ("failed", "exited"):
                 self.settled.set()
-        elif note.method == "interaction/opened":
+        elif isinstance(params, api.InteractionOpenedParams):
             # said here, in order with the events, not by the answer (a daemon → client request can overtake them)
-            self.view.line(f"  ? {note.params['method']}: answered automatically (bbridge run is not interactive)")
+            self.view.line(f"  ? {params.method}: answered automatically (bbridge run is not interactive)")
             self.out.flush()
-        elif note.method == "thread/events":
-            batch = msgspec.convert(note.params, api.ThreadEventsNotification)
-            if batch.threadId == self.thread_id:
-                for entry in batch.events:
-                    self.show(entry.event)
+        elif isinstance(params, api.ThreadEventsNotification) and params.threadId == self.thread_id:
+            for entry in params.events:
+                self.show(entry.event)
 
     def closed(self) -> None:
         """The daemon went away: nothing more will come."""

@@ -17,10 +17,11 @@ import msgspec
 import pytest
 import trio
 
-from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notification, client_request_id
+from bbridge.client import LEAVE, Client, DaemonError, Disconnected, Notice, client_request_id
 from bbridge.core.scalars import ClientRequestId
 from bbridge.daemon.config import echo_provider
 from bbridge.wire import errors, rpc
+from bbridge.wire.client_api import BridgeStatus, ThreadEventsNotification
 from tests.support import FULL, fake_provider, running
 
 SERVE = [sys.executable, "-m", "bbridge", "serve", "--flush-ms", "0", "--log-level", "warning"]
@@ -53,8 +54,8 @@ async def test_under_trio_calls_and_events_resume_across_a_dropped_connection(tm
             await client.request("thread/start", START)
             await client.request("turn/start", turn(1, "deltas:all"))
             seqs = await collect(client, 1)
-            assert client._stream is not None
-            await client._stream.aclose()  # the connection drops between two turns
+            assert client._link is not None
+            await client._link.stream.aclose()  # the connection drops between two turns
             with pytest.raises(DaemonError):
                 await client.status()  # a call on a dropped connection says so
             await driver.request("turn/start", turn(2, "hello again"))
@@ -131,8 +132,11 @@ def test_under_asyncio_events_resume_across_a_daemon_restart(tmp_path: Path) -> 
     assert seqs == list(range(1, len(seqs) + 1))  # no gap and no duplicate across the restart
 
 
-def completes(note: Notification) -> bool:
-    return note.method == "thread/events" and any(e["event"]["type"] == "turn/completed" for e in note.params["events"])
+def completes(note: Notice) -> bool:
+    batch = note.params
+    return isinstance(batch, ThreadEventsNotification) and any(
+        e.event["type"] == "turn/completed" for e in batch.events
+    )
 
 
 @pytest.mark.parametrize("backend", ["trio", "asyncio"])
@@ -140,12 +144,12 @@ def test_a_spawned_daemon_s_notifications_in_order_until_it_closes(backend: str,
     """`notifications()` yields every notification in the daemon's order and ends with the connection; errors
     come out of the client's block as themselves, not in an exception group."""
 
-    async def main() -> tuple[list[Notification], list[Notification]]:
+    async def main() -> tuple[list[Notice], list[Notice]]:
         with pytest.raises(FileNotFoundError):
             async with Client.connect(tmp_path / "absent.sock"):
                 pass
-        seen: list[Notification] = []
-        rest: list[Notification] = []
+        seen: list[Notice] = []
+        rest: list[Notice] = []
         with anyio.fail_after(30), pytest.raises(Disconnected):
             async with Client.spawn(SERVE) as client:
                 await client.request("thread/start", START)
@@ -163,13 +167,13 @@ def test_a_spawned_daemon_s_notifications_in_order_until_it_closes(backend: str,
         return seen, rest
 
     seen, rest = anyio.run(main, backend=backend)
-    states = [note.params["state"] for note in seen if note.method == "bridge/status"]
+    states = [note.params.state for note in seen if isinstance(note.params, BridgeStatus)]
     assert states == ["starting", "ready"]
     first_events = next(i for i, note in enumerate(seen) if note.method == "thread/events")
     assert all(note.method != "bridge/status" for note in seen[first_events:])  # the bridge was ready first
-    seqs = [entry["seq"] for note in seen if note.method == "thread/events" for entry in note.params["events"]]
+    seqs = [entry["seq"] for note in seen if note.method == "thread/events" for entry in note.raw["events"]]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert ("bridge/status", "exited") in [(note.method, note.params.get("state")) for note in rest]
+    assert ("bridge/status", "exited") in [(note.method, note.raw.get("state")) for note in rest]
 
 
 async def test_a_refused_token_is_a_daemon_error_from_connect(tmp_path: Path) -> None:

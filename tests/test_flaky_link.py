@@ -11,8 +11,9 @@ from typing import Any
 import anyio
 import trio
 
-from bbridge.client import Client, DaemonError, Entry, client_request_id
+from bbridge.client import Client, DaemonError, client_request_id
 from bbridge.daemon.config import echo_provider
+from bbridge.wire.client_api import Entry
 from tests.flaky_link import FlakyLink, flaky_link
 from tests.listen_support import TOKEN, listening
 from tests.support import FULL
@@ -43,10 +44,10 @@ class Control:
         self.changed = trio.Event()
 
     async def follow(self, threads: list[str]) -> None:
-        async for entry in self.client.timelines(dict.fromkeys(threads, 0)):
-            self.seen.setdefault(entry.threadId, []).append(entry)
+        async for thread_id, entry in self.client.timelines(dict.fromkeys(threads, 0)):
+            self.seen.setdefault(thread_id, []).append(entry)
             if entry.event["type"] == "turn/completed":
-                self.completed[entry.threadId] = self.completed.get(entry.threadId, 0) + 1
+                self.completed[thread_id] = self.completed.get(thread_id, 0) + 1
             self.changed.set()
             self.changed = trio.Event()
 
@@ -71,9 +72,9 @@ class Watcher:
         self.events: dict[str, list[dict[str, Any]]] = {thread: [] for thread in threads}
 
     async def follow(self) -> None:
-        async for entry in self.client.timelines(dict.fromkeys(self.threads, 0)):
-            self.seqs[entry.threadId].append(entry.seq)
-            self.events[entry.threadId].append(entry.event)
+        async for thread_id, entry in self.client.timelines(dict.fromkeys(self.threads, 0)):
+            self.seqs[thread_id].append(entry.seq)
+            self.events[thread_id].append(entry.event)
 
 
 async def cut_repeatedly(link: FlakyLink, rng: random.Random, cutting: trio.Event) -> None:

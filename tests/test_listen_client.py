@@ -70,8 +70,8 @@ async def turn_dropped_and_resumed(client: Client) -> tuple[list[int], str]:
                 text += entry.event["delta"]
                 if not dropped:
                     dropped = True
-                    assert client._stream is not None
-                    await client._stream.aclose()  # the iterator reconnects and resumes after this seq
+                    assert client._link is not None
+                    await client._link.stream.aclose()  # the iterator reconnects and resumes after this seq
             if entry.event["type"] == "turn/completed":
                 assert entry.event["status"] == "completed"
                 break

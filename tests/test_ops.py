@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from bbridge import ops
-from bbridge.client import Notification
+from bbridge.client import Notice
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, format_status
 from bbridge.wire.client_api import ThreadEventsResult, ThreadPendingResult
@@ -237,13 +237,13 @@ async def test_live_events_the_replay_already_held_are_dropped() -> None:
     """The race `bbridge tail` closes, made deterministic: seqs 3-5 arrive live before the replay of 1-4 answers."""
     out = io.StringIO()
     tail = Tail(out, as_json=True, thread_id="thr_x")
-    send, receive = trio.open_memory_channel[Notification](math.inf)
+    send, receive = trio.open_memory_channel[Notice](math.inf)
 
     def entries(*numbers: int) -> list[dict[str, Any]]:
         return [{"seq": n, "event": {"type": "x", "n": n}} for n in numbers]
 
-    def note(*numbers: int) -> Notification:
-        return Notification("thread/events", {"threadId": "thr_x", "providerId": "echo", "events": entries(*numbers)})
+    def note(*numbers: int) -> Notice:
+        return Notice.of("thread/events", {"threadId": "thr_x", "providerId": "echo", "events": entries(*numbers)})
 
     class Daemon:
         """What `Tail` uses of a `Client`: the replay, what is pending, and the notifications queued meanwhile."""
@@ -257,7 +257,7 @@ async def test_live_events_the_replay_already_held_are_dropped() -> None:
         async def pending(self, thread_id: str | None = None) -> ThreadPendingResult:
             return ThreadPendingResult(pending=[])  # nothing waits: the tail goes on to the live events
 
-        async def notifications(self) -> AsyncIterator[Notification]:
+        async def notifications(self) -> AsyncIterator[Notice]:
             async for item in receive:
                 yield item
 

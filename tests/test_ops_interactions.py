@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import trio
 
-from bbridge.client import Notification
+from bbridge.client import Notice
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, interaction_line
 from bbridge.wire import rpc
@@ -191,9 +191,9 @@ async def test_tail_shows_a_request_pending_at_its_start_once() -> None:
         async def pending(self, thread_id: str | None = None) -> ThreadPendingResult:
             return msgspec.convert({"pending": [{**opened, "ageS": 0.5}]}, ThreadPendingResult)
 
-        async def notifications(self) -> AsyncIterator[Notification]:
-            yield Notification("interaction/opened", opened)
-            yield Notification("interaction/resolved", resolved)
+        async def notifications(self) -> AsyncIterator[Notice]:
+            yield Notice.of("interaction/opened", opened)
+            yield Notice.of("interaction/resolved", resolved)
 
     out = io.StringIO()
     await Tail(out, as_json=False, thread_id=None).follow(Daemon(), None)  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from bbridge.acp_face.permissions import Permissions
 from bbridge.acp_face.sessions import DEFAULT_MODE, MODES, Prompt, Session, new_thread_id
 from bbridge.acp_face.updates import user_message
 from bbridge.client import Client, DaemonError, client_request_id
+from bbridge.wire import client_api as api
 from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.acp_face")
@@ -152,7 +153,7 @@ class Face:
         session.servers = await self._servers(params.mcpServers)
         await self._models(session)
         self.sessions[thread_id] = session  # live events are held from now until the replay is done
-        held: list[dict[str, Any]] = []
+        held: list[api.Entry] = []
         session.held = held
         try:
             inputs = await self.client.request("thread/inputs", {"threadId": thread_id})
@@ -164,7 +165,7 @@ class Face:
             del self.sessions[thread_id]
             raise refused(f"session {thread_id}: reading its journal failed", exc) from None
         for live in held:
-            await self._replayed(session, live["seq"], live["event"], said)
+            await self._replayed(session, live.seq, live.event, said)
         session.held = None
         await self.permissions.reopen(thread_id)
         return {"configOptions": self._options(session, await self._providers())}
@@ -331,23 +332,23 @@ class Face:
     async def _pump(self) -> None:
         """The daemon's notifications in order: thread events to their session, interactions to `permissions`."""
         async for note in self.client.notifications():
-            if note.method == "thread/events":
-                session = self.sessions.get(str(note.params.get("threadId")))
+            if isinstance(note.params, api.ThreadEventsNotification):
+                session = self.sessions.get(note.params.threadId)
                 if session is None:
                     continue
-                for entry in note.params.get("events") or []:
+                for entry in note.params.events:
                     if session.held is not None:
                         session.held.append(entry)
-                    elif entry["seq"] > session.last_seq:
-                        session.last_seq = entry["seq"]
-                        for update in session.take(entry["event"]):
+                    elif entry.seq > session.last_seq:
+                        session.last_seq = entry.seq
+                        for update in session.take(entry.event):
                             await self.send_update(session.session_id, update)
             elif note.method == "thread/input":
-                await self._foreign_input(note.params)
+                await self._foreign_input(note.raw)
             elif note.method == "interaction/opened":
-                self.permissions.opened(note.params)
+                self.permissions.opened(note.raw)
             elif note.method == "interaction/resolved":
-                self.permissions.resolved(note.params)
+                self.permissions.resolved(note.raw)
         for session in self.sessions.values():
             if session.prompt is not None:
                 session.prompt.lose("the daemon closed the connection; the turn's end is unknown")

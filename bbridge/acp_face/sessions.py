@@ -18,6 +18,7 @@ import trio
 
 from bbridge.acp_face.options import Choice
 from bbridge.acp_face.updates import Updates, failure_message, stop_reason
+from bbridge.wire import client_api as api
 
 THREAD_PREFIX: Final = "thr_acp_"
 TITLE_MAX: Final = 80
@@ -83,7 +84,7 @@ class Session:
     title: str | None = None
     updated_at: float = field(default_factory=time.time)
     last_seq: int = 0
-    held: list[dict[str, Any]] | None = None  # live `{seq, event}` entries held while the journal is replayed
+    held: list[api.Entry] | None = None  # live entries held while the journal is replayed
     updates: Updates = field(default_factory=Updates)
     prompt: Prompt | None = None
     mine: set[str] = field(default_factory=set)  # the `clientRequestId`s this face sent (the others' are shown)

@@ -295,3 +295,25 @@ CLIENT_TYPES = (
     InteractionOpenedParams,
     Resolution,
 )
+
+# The daemon's notifications to its clients, by method: their params' types (`openrpc` describes each from here,
+# `bbridge.client` decodes each with it; two methods share `Forwarded`).
+NOTIFICATION_PARAMS: dict[str, type[Wire]] = {
+    "thread/events": ThreadEventsNotification,
+    "bridge/status": BridgeStatus,
+    "thread/identity": ForwardedIdentity,
+    "session/replaced": Forwarded,
+    "provider/recovery": Forwarded,
+    "interaction/opened": InteractionOpenedParams,
+    "interaction/resolved": Resolution,
+    "thread/input": ThreadInputNotification,
+}
+NotificationParams = (
+    ThreadEventsNotification
+    | BridgeStatus
+    | ForwardedIdentity
+    | Forwarded
+    | InteractionOpenedParams
+    | Resolution
+    | ThreadInputNotification
+)

@@ -4,8 +4,9 @@ types a handler receives, the envelope a line is classified by, ids, and the enc
 * An id is a string or a number (`ID_TYPES`); null or anything else makes a message with a `method` a
   notification and a message without one junk. Nothing is ever answered with id null: hygiene (§1.8 rule 3)
   says a non-JSON line is ignored, and a null-id error is itself unclassifiable junk to the peer.
-* A line that does not decode may still be answered by the id it carries (`recover_id`), and a line a
-  JavaScript bridge wrote with a lone UTF-16 surrogate is mended rather than lost (`mend_surrogates`).
+* A line that does not decode may still be answered by the id it carries (`recover_id`), or, when it reads as
+  an answer, fail the request it answered (`recover_answer_id`); a line a JavaScript bridge wrote with a lone
+  UTF-16 surrogate is mended rather than lost (`mend_surrogates`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def valid_id(value: Any) -> bool:
 _KEY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,20}(?:\.\d{1,20})?(?:[eE][+-]?\d{1,3})?)')
 
 
+_KEY_METHOD = re.compile(rb'"method"\s*:')
+_KEY_ANSWER = re.compile(rb'"(?:result|error)"\s*:')
+
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -137,6 +141,15 @@ def mend_surrogates(line: bytes) -> bytes | None:
     return mended if found else None
 
 
+def _top_level(text: bytes) -> tuple[bytes, int] | None:
+    """A line's first `HEAD_BYTES` (leading whitespace gone) and where its first nested object or array opens; None
+    when it is no object."""
+    head = text[:HEAD_BYTES].lstrip()
+    if not head.startswith(b"{"):
+        return None
+    return head, min((i for i in (head.find(b"{", 1), head.find(b"[", 1)) if i > 0), default=len(head))
+
+
 def recover_id(text: bytes) -> Id | None:
     """The id of a line that cannot be decoded, read leniently from its first `HEAD_BYTES`.
 
@@ -144,10 +157,10 @@ def recover_id(text: bytes) -> Id | None:
     before any nested object or array opens (members after params are not
     reached: the answer then goes unsent, as for a line with no id).
     """
-    head = text[:HEAD_BYTES].lstrip()
-    if not head.startswith(b"{"):
+    top = _top_level(text)
+    if top is None:
         return None
-    nested = min((i for i in (head.find(b"{", 1), head.find(b"[", 1)) if i > 0), default=len(head))
+    head, nested = top
     match = _KEY_ID.search(head, 1, nested)
     if match is None:
         return None
@@ -156,6 +169,19 @@ def recover_id(text: bytes) -> Id | None:
     except msgspec.DecodeError:
         return None
     return value if valid_id(value) else None
+
+
+def recover_answer_id(text: bytes) -> Id | None:
+    """The id of a line that cannot be decoded but reads as a response (a `result` or `error` member and no `method`
+    before any nested object or array opens), as `recover_id` reads it: the request it answered can be failed
+    rather than left waiting. None for anything else (a request's id is `recover_id`'s, to answer it)."""
+    top = _top_level(text)
+    if top is None:
+        return None
+    head, nested = top
+    if _KEY_METHOD.search(head, 1, nested) is not None or _KEY_ANSWER.search(head, 1, nested) is None:
+        return None
+    return recover_id(text)
 
 
 def peer_error(raw: msgspec.Raw) -> RpcError | None:

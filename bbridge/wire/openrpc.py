@@ -35,16 +35,20 @@ DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
     "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
 }  # fmt: skip
 
+NOTIFICATION_SUMMARIES: dict[str, str] = {
+    "thread/events": "A bridge notification's events for one thread, `seq` contiguous from 1.",
+    "bridge/status": "A bridge process changed state.",
+    "thread/identity": "A bridge reported a thread's provider identity.",
+    "session/replaced": "A bridge replaced a thread's provider session.",
+    "provider/recovery": "A bridge recovered a provider session.",
+    "interaction/opened": "A bridge request is pending (see thread/pending).",
+    "interaction/resolved": "A pending request was resolved, by a client or the daemon's policy.",
+    "thread/input": "A turn input its bridge accepted was kept (see thread/inputs).",
+}
+# each notification's params type (the table the clients decode with) and summary, in the table's order
 NOTIFICATIONS: dict[str, tuple[Any, str]] = {
-    "thread/events": (client_api.ThreadEventsNotification, "A bridge notification's events for one thread, `seq` contiguous from 1."),
-    "bridge/status": (client_api.BridgeStatus, "A bridge process changed state."),
-    "thread/identity": (client_api.ForwardedIdentity, "A bridge reported a thread's provider identity."),
-    "session/replaced": (client_api.Forwarded, "A bridge replaced a thread's provider session."),
-    "provider/recovery": (client_api.Forwarded, "A bridge recovered a provider session."),
-    "interaction/opened": (client_api.InteractionOpenedParams, "A bridge request is pending (see thread/pending)."),
-    "interaction/resolved": (client_api.Resolution, "A pending request was resolved, by a client or the daemon's policy."),
-    "thread/input": (client_api.ThreadInputNotification, "A turn input its bridge accepted was kept (see thread/inputs)."),
-}  # fmt: skip
+    name: (kind, NOTIFICATION_SUMMARIES[name]) for name, kind in client_api.NOTIFICATION_PARAMS.items()
+}
 
 # Constructions: their `options` may carry `tools` (the daemon's own key, taken out before the bridge sees them).
 CONSTRUCTIONS = ("thread/start", "thread/resume", "thread/fork")

@@ -219,6 +219,14 @@ class Calls:
             call.settle(response.result if response.result else NULL, error)
         return call
 
+    def fail(self, id: Id, error: RpcError) -> Call | None:
+        """The call `id` names, settled with `error` this side found (its answer came unreadable: over the line bound,
+        not JSON); None for an unknown or timed-out id."""
+        call = self._open.pop(id, None)
+        if call is not None:
+            call.settle(NULL, error)
+        return call
+
     def fail_all(self, error: RpcError) -> None:
         """Settle every outstanding call with `error`."""
         for call in self._open.values():

@@ -17,16 +17,20 @@
   `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
   carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
   `data` gives (a -32602's `[{path, message}]`); a call on a connection that has ended fails at once with
-  `Disconnected`.
+  `Disconnected`; an answer this client cannot read (a line over the daemon's own line bound, `max_line`) fails
+  its call with `Unreadable`, and the connection goes on (`link`: the wire's framing, classification and
+  correlation, as the daemon's side of the connection runs them).
 * `turn/start` and `turn/steer` need a `clientRequestId` (`^creq_[23456789a-km-z]{10}$`; the events'
   `turn/input/accepted` carries it back): `request` mints one (`client_request_id()`) when the params leave it
   out. Mint it yourself to know which `turn/input/accepted` is your input's.
-* `events(thread_id, after_seq=0)` yields a thread's events once each, in `seq` order: the journal's replay,
-  then the live `thread/events`; when the connection drops (the daemon restarted, with `--journal`) it
-  reconnects (bounded retries) and resumes after the last `seq` it yielded — no gap, no duplicate.
-* `notifications()` yields every notification of the current connection (`thread/events`, `bridge/status`,
-  `interaction/opened`, ...) in the order the daemon sent them, from the connection's opening, until it closes
-  (no reconnect). It reads the queue `events` reads: iterate one of them at a time.
+* `events(thread_id, after_seq=0)` yields a thread's events (`client_api.Entry`: `seq`, `event`) once each, in
+  `seq` order: the journal's replay, then the live `thread/events`; when the connection drops (the daemon
+  restarted, with `--journal`) it reconnects (bounded retries) and resumes after the last `seq` it yielded — no
+  gap, no duplicate. `timelines({thread_id: after_seq, ...})` does so for several threads, as `(thread_id, entry)`.
+* `notifications()` yields every notification of the current connection in the order the daemon sent them, from
+  the connection's opening, until it closes (no reconnect), each a `Notice`: `method`, `params` typed
+  (`client_api.ThreadEventsNotification`, `InteractionOpenedParams`, `Resolution`, ...) and `raw`, the params
+  as sent. It reads the queue `events` reads: iterate one of them at a time.
 * Relayed bridge requests (`interaction/request`, `item/tool/call`) go to `on_request`, whose return value
   is the answer; with none, or when the handler returns `LEAVE`, the request is not answered and stays pending
   for any client's `interaction/respond` (an error answer would resolve it).
@@ -35,25 +39,40 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 import msgspec
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream
 from anyio.streams.stapled import StapledByteStream
 
+from bbridge.client.link import Link, Notice, UnreadableAnswer
+from bbridge.client.websocket import is_url, websocket_opener
 from bbridge.wire import client_api as api
 from bbridge.wire import errors
-from bbridge.wire.websocket import ClientHandshake, HandshakeError, MessageLines
+from bbridge.wire.framing import MAX_LINE_BYTES
+from bbridge.wire.jsonrpc import ConnectionClosed, Request, RpcError, encode_result
+from bbridge.wire.websocket import HandshakeError
+
+__all__ = [
+    "LEAVE",
+    "Client",
+    "DaemonError",
+    "Disconnected",
+    "Handler",
+    "Notice",
+    "Unreadable",
+    "client_request_id",
+    "error_reason",
+    "is_url",
+    "unreachable",
+]
 
 LEAVE = object()  # an `on_request` answer: not mine, leave it pending for another client
 RETRIES = 50
@@ -61,12 +80,8 @@ RETRY_S = 0.1
 REASON_MAX = 500  # characters of an error's `data` shown in its text
 CLIENT_REQUEST_ID_ALPHABET = "23456789abcdefghijkmnpqrstuvwxyz"  # protocol.md §3.2: no 0, 1, l or o
 MINTS_CLIENT_REQUEST_ID = ("turn/start", "turn/steer")  # the daemon methods whose params need one
-URL_SCHEMES = ("ws", "wss")
-RPC_PATH = "/rpc"  # where `bbridge serve --listen` upgrades to the client API
-READ_BYTES = 65536
-HANDSHAKE_S = 10.0  # the bound of a WebSocket connection's opening: TCP, TLS and the upgrade
-CLOSE_S = 1.0  # how long a WebSocket close frame may take before the connection is closed anyway
 Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+Opener = Callable[[], Awaitable[anyio.abc.ByteStream]]
 
 
 def client_request_id() -> str:
@@ -109,17 +124,9 @@ class Disconnected(DaemonError):
         super().__init__(-32099, message)
 
 
-@dataclass(frozen=True)
-class Entry:
-    threadId: str
-    seq: int
-    event: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Notification:
-    method: str
-    params: dict[str, Any]
+class Unreadable(DaemonError):
+    """The request's answer could not be read (a line over `Client.max_line`, or not JSON) and was dropped; the
+    request may have taken effect. The connection goes on."""
 
 
 class Client:
@@ -127,11 +134,13 @@ class Client:
 
     # what `initialize` says this client is (the daemon names it in `interaction/resolved`): a subclass names itself
     client_info: ClassVar[dict[str, str]] = {"name": "bbridge.client", "version": "0.1.0"}
+    # the longest line read from the daemon, the bound the daemon reads its clients' lines with
+    max_line: ClassVar[int] = MAX_LINE_BYTES
 
     def __init__(
         self,
         group: anyio.abc.TaskGroup,
-        opener: Callable[[], Awaitable[anyio.abc.ByteStream]],
+        opener: Opener,
         token: str | None,
         on_request: Handler | None,
         reconnects: bool,
@@ -139,11 +148,8 @@ class Client:
         self._group, self._opener, self._token = group, opener, token
         self._on_request = on_request
         self._reconnects = reconnects
-        self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[anyio.Event, list[Any]]] = {}
-        self._write_lock = anyio.Lock()
-        self._stream: anyio.abc.ByteStream | None = None
-        self._notes: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+        self._link: Link | None = None
+        self._notes: MemoryObjectReceiveStream[Notice] | None = None
 
     # -- opening ----------------------------------------------------------------------------------------------
 
@@ -159,10 +165,10 @@ class Client:
     ) -> AsyncIterator[Client]:
         """The daemon on a Unix socket (a path), or at a `ws://` or `wss://` URL (a `str`: `bbridge serve
         --listen`, `/rpc` when the URL names no path); `events` reconnects to it when the connection drops."""
-        url = urlsplit(where) if isinstance(where, str) and is_url(where) else None
-        if url is None and ca_file is not None:
+        url = isinstance(where, str) and is_url(where)
+        if not url and ca_file is not None:
             raise ValueError(f"ca_file is for a wss:// URL, not the Unix socket {where}")
-        opener = _socket_opener(Path(where)) if url is None else _websocket_opener(str(where), token, ca_file)
+        opener = _websocket_opener(str(where), token, ca_file) if url else _socket_opener(Path(where))
         async with cls._session(opener, token, on_request, reconnects=True) as client:
             yield client
 
@@ -202,9 +208,8 @@ class Client:
     @classmethod
     @contextlib.asynccontextmanager
     async def _session(
-        cls, opener: Callable[[], Awaitable[anyio.abc.ByteStream]], token: str | None, on_request: Handler | None,
-        *, reconnects: bool,
-    ) -> AsyncIterator[Client]:  # fmt: skip
+        cls, opener: Opener, token: str | None, on_request: Handler | None, *, reconnects: bool
+    ) -> AsyncIterator[Client]:
         failure: Exception | None = None
         try:
             async with anyio.create_task_group() as group:
@@ -214,9 +219,9 @@ class Client:
                     yield client
                 finally:
                     group.cancel_scope.cancel()
-                    if client._stream is not None:
+                    if client._link is not None:
                         with anyio.CancelScope(shield=True):
-                            await client._stream.aclose()
+                            await client._link.stream.aclose()
         except BaseExceptionGroup as grouped:
             failure = _single(grouped)
             if failure is None:
@@ -226,10 +231,10 @@ class Client:
 
     async def _open(self) -> None:
         """A (new) connection: its reader in the client's task group, then `initialize`."""
-        stream = await self._opener()
-        send, receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
-        self._stream, self._notes = stream, receive
-        self._group.start_soon(self._read, stream, send)
+        link = Link(await self._opener(), max_line=self.max_line)
+        send, receive = anyio.create_memory_object_stream[Notice](math.inf)
+        self._link, self._notes = link, receive
+        self._group.start_soon(link.run, send, self._relayed)
         await self.initialize(self._token)
 
     # -- calls ------------------------------------------------------------------------------------------------
@@ -239,22 +244,17 @@ class Client:
         `turn/steer` without a `clientRequestId` gets a fresh one (the caller's params are not changed)."""
         if method in MINTS_CLIENT_REQUEST_ID and isinstance(params, dict) and params.get("clientRequestId") is None:
             params = {**params, "clientRequestId": client_request_id()}
-        ident = next(self._ids)
-        done = anyio.Event()
-        box: list[Any] = []
-        self._pending[ident] = (done, box)
+        if self._link is None:
+            raise Disconnected()
         try:
-            await self._write({"jsonrpc": "2.0", "id": ident, "method": method, "params": params or {}})
-            await done.wait()
-        finally:
-            self._pending.pop(ident, None)
-        message = box[0]
-        if "error" in message:
-            error = message["error"] or {}
-            if error.get("code") == Disconnected().code:
-                raise Disconnected()
-            raise DaemonError(int(error.get("code", -32603)), str(error.get("message", "")), error.get("data"))
-        return message.get("result")
+            result = await self._link.call(method, params or {})
+        except ConnectionClosed:
+            raise Disconnected() from None
+        except UnreadableAnswer as exc:
+            raise Unreadable(exc.code, f"{method}: {exc.message}") from None
+        except RpcError as exc:
+            raise DaemonError(exc.code, exc.message, exc.data) from None
+        return msgspec.json.decode(result)
 
     async def initialize(self, token: str | None = None) -> api.DaemonInitializeResult:
         params: dict[str, Any] = {"client": dict(self.client_info), "protocolVersion": 1}
@@ -288,15 +288,15 @@ class Client:
 
     # -- events -----------------------------------------------------------------------------------------------
 
-    async def events(self, thread_id: str, after_seq: int = 0) -> AsyncIterator[Entry]:
+    async def events(self, thread_id: str, after_seq: int = 0) -> AsyncIterator[api.Entry]:
         """The thread's events after `after_seq`, each once and in order, across reconnects."""
-        async for entry in self.timelines({thread_id: after_seq}):
+        async for _, entry in self.timelines({thread_id: after_seq}):
             yield entry
 
-    async def timelines(self, after: Mapping[str, int]) -> AsyncIterator[Entry]:
-        """Several threads' events on this one connection, each thread's after its seq in `after`: each event once
-        and in order per thread, across reconnects (each thread replays from its last seq on the new
-        connection, then follows live)."""
+    async def timelines(self, after: Mapping[str, int]) -> AsyncIterator[tuple[str, api.Entry]]:
+        """Several threads' events on this one connection, each thread's after its seq in `after`, as `(thread_id,
+        entry)`: each event once and in order per thread, across reconnects (each thread replays from its last seq
+        on the new connection, then follows live)."""
         last = dict(after)
         while True:
             try:
@@ -308,93 +308,46 @@ class Client:
                 return
             await _retry(self._open)
 
-    async def notifications(self) -> AsyncIterator[Notification]:
+    async def notifications(self) -> AsyncIterator[Notice]:
         """Every notification of the current connection, in order, until it closes."""
         assert self._notes is not None
         async for note in self._notes:
-            yield Notification(str(note.get("method")), note.get("params") or {})
+            yield note
 
-    async def _follow(self, last: dict[str, int]) -> AsyncIterator[Entry]:
+    async def _follow(self, last: dict[str, int]) -> AsyncIterator[tuple[str, api.Entry]]:
         """Replay, then follow live, the threads in `last`, advancing it past each event given."""
         for thread_id in list(last):
             replay = await self.thread_events(thread_id, last[thread_id])
-            for item in replay.events:
-                if item.seq > last[thread_id]:
-                    last[thread_id] = item.seq
-                    yield Entry(thread_id, item.seq, item.event)
+            for entry in replay.events:
+                if entry.seq > last[thread_id]:
+                    last[thread_id] = entry.seq
+                    yield thread_id, entry
         assert self._notes is not None
         async for note in self._notes:
-            params = note.get("params") or {}
-            followed = params.get("threadId")
-            if note.get("method") != "thread/events" or followed not in last:
+            batch = note.params
+            if not isinstance(batch, api.ThreadEventsNotification) or batch.threadId not in last:
                 continue
-            for item in params.get("events", []):
-                if item["seq"] > last[followed]:
-                    last[followed] = item["seq"]
-                    yield Entry(followed, item["seq"], item["event"])
+            for entry in batch.events:
+                if entry.seq > last[batch.threadId]:
+                    last[batch.threadId] = entry.seq
+                    yield batch.threadId, entry
         raise Disconnected()
 
-    # -- the wire ---------------------------------------------------------------------------------------------
+    # -- the daemon's requests --------------------------------------------------------------------------------
 
-    async def _write(self, message: dict[str, Any]) -> None:
-        async with self._write_lock:
-            stream = self._stream  # None from the moment the connection's reader ended until a reconnect
-            if stream is None:
-                raise Disconnected()
-            try:
-                await stream.send(msgspec.json.encode(message) + b"\n")
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                raise Disconnected() from None
+    def _relayed(self, link: Link, request: Request) -> None:
+        self._group.start_soon(self._answer, link, request)
 
-    async def _read(self, stream: anyio.abc.ByteStream, notes: MemoryObjectSendStream[dict[str, Any]]) -> None:
-        buffer = b""
-        try:
-            while True:
-                try:
-                    data = await stream.receive()
-                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    break
-                buffer += data
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        await self._dispatch(msgspec.json.decode(line), notes)
-        finally:
-            if stream is self._stream:  # a reconnect's requests are not this connection's
-                # before any await: a request written from now on would wait on a dead connection forever
-                self._stream = None
-                for done, box in list(self._pending.values()):
-                    box.append({"error": {"code": Disconnected().code, "message": "disconnected"}})
-                    done.set()
-            notes.close()
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()  # a later call fails at once (Disconnected), not waiting for an answer
-
-    async def _dispatch(self, message: dict[str, Any], notes: MemoryObjectSendStream[dict[str, Any]]) -> None:
-        if "method" not in message:
-            slot = self._pending.get(message.get("id"))  # type: ignore[arg-type]
-            if slot is not None:
-                slot[1].append(message)
-                slot[0].set()
-        elif "id" in message:
-            assert self._group is not None
-            self._group.start_soon(self._answer, message)
-        else:
-            await notes.send(message)
-
-    async def _answer(self, message: dict[str, Any]) -> None:
+    async def _answer(self, link: Link, request: Request) -> None:
+        """`on_request`'s answer to a relayed request, on the connection it came by."""
         answer: Any = LEAVE
         if self._on_request is not None:
-            answer = await self._on_request(message["method"], message.get("params") or {})
+            params = msgspec.json.decode(request.params) if request.params else {}
+            answer = await self._on_request(request.method, params if isinstance(params, dict) else {})
         if answer is LEAVE:
             return  # unanswered: pending for whoever answers it with interaction/respond
-        with contextlib.suppress(Disconnected):  # the daemon went away: it keeps the request pending
-            await self._write({"jsonrpc": "2.0", "id": message["id"], "result": answer})
-
-
-def is_url(where: str) -> bool:
-    """Whether `Client.connect` reads `where` as a WebSocket URL (`ws://`, `wss://`) rather than a socket path."""
-    return urlsplit(where).scheme in URL_SCHEMES and "://" in where
+        with contextlib.suppress(ConnectionClosed):  # the daemon went away: it keeps the request pending
+            await link.send(encode_result(request.id, answer))
 
 
 def unreachable(where: str | Path, exc: OSError) -> str:
@@ -406,67 +359,24 @@ def unreachable(where: str | Path, exc: OSError) -> str:
     return f"no daemon is listening on {where} ({exc.strerror or exc})"
 
 
-def _socket_opener(path: Path) -> Callable[[], Awaitable[anyio.abc.ByteStream]]:
+def _socket_opener(path: Path) -> Opener:
     async def opener() -> anyio.abc.ByteStream:
         return await anyio.connect_unix(path)
 
     return opener
 
 
-def _websocket_opener(
-    url: str, token: str | None, ca_file: str | Path | None
-) -> Callable[[], Awaitable[anyio.abc.ByteStream]]:
-    """Each connection: TCP (TLS for `wss://`), the upgrade with the bearer token, then lines over frames."""
-    parts = urlsplit(url)
-    if parts.hostname is None:
-        raise ValueError(f"{url}: the URL names no host (expected ws://HOST:PORT or wss://HOST:PORT)")
-    if parts.scheme == "ws" and ca_file is not None:
-        raise ValueError(f"{url}: ca_file is for a wss:// URL (a ws:// connection has no TLS)")
-    secure = parts.scheme == "wss"
-    host, port = parts.hostname, parts.port or (443 if secure else 80)
-    target = (parts.path if parts.path not in ("", "/") else RPC_PATH) + (f"?{parts.query}" if parts.query else "")
-    authority = f"[{host}]" if ":" in host else host
-    authority += f":{parts.port}" if parts.port is not None else ""
-    headers = [("Authorization", f"Bearer {token}")] if token is not None else []
-    context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None) if secure else None
-
-    async def connect() -> anyio.abc.ByteStream:
-        transport: anyio.abc.ByteStream = (
-            await anyio.connect_tcp(host, port)
-            if context is None
-            else await anyio.connect_tcp(host, port, ssl_context=context, tls_standard_compatible=False)
-        )
-        try:
-            return await _upgrade(transport, ClientHandshake(authority, target, headers))
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await transport.aclose()
-            raise
+def _websocket_opener(url: str, token: str | None, ca_file: str | Path | None) -> Opener:
+    """`websocket.websocket_opener`, a refused upgrade said as a `DaemonError` (`_refusal`)."""
+    connect = websocket_opener(url, token, ca_file)
 
     async def opener() -> anyio.abc.ByteStream:
         try:
-            with anyio.fail_after(HANDSHAKE_S):  # a silent host, a stalled TLS handshake or upgrade
-                return await connect()
-        except TimeoutError:
-            raise TimeoutError(f"no WebSocket connection within {HANDSHAKE_S:g}s") from None
-
-    return opener
-
-
-async def _upgrade(transport: anyio.abc.ByteStream, handshake: ClientHandshake) -> anyio.abc.ByteStream:
-    """The WebSocket upgrade; a refusal is a `DaemonError` naming the status and what to do."""
-    await transport.send(handshake.request)
-    while True:
-        try:
-            data: bytes | None = await transport.receive(READ_BYTES)
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            data = None
-        try:
-            lines = handshake.feed(data)
+            return await connect()
         except HandshakeError as refused:
             raise _refusal(refused) from None
-        if lines is not None:
-            return WebSocketStream(transport, lines)
+
+    return opener
 
 
 UPGRADE_HINTS = {  # what a refused upgrade's error says to do, by its status
@@ -481,54 +391,6 @@ def _refusal(refused: HandshakeError) -> DaemonError:
     if refused.status in UPGRADE_HINTS:
         return DaemonError(errors.UNAUTHORIZED, f"{refused}; {UPGRADE_HINTS[refused.status]}")
     return Disconnected(f"{refused}; check the URL: bbridge serve --listen upgrades GET /rpc")
-
-
-class WebSocketStream(anyio.abc.ByteStream):
-    """A client's WebSocket connection as the byte stream of newline-delimited JSON-RPC the client reads and
-    writes: each text message one line, each line one text frame (`wire.websocket.MessageLines`); pings are
-    answered as they arrive."""
-
-    def __init__(self, transport: anyio.abc.ByteStream, lines: MessageLines) -> None:
-        self._transport = transport
-        self._lines = lines
-        self._send_lock = anyio.Lock()
-        self._flushed = False
-
-    async def receive(self, max_bytes: int = READ_BYTES) -> bytes:
-        while True:
-            if not self._flushed:  # what came in the same read as the server's 101, held by wsproto
-                self._flushed, data = True, b""
-            else:
-                try:
-                    data = await self._transport.receive(READ_BYTES)
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    data = None
-            got = self._lines.receive(data)
-            if got.reply:
-                await self._write(got.reply)
-            if got.lines:
-                return got.lines
-            if got.closed or data is None:
-                raise anyio.EndOfStream
-
-    async def send(self, item: bytes) -> None:
-        await self._write(self._lines.frames(item))
-
-    async def send_eof(self) -> None:
-        await self._write(self._lines.close(1000))
-
-    async def aclose(self) -> None:
-        with (
-            anyio.move_on_after(CLOSE_S, shield=True),
-            contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError),
-        ):
-            await self._write(self._lines.close(1000))
-        await self._transport.aclose()
-
-    async def _write(self, raw: bytes) -> None:
-        if raw:
-            async with self._send_lock:
-                await self._transport.send(raw)
 
 
 def _single(grouped: BaseExceptionGroup[BaseException]) -> Exception | None:
