@@ -26,8 +26,9 @@ def add_golden_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
         description="Write each cell's goldens with bbridge's own assembler, in the layout of the reference's: "
         "GOLDEN_ROOT/<provider>/<cell>/raw-events.ndjson (coalescing off), raw-events.coalesced.ndjson (100 ms, the "
         "recorded clock), grammar-drops.json, and the cell's {events, unhandled, grammarDrops} in "
-        "GOLDEN_ROOT/row-counts.json. <provider> is the cell folder's parent's name. Exit status: 0 written, "
-        "2 a cell that cannot be read.",
+        "GOLDEN_ROOT/row-counts.json. <provider> is the cell folder's parent's name. A cell bbridge recorded has its "
+        "providerThreadId and providerCheckpointId values numbered by first appearance (da00000000-h1, -h2, ...), "
+        "as parity bridge numbers its replay's. Exit status: 0 written, 2 a cell that cannot be read.",
     )
     command.add_argument("cells", type=Path, nargs="+", metavar="CELL_DIR")
     command.add_argument("--out", type=Path, required=True, metavar="GOLDEN_ROOT")

@@ -10,7 +10,8 @@ workspace, `envVars.PATH` → this machine's), bridge requests are answered with
 runtime's recorded answers, and every `thread/delta` is assembled as the
 goldens were (`GOLDEN_LANE`: `Assembler(provider, "da00000000", 500, 0)`, fixed
 clock, unstamped). The events are compared line for line with
-`GOLDEN_ROOT/<provider>/<cell>/raw-events.ndjson`.
+`GOLDEN_ROOT/<provider>/<cell>/raw-events.ndjson`; for a cell bbridge recorded, with the provider handles of both
+legs numbered by first appearance (`bbridge.replay.handles`), since its bridge or provider mints new ones each run.
 
 Allowlist (`[{provider, cell, layer: "events", where?, path, reason}]`):
 `provider`/`cell` name one or `"*"`; `where` selects events whose fields equal
@@ -38,7 +39,9 @@ from bbridge.replay.bridge_client import GOLDEN_LANE
 from bbridge.replay.cells import Drop
 from bbridge.replay.driver import Pacing, Replay, replay_cell
 from bbridge.replay.golden import RAW, counts_of, write_counts, write_events
+from bbridge.replay.handles import number_handles, number_lines
 from bbridge.replay.parity import Check
+from bbridge.replay.recording import recorded_by_bbridge
 from bbridge.wire.lanes import PROCESS_SCOPE
 
 DEFAULT_PACING = Pacing()
@@ -155,14 +158,17 @@ def mask(events: list[Event], entry: AllowEntry) -> tuple[list[Event], int]:
 # -- comparison ----------------------------------------------------------------
 
 
-def compare(name: str, golden: list[str], live: Run, entries: list[AllowEntry]) -> Check:
+def compare(name: str, golden: list[str], live: Run, entries: list[AllowEntry], *, numbered: bool = False) -> Check:
     """PASS when the masked legs are equal, no exact-cell entry is stale, and nothing stalled.
 
-    Unmasked golden lines are compared as they are on disk: byte for byte.
+    Unmasked golden lines are compared as they are on disk: byte for byte. `numbered`: both legs with their provider
+    handles numbered first (a cell bbridge recorded); a golden line that numbering leaves equal is still compared as
+    it is on disk.
     """
     provider, cell = name.split("/", 1)
+    golden = number_lines(golden) if numbered else golden
     want: list[Event] = [json.loads(line) for line in golden]
-    got = live.events
+    got = number_handles(live.events) if numbered else live.events
     masked_golden = False
     named: list[str] = []
     stale: list[str] = []
@@ -262,18 +268,22 @@ def check_cells(
             (dump_dir / f"{provider}-{cell.name}.stderr").write_text(live.stderr, encoding="utf-8")
         if on_run is not None:
             on_run(cell, live)
-        check = compare(name, golden, live, entries)
-        yield accept(check, name, live, golden_root) if update and not check.ok and not live.stalls else check
+        numbered = recorded_by_bbridge(cell)
+        check = compare(name, golden, live, entries, numbered=numbered)
+        if update and not check.ok and not live.stalls:
+            check = accept(check, name, live, golden_root, numbered=numbered)
+        yield check
     for entry in entries:
         if entry.cell == "*" and entry.matched and not entry.masked:
             yield Check(f"{entry.describe()} masks nothing in {entry.matched} cell(s) (stale)", False)
 
 
-def accept(check: Check, name: str, live: Run, golden_root: Path) -> Check:
+def accept(check: Check, name: str, live: Run, golden_root: Path, *, numbered: bool = False) -> Check:
     """The replay blessed as the cell's goldens (`raw-events.ndjson`, `grammar-drops.json`, its pins): UPDATED,
-    with the diff accepted. `raw-events.coalesced.ndjson` is left as it was: it needs the recorded clock, which a
-    live replay does not have (re-record and `bbridge golden` renew it)."""
-    write_events(golden_root / name, live.events, live.dropped, None)
+    with the diff accepted (`numbered`: its provider handles numbered, as `bbridge golden` writes them).
+    `raw-events.coalesced.ndjson` is left as it was: it needs the recorded clock, which a live replay does not
+    have (re-record and `bbridge golden` renew it)."""
+    write_events(golden_root / name, number_handles(live.events) if numbered else live.events, live.dropped, None)
     write_counts(golden_root, {name: counts_of(live.events, live.dropped)})
     diff = check.diff or check.detail
     return Check(check.name, True, diff, diff=check.diff, updated=True, case=check.case)

@@ -5,7 +5,8 @@ Per cell, `GOLDEN_ROOT/<provider>/<cell>/`: `raw-events.ndjson` (coalescing off,
 id prefix `da00000000`), `raw-events.coalesced.ndjson` (100 ms coalescing, the clock at each line its recorded
 `ts`), `grammar-drops.json` (`[{index, rule, reason, eventType}]`, 2-space JSON); and one line per cell in
 `GOLDEN_ROOT/row-counts.json`, keyed `<provider>/<cell>`: `{events, unhandled, grammarDrops}` (the reference's
-`rows` counts its server's projection, which bbridge does not port, so it is not written).
+`rows` counts its server's projection, which bbridge does not port, so it is not written). A cell bbridge recorded
+has its provider handles numbered in both event files (`bbridge.replay.handles`); the reference's keep theirs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from bbridge.core.events import Event, encode_lines
 from bbridge.replay.cells import Drop, Replay, replay_cell
+from bbridge.replay.handles import as_blessed
 
 RAW = "raw-events.ndjson"
 COALESCED = "raw-events.coalesced.ndjson"
@@ -79,7 +81,7 @@ def bless(cells: Iterable[Path], golden_root: Path) -> list[Blessed]:
         raw: Replay = replay_cell(cell, provider)
         coalesced = replay_cell(cell, provider, flush_ms=100, clock="recorded")
         folder = golden_root / name
-        write_events(folder, raw.events, raw.drops, coalesced.events)
+        write_events(folder, as_blessed(cell, raw.events), raw.drops, as_blessed(cell, coalesced.events))
         blessed.append(Blessed(name, folder, counts_of(raw.events, raw.drops), raw.rejected))
     if blessed:
         write_counts(golden_root, {b.name: b.counts for b in blessed})

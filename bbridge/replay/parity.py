@@ -1,7 +1,8 @@
 """Byte-parity checks against the reference's golden outputs.
 
 `check_recordings` compares replayed recording cells with `golden/<provider>/<cell>/`
-and the pinned counts; `run_case` replays one synthetic differential case
+and the pinned counts (a cell bbridge recorded with its provider handles numbered on both sides:
+`bbridge.replay.handles`); `run_case` replays one synthetic differential case
 (golden/synthetic/README.md) step by step.
 """
 
@@ -21,6 +22,8 @@ from bbridge.core.events import encode_event
 from bbridge.core.guard import Guard
 from bbridge.replay.cells import GOLDEN_ENTROPY, Replay, replay_cell
 from bbridge.replay.golden import COUNTS, counts_of, drops_json
+from bbridge.replay.handles import number_handles, number_lines
+from bbridge.replay.recording import recorded_by_bbridge
 from bbridge.wire.lanes import find_cells
 
 
@@ -55,19 +58,23 @@ def _first_difference(expected: list[str], got: list[str]) -> str:
     return ""
 
 
-def _compare_lines(name: str, golden: Path, events: list[dict[str, Any]]) -> Check:
+def _compare_lines(name: str, golden: Path, events: list[dict[str, Any]], numbered: bool) -> Check:
+    """`numbered`: both sides with their provider handles numbered (a cell bbridge recorded)."""
     expected = [line for line in golden.read_text(encoding="utf-8").split("\n") if line]
+    if numbered:
+        expected, events = number_lines(expected), number_handles(events)
     got = [encode_event(e).decode() for e in events]
     return Check(name, expected == got, _first_difference(expected, got))
 
 
 def _check_golden(cell: Path, name: str, provider_id: str, golden: Path, raw: Replay) -> Iterator[Check]:
+    numbered = recorded_by_bbridge(cell)
     if (golden / "raw-events.ndjson").exists():
-        yield _compare_lines(f"{name} raw-events", golden / "raw-events.ndjson", raw.events)
+        yield _compare_lines(f"{name} raw-events", golden / "raw-events.ndjson", raw.events, numbered)
     coalesced_path = golden / "raw-events.coalesced.ndjson"
     if coalesced_path.exists():
         coalesced = replay_cell(cell, provider_id, flush_ms=100, clock="recorded")
-        yield _compare_lines(f"{name} raw-events.coalesced", coalesced_path, coalesced.events)
+        yield _compare_lines(f"{name} raw-events.coalesced", coalesced_path, coalesced.events, numbered)
     drops_path = golden / "grammar-drops.json"
     if drops_path.exists():
         want = json.loads(drops_path.read_text(encoding="utf-8"))

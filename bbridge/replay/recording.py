@@ -82,6 +82,16 @@ def finish(
     return cells
 
 
+def recorded_by_bbridge(cell: Path) -> bool:
+    """Whether bbridge's record mode made the cell: its manifest names `madeBy` (`finish` writes it; the
+    reference's cells and hand-made ones have none). Such a cell's handles are numbered (`bbridge.replay.handles`)."""
+    try:
+        manifest = json.loads((cell / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and isinstance(manifest.get("madeBy"), dict)
+
+
 def _previous_counts(cell: Path) -> Counter[str]:
     """What an earlier `finish` of this cell counted (lanes are appended to: a cell's counts add up)."""
     try:
