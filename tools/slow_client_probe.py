@@ -237,6 +237,36 @@ def _status_mb(pid: int, key: str) -> float:
     return 0.0
 
 
+def _machine() -> tuple[int, int]:
+    """The machine's busy and total jiffies so far, over every core (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return total - fields[3] - fields[4], total
+
+
+def _waited_s(pid: int) -> float:
+    """How long the process has waited for a core while runnable (/proc/PID/schedstat: the run queue's delay)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def _others(daemon: int, client: int, bridges: set[int]) -> dict[str, float]:
+    """The CPU seconds of the fast client and of the bridges, the seconds each part waited for a core, and the
+    machine's busy and total jiffies; a process gone counts nothing."""
+    got = dict.fromkeys(("client_cpu", "bridges_cpu", "daemon_wait", "client_wait", "bridges_wait"), 0.0)
+    for key, pids, read in (
+        ("client_cpu", {client}, _cpu_s),
+        ("bridges_cpu", bridges, _cpu_s),
+        ("daemon_wait", {daemon}, _waited_s),
+        ("client_wait", {client}, _waited_s),
+        ("bridges_wait", bridges, _waited_s),
+    ):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                got[key] += read(pid)
+    got["busy"], got["total"] = _machine()
+    return got
+
+
 def _children(pid: int) -> set[int]:
     found: set[int] = set()
     try:
@@ -252,6 +282,16 @@ def _ms(values: list[int], share: float) -> float:
     if not ordered:
         return 0.0
     return round(ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))] / 1e6, 1)
+
+
+def _accepts(path: Path) -> bool:
+    """Whether the daemon accepts connections on its socket yet."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _expect(stream_: IO[str], word: str) -> None:
@@ -334,7 +374,7 @@ def run_once(serve_python: str, stuck: bool, shape: Shape) -> dict[str, Any]:
         client: subprocess.Popen[str] | None = None
         try:
             deadline = time.monotonic() + 30
-            while not sock.exists():
+            while not _accepts(sock):  # the path exists from its bind, a moment before it listens
                 if serve.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the daemon did not start: {b''.join(watch.tail).decode()[-2000:]}")
                 time.sleep(0.02)
@@ -352,6 +392,7 @@ def run_once(serve_python: str, stuck: bool, shape: Shape) -> dict[str, Any]:
             _expect(client.stdout, "turning")
             spawned |= _children(serve.pid)
             samples = [(time.monotonic_ns(), _cpu_s(serve.pid), _status_mb(serve.pid, "VmRSS:"))]
+            others = [_others(serve.pid, client.pid, spawned)] * 2  # at the turns' start, and at the last sample
             _expect(client.stdout, "turns")
             rest: list[str] = []  # its report, read as it is written (it is larger than a pipe holds)
             client_out = client.stdout
@@ -361,6 +402,8 @@ def run_once(serve_python: str, stuck: bool, shape: Shape) -> dict[str, Any]:
             while client.poll() is None and time.monotonic() < ends:
                 time.sleep(SAMPLE_S)
                 samples.append((time.monotonic_ns(), _cpu_s(serve.pid), _status_mb(serve.pid, "VmRSS:")))
+                if client.poll() is None:
+                    others[1] = _others(serve.pid, client.pid, spawned)
             if client.poll() is None:
                 cpu = [round(c, 2) for _, c, _ in samples[:: max(1, round(1 / SAMPLE_S))]]
                 log = b"".join(watch.tail).decode(errors="replace")[-2000:]
@@ -381,7 +424,12 @@ def run_once(serve_python: str, stuck: bool, shape: Shape) -> dict[str, Any]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             watch.join(timeout=5)
-    return _summary(report, samples, watch.dropped_ns, peak_rss, seconds, load_before, stuck, threads)
+    summary = _summary(report, samples, watch.dropped_ns, peak_rss, seconds, load_before, stuck, threads)
+    spent = {key: others[1][key] - others[0][key] for key in others[0]}
+    for key in ("client_cpu", "bridges_cpu", "daemon_wait", "client_wait", "bridges_wait"):
+        summary[f"{key}_s"] = round(spent[key], 2)
+    summary["machine_busy"] = round(spent["busy"] / spent["total"], 3) if spent["total"] > 0 else 0.0
+    return summary
 
 
 def _summary(
@@ -449,13 +497,15 @@ def _row(label: str, run: dict[str, Any]) -> str:
         f"{label:<8} {'stuck' if run['stuck'] else 'alone':<6} {run['p50_ms']:>7.1f} {run['p99_ms']:>7.1f} "
         f"{run['max_ms']:>7.1f} {run['window_s']:>6.2f} {run['daemon_cpu_s']:>6.2f} {run['daemon_cpu_share']:>6.3f} "
         f"{run['daemon_busiest_share']:>5.2f} {run['daemon_peak_rss_mb']:>7.1f} {dropped:>8} "
-        f"{run['events'] / run['window_s']:>7.0f} {run['load_before'][0]:>5.2f} {run['events_lost']:>4}"
+        f"{run['events'] / run['window_s']:>7.0f} {run['client_cpu_s']:>5.2f} {run['bridges_cpu_s']:>5.2f} {run['daemon_wait_s']:>5.2f} {run['client_wait_s']:>5.2f} {run['bridges_wait_s']:>5.2f} "
+        f"{run['machine_busy']:>5.2f} {run['load_before'][0]:>5.2f} {run['events_lost']:>4}"
     )
 
 
 HEADER = (
     f"{'daemon':<8} {'client':<6} {'p50ms':>7} {'p99ms':>7} {'maxms':>7} {'win_s':>6} {'cpu_s':>6} {'share':>6} "
-    f"{'busy':>5} {'rss_mb':>7} {'dropped':>8} {'ev/s':>7} {'load1':>5} {'lost':>4}"
+    f"{'busy':>5} {'rss_mb':>7} {'dropped':>8} {'ev/s':>7} {'cli_s':>5} {'brg_s':>5} {'d_wq':>5} {'c_wq':>5} {'b_wq':>5} {'mach':>5} {'load1':>5} "
+    f"{'lost':>4}"
 )
 
 
