@@ -16,8 +16,8 @@ with `--bridges` providers, each a fake streaming bridge (below). The stuck clie
 first, sends `initialize` with the token and never reads its socket again. The fast client (a separate process,
 `bbridge.bench.scale_client.Checker`: it decodes and checks every event, each `seq` once and in order) starts
 `--threads` threads round robin over the bridges and one turn on each; the bridges then stream `--deltas` deltas in
-all, one delta per `thread/delta` line, evenly over `--seconds` (40 threads × 200,000 deltas in 4 s: 1,250 deltas a
-second per thread, 50,000 a second in all). Each thread's turn is cycles of a short reasoning text, a tool call with
+all, one delta per `thread/delta` line, evenly over `--seconds` (40 threads and 200,000 deltas in 4 s: 1,250 deltas
+a second per thread, 50,000 a second in all). Each thread's turn is cycles of a short reasoning text, a tool call with
 progress, a command with streamed output and a short answer (`--cycle` deltas a cycle, 50 by default), so a turn
 has many text streams. The first delta of each text stream carries the bridge's send time (`@<ns>.<pid>.<n>@`,
 `bbridge.bench.scale_bridge.Streams` stamps it when the line is written); the daemon emits that delta's event at
@@ -35,11 +35,13 @@ daemon's CPU seconds over the window, its share of one core and the highest shar
 RSS (VmHWM) and its RSS over time; whether and when (seconds after the turns started) the stuck client was dropped
 (the daemon's "disconnecting a client that stopped reading" warning, read from its log as it is written, and the
 `clients_disconnected_slow` counter); the deltas the daemon took in; events lost (the journal's tail after the
-last seq the client saw) or duplicated; the load average before and after.
+last seq the client saw) or duplicated; the CPU seconds of the fast client and of the bridges; how long the daemon,
+the fast client and the bridges each waited for a core while runnable (the run queue's delay, /proc/PID/schedstat);
+the machine's busy share over the window (/proc/stat, every core); the load average before and after.
 
-Bounded: every run ends within `--seconds` × 4 + 60 s (the client and daemon are killed past it); every process it
-starts (the daemon, its bridges, found through /proc while it runs, and the fast client) is stopped before the run
-returns. Unix sockets under a temporary directory only.
+Bounded: the fast client gives up at `--seconds` × 4 + 60 s and the run at 30 s more (the client is killed past
+it); every process a run starts (the daemon, its bridges, found through /proc while it runs, the fast client and the
+hogs) is stopped before the run returns. Unix sockets under a temporary directory only.
 """
 
 from __future__ import annotations
