@@ -162,6 +162,25 @@ async def test_token_is_required_when_configured(tmp_path: Path) -> None:
             assert status["daemon"]["name"] == "bbridge"
 
 
+async def test_a_connection_that_has_not_proved_the_token_hears_nothing(tmp_path: Path) -> None:
+    """On a daemon with a token, a connection hears events, inputs and bridge status only once its `initialize`
+    carried the token: another client's prompt and timeline never reach it before (nor after a wrong token)."""
+    async with running(tmp_path, {"fake": fake_provider()}, token="s3cret") as (daemon, path):
+        async with connect(path) as idle, connect(path) as wrong, connect(path) as owner:
+            with pytest.raises(rpc.RpcError):
+                await wrong.request("initialize", {"token": "nope"})
+            await owner.request("initialize", {"token": "s3cret"})
+            await owner.request("thread/start", {"providerId": "fake", "threadId": "thr_t", "cwd": "/tmp"})
+            turn = {"threadId": "thr_t", "clientRequestId": "creq_abcdefghjk", "input": [{"type": "text", "text": "x"}]}
+            await owner.request("turn/start", turn)
+            await owner.wait_for(lambda: "turn/completed" in owner.types("thr_t"))
+            assert owner.notes and owner.events("thr_t")  # the owner heard its thread/input, bridge status, events
+            assert idle.notes == [] and idle.entries == {} and wrong.notes == [] and wrong.entries == {}
+            await idle.request("initialize", {"token": "s3cret"})
+            await owner.request("turn/start", {**turn, "clientRequestId": "creq_abcdefghjm"})
+            await idle.wait_for(lambda: "turn/completed" in idle.types("thr_t"))  # from now on it hears all
+
+
 async def test_status_reports_providers_threads_and_counters(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider("silent-turn")}) as (daemon, path), connect(path) as client:
         await client.request("thread/start", {"providerId": "fake", "threadId": "thr_s", "cwd": "/tmp"})

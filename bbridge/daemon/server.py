@@ -40,7 +40,9 @@ CLOSE_FLUSH_S = 5.0  # a client that half-closed gets what is queued for it (its
 
 class ClientConnection:
     """One connected client, on any transport: `transport` names it (`stdio`, `socket`, `ws`) for the metrics, and
-    `authorized` says it proved the token before its first message (a WebSocket upgrade's bearer token)."""
+    `authorized` says it proved the token before its first message (a WebSocket upgrade's bearer token). A client
+    that must still prove the token joins the clients (events, inputs, relayed requests) only when its
+    `initialize` carries it: nothing of the daemon reaches a connection before."""
 
     def __init__(
         self,
@@ -120,7 +122,8 @@ class ClientConnection:
             self._nursery.start_soon(self.conn.aclose)  # unblocks a writer stuck on a full socket
 
     async def run(self) -> None:
-        self.daemon.add_client(self)
+        if self.initialized:  # no token to prove (none set, or a WebSocket upgrade's bearer): it hears all at once
+            self.daemon.add_client(self)
         self._log.info("client connected")
         try:
             async with trio.open_nursery() as nursery:
@@ -166,6 +169,8 @@ class ClientConnection:
                 self._log.warning("client refused: bad or missing token")
                 trio.lowlevel.spawn_system_task(self._close_soon)
                 raise rpc.RpcError(errors.UNAUTHORIZED, "initialize needs the daemon's token (see --token-file)")
+            if not self.initialized and not self._outbox_closed:
+                self.daemon.add_client(self)  # only now does it hear events, inputs and relayed requests
             self.initialized = True
         elif not self.initialized:
             raise rpc.RpcError(errors.UNAUTHORIZED, "send initialize with the daemon's token first")
