@@ -6,21 +6,43 @@ SHARED ?= ../shared
 
 .PHONY: install run test lint docs parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
 
-# The install builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns
-# when those sources change; without a C compiler it installs the pure core. The last line says which one runs.
+# Two stamps: `run` needs the package and its dependencies (.installed); `test`, `lint` and the rest of `install`
+# also need the dev tools (.installed-dev), installed beside them without rebuilding anything. The package install
+# builds the mypyc-compiled core (setup.py; bbridge/core/native.py lists its modules), so it reruns when those
+# sources change; without a C compiler it installs the pure core. The last line says which one runs. The build runs
+# in the venv (--no-build-isolation), where pyproject.toml's build requirements are installed with the dependencies
+# in one pip run: pip's isolated build would install setuptools, mypy and msgspec into a throwaway environment on
+# every install. setup.py keeps the compiled core in a cache outside the clone (`BBRIDGE_CORE_CACHE`): another clone
+# of the same sources on this machine copies it instead of compiling it again.
 CORE_SOURCES := setup.py $(wildcard bbridge/core/*.py)
+# pyproject.toml's requirement lists for pip, one requirement a line: `build` (build-system.requires), `run` (the
+# package's dependencies), `dev` (its dev extra); each argument names one.
+REQUIREMENTS = $(PY) -c 'import sys, tomllib; t = tomllib.load(open("pyproject.toml", "rb")); p = t["project"]; \
+	lists = {"build": t["build-system"]["requires"], "run": p["dependencies"], "dev": p["optional-dependencies"]["dev"]}; \
+	print(*(r for name in sys.argv[1:] for r in lists[name]), sep="\n")'
 
-$(VENV)/.installed: pyproject.toml $(CORE_SOURCES)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+# The venv, without ensurepip's pip (it byte-compiles pip's ~1,000 files, only for the upgrade to replace them): the
+# machine's own pip installs the current one into it (`pip --python`, pip >= 22.3), or else ensurepip does.
+$(PY):
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(PY) install -q --upgrade pip || $(PYTHON) -m venv --upgrade-deps $(VENV)
+
+$(VENV)/.installed: pyproject.toml $(CORE_SOURCES) | $(PY)
+	$(REQUIREMENTS) build run > $(VENV)/requirements-run.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-run.txt
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	$(PY) -m bbridge --version
 	touch $@
 
-install: $(VENV)/.installed
+$(VENV)/.installed-dev: pyproject.toml | $(VENV)/.installed
+	$(REQUIREMENTS) build run dev > $(VENV)/requirements-dev.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed $(VENV)/.installed-dev
 
 # The daemon's main job on the built-in echo bridge: spawn, handshake, one turn, the live timeline.
-run: install
+run: $(VENV)/.installed
 	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "hello from bbridge"
 	$(PY) -m bbridge run --provider-cmd "$(PY) -m bridges.echo" --prompt "deltas:all"
 
