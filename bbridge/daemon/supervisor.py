@@ -69,6 +69,8 @@ class Supervisor:
         self._tracker = tracker
         self._output = output
         self._relays = relays
+        # a bridge's reads go straight to the output's handler: no coroutine of the supervisor's per read
+        self.on_notifications = output.on_notifications
         self.bridges = bridges  # by provider: its current process (the output and relays read the same dict)
         self.start_failures: dict[str, str] = {}  # provider id -> why its last start failed (until one succeeds)
         self._starting: dict[str, trio.Lock] = {}
@@ -197,9 +199,6 @@ class Supervisor:
         return self._registry.of_provider(bridge.provider_id, bridge.threads.union(bridge.watchdogs.watched))
 
     # -- the host of every bridge (`bridge.BridgeHost`) ---------------------------------------------------------
-
-    async def on_notifications(self, bridge: BridgeProcess, batch: list[rpc.Notification]) -> None:
-        await self._output.on_notifications(bridge, batch)
 
     async def on_bridge_request(self, bridge: BridgeProcess, request: rpc.Request) -> Any:
         return await self._relays.on_bridge_request(bridge, request)
