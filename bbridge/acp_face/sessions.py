@@ -22,7 +22,7 @@ from bbridge.wire import client_api as api
 
 THREAD_PREFIX: Final = "thr_acp_"
 TITLE_MAX: Final = 80
-# the permission modes a session may run in (`mode` option), as bb execution options (README: Talking to the daemon)
+# the permission modes a session may run in (`mode` option), as bb execution options (docs/api.md)
 MODES: Final[dict[str, dict[str, Any]]] = {
     "accept-edits": {"permissionMode": "accept-edits", "permissionScope": "workspace", "approvalReviewer": "user",
                      "permissionEscalation": "ask"},

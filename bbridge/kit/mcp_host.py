@@ -20,7 +20,7 @@ one MCP session spoken with the same `rpc.Connection` the rest of the bridge use
 
 Why not the `mcp` SDK: it would add ~40 MB in 20 distributions (pydantic, anyio, starlette, uvicorn,
 cryptography, …) and ~0.55 s / ~66 MB RSS of imports to each thread's server process, for five methods; the
-stdlib relay starts in ~0.05 s at ~12 MB, and the bridge already has a JSON-RPC endpoint (README, ACP agents).
+stdlib relay starts in ~0.05 s at ~12 MB, and the bridge already has a JSON-RPC endpoint (docs/providers.md, ACP agents).
 
 `close` (idempotent) stops listening, closes every connection (their relays then exit) and removes the socket
 and its directory; the session calls it whenever it ends, and the serving task calls it when cancelled.

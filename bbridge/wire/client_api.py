@@ -1,4 +1,4 @@
-"""The daemon's own client API (README "Talking to the daemon"): its methods, notifications and relayed
+"""The daemon's own client API (docs/api.md): its methods, notifications and relayed
 requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. Pending bridge requests:
 
 * `thread/pending {threadId?}` → `{pending: [PendingRequest], resolved?: [Resolution]}` (a thread's recent

@@ -157,7 +157,7 @@ def openrpc_document() -> Schema:
         "info": {
             "title": "bbridge daemon client API",
             "version": "0.1.0",
-            "description": "JSON-RPC 2.0, one message per line, over the daemon's stdio or Unix socket (README).",
+            "description": "JSON-RPC 2.0, one message per line, over the daemon's stdio or Unix socket (docs/api.md).",
         },
         "methods": methods,
         "components": {"schemas": defs},

@@ -1,6 +1,6 @@
 """A small bridge for the CI recipe's test (tests/test_ci_recipe.py): not an agent, no provider.
 
-The README's minimal bridge (examples/minimal_bridge.py: sessions and stops) with a turn of its own, answered at
+The minimal bridge of docs/writing-a-bridge.md (examples/minimal_bridge.py: sessions and stops) with a turn of its own, answered at
 once and word for word deterministic: each word reversed ("hello there" -> "olleh ereht"), then the turn's end.
 `--changed` alters one delta (the last word gets a "!"), the regression a replay must catch.
 Usage: python tiny_bridge.py [--changed]
