@@ -52,7 +52,6 @@ import json
 import math
 import os
 import random
-import select
 import signal
 import socket
 import subprocess
@@ -65,7 +64,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bbridge.bench import stream
-from bbridge.bench.scale_bridge import STAMP, TICK_S, Streams
+from bbridge.bench.scale_bridge import STAMP, TICK_S, Streams, serve
 from bbridge.bench.scale_client import Checker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,34 +152,12 @@ class ProbeStreams(Streams):
 
 def bridge_main() -> None:
     """The fake bridge: answers the runtime's requests, streams each turn's deltas when due, one write per tick."""
-    out, stdin = sys.stdout.buffer, sys.stdin.buffer
     streams = ProbeStreams()
-    carry = b""
-    while True:
-        readable, _, _ = select.select([stdin], [], [], TICK_S)
-        replies: list[bytes] = []
-        if readable:
-            data = os.read(stdin.fileno(), 1 << 16)
-            if not data:
-                break
-            *lines, carry = (carry + data).split(b"\n")
-            for raw in lines:
-                request = stream.request(raw)
-                if request is None:
-                    continue
-                method, request_id, params = request
-                if method == "turn/start":
-                    words = str(params["input"][0]["text"]).split()
-                    replies.append(stream.answer(request_id, {}))
-                    streams.start(
-                        str(params["threadId"]), int(words[1]), int(words[2]), float(words[3]), words[4] == "every"
-                    )
-                else:
-                    replies.append(stream.plain_answer(method, request_id, params))
-        chunk = b"".join(replies) + streams.due()
-        if chunk:
-            out.write(chunk)
-            out.flush()
+
+    def start(thread_id: str, words: list[str]) -> None:
+        streams.start(thread_id, int(words[1]), int(words[2]), float(words[3]), words[4] == "every")
+
+    serve(start, streams.due)
 
 
 # -- the fast client ------------------------------------------------------------------------------------------------

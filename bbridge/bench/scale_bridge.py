@@ -16,6 +16,7 @@ import random
 import select
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bbridge.bench import stream
@@ -120,10 +121,10 @@ class Streams:
         return b"".join(parts)
 
 
-def main() -> None:
-    out = sys.stdout.buffer
-    stdin = sys.stdin.buffer
-    streams = Streams()
+def serve(start_turn: Callable[[str, list[str]], None], due: Callable[[], bytes]) -> None:
+    """A fake bridge's loop on stdio: answers the runtime's requests (a `turn/start` is handed to `start_turn` with
+    its thread and its prompt's words) and writes what `due` says is due, one write per tick, until stdin ends."""
+    out, stdin = sys.stdout.buffer, sys.stdin.buffer
     carry = b""
     while True:
         readable, _, _ = select.select([stdin], [], [], TICK_S)
@@ -139,15 +140,19 @@ def main() -> None:
                     continue
                 method, request_id, params = request
                 if method == "turn/start":
-                    words = str(params["input"][0]["text"]).split()
                     replies.append(stream.answer(request_id, {}))
-                    streams.schedule(str(params["threadId"]), float(words[1]), float(words[2]))
+                    start_turn(str(params["threadId"]), str(params["input"][0]["text"]).split())
                 else:
                     replies.append(stream.plain_answer(method, request_id, params))
-        chunk = b"".join(replies) + streams.due()
+        chunk = b"".join(replies) + due()
         if chunk:
             out.write(chunk)
             out.flush()
+
+
+def main() -> None:
+    streams = Streams()
+    serve(lambda thread_id, words: streams.schedule(thread_id, float(words[1]), float(words[2])), streams.due)
 
 
 if __name__ == "__main__":
