@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bbridge.bench import stream
-from bbridge.bench.scale_bridge import STAMP, TICK_S, Streams, serve
+from bbridge.bench.scale_bridge import STAMP, TICK_S, Streams, serve, work_items
 from bbridge.bench.scale_client import Checker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,28 +97,7 @@ def turn_plan(cycles: int, cycle: int, every: bool = False) -> list[dict[str, An
             for i in range(10)
         ]
         plan.append({"kind": "item.textClose", "key": {"providerItemId": reasoning}, "channel": "reasoningText"})
-        shape = {"type": "tool", "tool": "Read", "args": {"path": f"src/m{c}.py"}}
-        plan.append({"kind": "item.open", "key": {"providerItemId": tool}, "item": shape})
-        plan.append({"kind": "item.progress", "key": {"providerItemId": tool}, "message": "reading"})
-        plan.append(
-            {
-                "kind": "item.close",
-                "key": {"providerItemId": tool},
-                "status": "completed",
-                "item": {**shape, "result": "ok"},
-            }
-        )
-        run = {"type": "command", "command": "pytest -q", "cwd": "/work/repo"}
-        plan.append({"kind": "item.open", "key": {"providerItemId": command}, "item": run})
-        plan += [
-            {"kind": "item.outputDelta", "key": {"providerItemId": command}, "channel": "command",
-             "text": (STAMP if i == 0 or every else "") + f"line {i}\n"}
-            for i in range(6)
-        ]  # fmt: skip
-        plan.append(
-            {"kind": "item.close", "key": {"providerItemId": command}, "status": "completed", "item": run,
-             "exitCode": 0, "aggregatedOutput": "6 passed\n"}
-        )  # fmt: skip
+        plan += work_items(tool, command, f"src/m{c}.py", 6, lambda i: STAMP if i == 0 or every else "")
         plan += [
             stream.text_delta(message, "agentMessage", (STAMP if i == 0 or every else "") + stream.WORDS[i % 12])
             for i in range(answer)

@@ -41,33 +41,32 @@ def turn_plan(tag: str, seconds: float, rate: float) -> list[dict[str, Any]]:
         stream.text_delta(reasoning, "reasoningText", (STAMP if i == 0 else "") + words[i]) for i in range(thinking)
     ]
     plan.append({"kind": "item.textClose", "key": {"providerItemId": reasoning}, "channel": "reasoningText"})
-    shape = {"type": "tool", "tool": "Read", "args": {"path": f"src/{tag}.py"}}
-    plan.append({"kind": "item.open", "key": {"providerItemId": tool}, "item": shape})
-    plan.append({"kind": "item.progress", "key": {"providerItemId": tool}, "message": "reading"})
-    plan.append(
-        {
-            "kind": "item.close",
-            "key": {"providerItemId": tool},
-            "status": "completed",
-            "item": {**shape, "result": "ok"},
-        }
-    )
-    run = {"type": "command", "command": "pytest -q", "cwd": "/work/repo"}
-    plan.append({"kind": "item.open", "key": {"providerItemId": command}, "item": run})
-    plan += [
-        {"kind": "item.outputDelta", "key": {"providerItemId": command}, "channel": "command",
-         "text": (STAMP if i == 0 else "") + f"line {i}\n"}
-        for i in range(8)
-    ]  # fmt: skip
-    plan.append(
-        {"kind": "item.close", "key": {"providerItemId": command}, "status": "completed", "item": run, "exitCode": 0,
-         "aggregatedOutput": "8 passed\n"}
-    )  # fmt: skip
+    plan += work_items(tool, command, f"src/{tag}.py", 8, lambda i: STAMP if i == 0 else "")
     plan += [stream.text_delta(message, "agentMessage", (STAMP if i == 0 else "") + words[i]) for i in range(answer)]
     plan.append({"kind": "item.textClose", "key": {"providerItemId": message}, "channel": "agentMessage"})
     plan.append({"kind": "usage", "total": stream.USAGE, "last": stream.USAGE, "modelContextWindow": 200000})
     plan.append({"kind": "turn.boundary", "status": "completed"})
     return plan
+
+
+def work_items(tool: str, command: str, path: str, lines: int, stamp: Callable[[int], str]) -> list[dict[str, Any]]:
+    """A tool call (open, progress, close) then a command with `lines` lines of output, each line prefixed by
+    `stamp(i)` (the stamp's place, or nothing)."""
+    shape = {"type": "tool", "tool": "Read", "args": {"path": path}}
+    run = {"type": "command", "command": "pytest -q", "cwd": "/work/repo"}
+    return [
+        {"kind": "item.open", "key": {"providerItemId": tool}, "item": shape},
+        {"kind": "item.progress", "key": {"providerItemId": tool}, "message": "reading"},
+        {"kind": "item.close", "key": {"providerItemId": tool}, "status": "completed", "item": {**shape, "result": "ok"}},
+        {"kind": "item.open", "key": {"providerItemId": command}, "item": run},
+        *(
+            {"kind": "item.outputDelta", "key": {"providerItemId": command}, "channel": "command",
+             "text": stamp(i) + f"line {i}\n"}
+            for i in range(lines)
+        ),
+        {"kind": "item.close", "key": {"providerItemId": command}, "status": "completed", "item": run, "exitCode": 0,
+         "aggregatedOutput": f"{lines} passed\n"},
+    ]  # fmt: skip
 
 
 _THREAD = "~thread~"  # the thread id's place in a turn's encoded lines (no thread id contains `~`)
