@@ -158,9 +158,11 @@ def recover_id(text: bytes) -> Id | None:
     reached: the answer then goes unsent, as for a line with no id).
     """
     top = _top_level(text)
-    if top is None:
-        return None
-    head, nested = top
+    return None if top is None else _id_before(*top)
+
+
+def _id_before(head: bytes, nested: int) -> Id | None:
+    """The first top-level `"id"` member of a line's head, before its first nested object or array."""
     match = _KEY_ID.search(head, 1, nested)
     if match is None:
         return None
@@ -181,7 +183,7 @@ def recover_answer_id(text: bytes) -> Id | None:
     head, nested = top
     if _KEY_METHOD.search(head, 1, nested) is not None or _KEY_ANSWER.search(head, 1, nested) is None:
         return None
-    return recover_id(text)
+    return _id_before(head, nested)
 
 
 def peer_error(raw: msgspec.Raw) -> RpcError | None:
