@@ -16,6 +16,7 @@ import trio
 
 from bbridge.core.events import Event
 from bbridge.daemon.journal import Journal
+from bbridge.wire.client_api import ClientInfo
 
 
 class ClientSink(Protocol):
@@ -56,10 +57,9 @@ class Fanout:
         self.changed.set()
         self.changed = trio.Event()
 
-    def named(self, client: ClientSink, info: object) -> None:
+    def named(self, client: ClientSink, info: ClientInfo) -> None:
         """`initialize`'s `client {name, version}`, kept to sign the client's answers and inputs with."""
-        if isinstance(info, dict) and isinstance(info.get("name"), str) and isinstance(info.get("version"), str):
-            self.info[client] = {"name": info["name"], "version": info["version"]}
+        self.info[client] = {"name": info.name, "version": info.version}
 
     def signature(self, client: ClientSink) -> dict[str, str]:
         """The client as a turn input records it: its connection's name and what it called itself."""

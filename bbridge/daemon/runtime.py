@@ -198,7 +198,7 @@ class Daemon:
         """`initialize`: what the client calls itself is kept (its answers are signed with it)."""
         hello = _decoded("initialize", params, client_api.DaemonInitializeParams)
         if hello.client is not msgspec.UNSET:
-            self.fanout.named(client, msgspec.to_builtins(hello.client))
+            self.fanout.named(client, hello.client)
         providers = [{"providerId": pid, **self.supervisor.provider_state(pid)} for pid in sorted(self.providers)]
         return {
             "daemon": DAEMON_INFO,
