@@ -139,8 +139,7 @@ def test_each_thread_keeps_its_newest_inputs(monkeypatch: pytest.MonkeyPatch) ->
     kept = inputs.Inputs(sent.append)
     client = {"connection": "socket-1"}
     for n in range(5):
-        params = {"clientRequestId": f"creq_{n}", "input": []}
-        kept.add("thr_a", "fake", params, "turn/start", float(n), client)
+        kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), client)
     assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_2", "creq_3", "creq_4"]
     assert [r["sentAt"] for r in kept.listing("thr_a", 2.0)["inputs"]] == [3.0, 4.0]
     assert len(sent) == 5

@@ -72,16 +72,16 @@ class Inputs:
         self,
         thread_id: str,
         provider_id: str,
-        params: dict[str, Any],
+        elements: list[Any],
+        client_request_id: str | None,
         method: str,
         sent_at: float,
         client: dict[str, str],
     ) -> None:
-        """A forwarded `turn/start` or `turn/steer` its bridge accepted (`params` as the client sent them)."""
-        elements = params.get("input")
-        kept, cut = bounded(elements if isinstance(elements, list) else [])
+        """A forwarded `turn/start` or `turn/steer` its bridge accepted (its `input` as the client sent it)."""
+        kept, cut = bounded(elements)
         record: dict[str, Any] = {
-            "clientRequestId": params.get("clientRequestId"),
+            "clientRequestId": client_request_id,
             "method": method,
             "input": kept,
             "sentAt": sent_at,

@@ -1,7 +1,10 @@
 """What the daemon does around each client method it forwards to a bridge: one `MethodRule` per method, in
 `METHODS`, read by `Daemon._forward` (`runtime.py`) with a `RuleContext`: what a rule may use.
 
-A forwarded request goes: the rule's `prepare` (before a bridge is chosen: a refusal here starts nothing) →
+A forwarded request's params are decoded once into `client_api.ForwardedParams` (`viewed`), what the daemon reads
+of them; the client's dict is never changed: the daemon's own changes are kept on the `Call` (the provider thread
+id, the provider's turn id, the hosted tools added, what agent configuration sets) and applied to a copy as it is
+sent (`outgoing`). It goes: the rule's `prepare` (before a bridge is chosen: a refusal here starts nothing) →
 the provider (`providerId`, else the thread's record) and its ready bridge → the capability check → for a request
 that names a thread, its provider thread id filled in and the rule's `turn_field` mapped back to the provider's
 turn id, then the rule's `before` → the bridge. Its answer runs `after_result` in the bridge's reader, in order
@@ -12,23 +15,24 @@ identity is known before its first turn's); a failure runs `after_error`, which 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
 import structlog
+from msgspec import UNSET
 
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.declared_tools import DeclarationError, Declarations, Tool
 from bbridge.daemon.delivery import ThreadParams, decode
 from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.inputs import Inputs
-from bbridge.daemon.offered_tools import OfferedTools, take_choice
+from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.threads import Cause, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, protocol, rpc
-from bbridge.wire.client_api import ToolChoice
+from bbridge.wire.client_api import ForwardedParams, ToolChoice
 
 log = structlog.get_logger("bbridge.daemon.methods")
 
@@ -54,18 +58,67 @@ class RuleContext:
 
 @dataclass
 class Call:
-    """One forwarded request, as its rule's hooks share it."""
+    """One forwarded request, as its rule's hooks share it: the client's params as sent (never changed), what the
+    daemon reads of them, and the daemon's own changes, applied as it is sent (`outgoing`)."""
 
     client: ClientSink
     method: str
-    params: dict[str, Any]
-    thread_id: str | None
+    params: Mapping[str, Any]
+    view: ForwardedParams
     bridge: BridgeProcess | None = None  # chosen after `prepare`
     declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools, the hosted ones added
     hosted: frozenset[str] = frozenset()  # a construction's hosted tools (among `declared`)
-    choice: ToolChoice | None = None  # a construction's `options.tools`, taken out of its params
+    added_tools: list[Any] = field(default_factory=list)  # hosted tools appended to `dynamicTools`
+    provider_thread_id: str | None = None  # filled in from the thread's record when the client left it out
+    provider_turn_id: str | None = None  # the rule's `turn_field`, as the provider's turn id
+    options: dict[str, Any] = field(default_factory=dict)  # members set over the client's `options`
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
     sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
+
+    @property
+    def thread_id(self) -> str | None:
+        return None if self.view.threadId is UNSET else self.view.threadId
+
+    @property
+    def choice(self) -> ToolChoice | None:
+        """A construction's `options.tools`: the daemon's own key, which the bridge never sees."""
+        options = self.view.options
+        return None if options is UNSET or options.tools is UNSET else options.tools
+
+    @property
+    def cwd(self) -> str | None:
+        return None if self.view.cwd is UNSET else self.view.cwd
+
+
+def viewed(method: str, params: Mapping[str, Any]) -> ForwardedParams:
+    """What the daemon reads of a forwarded request's params, or the client's error naming what is wrong."""
+    try:
+        return msgspec.convert(params, ForwardedParams)
+    except msgspec.ValidationError as exc:
+        if "$.options.tools" in str(exc):
+            raise rpc.RpcError(
+                rpc.INVALID_PARAMS,
+                f"{method}: Invalid options.tools ({exc}): it is {{include?: [tool names], exclude?: [tool names], "
+                "mcpServers?: [{name, command: [argv], env?: {NAME: value}}]}, choosing among the tools the daemon "
+                "hosts and bringing the thread's own MCP servers",
+            ) from None
+        raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
+
+
+def outgoing(call: Call, keeps_provider_id: bool, turn_field: str | None) -> dict[str, Any]:
+    """The params the bridge receives: the client's, less what only the daemon reads (`providerId` unless the
+    method's own, `options.tools`), with the daemon's changes."""
+    sent = {key: value for key, value in call.params.items() if keeps_provider_id or key != "providerId"}
+    if call.provider_thread_id is not None:
+        sent["providerThreadId"] = call.provider_thread_id
+    if turn_field is not None and call.provider_turn_id is not None:
+        sent[turn_field] = call.provider_turn_id
+    if call.added_tools:
+        sent["dynamicTools"] = [*(sent.get("dynamicTools") or []), *call.added_tools]
+    options = sent.get("options")
+    if isinstance(options, dict) and (call.choice is not None or call.options):
+        sent["options"] = {key: value for key, value in options.items() if key != "tools"} | call.options
+    return sent
 
 
 class MethodRule:
@@ -73,8 +126,12 @@ class MethodRule:
 
     keeps_provider_id = False  # the method's own params carry `providerId` (one bridge may serve several)
     constructs = False  # a construction: it names its own provider thread, and records the thread
-    turn_field: str | None = None  # a bb turn id in the params, sent as the provider's
+    turn_field: str | None = None  # a bb turn id in the params, sent as the provider's (`turn_of`)
     min_timeout_s = 0.0  # the request's timeout is at least this
+
+    def turn_of(self, view: ForwardedParams) -> str | None:
+        """The bb turn id the params name in `turn_field`."""
+        return None
 
     async def prepare(self, ctx: RuleContext, call: Call) -> None:
         """Before a bridge is chosen."""
@@ -110,10 +167,10 @@ class Construction(MethodRule):
 
     async def prepare(self, ctx: RuleContext, call: Call) -> None:
         try:
-            call.choice = take_choice(call.params)
             if call.thread_id is None and call.choice is not None and call.choice.mcpServers:
                 raise DeclarationError("options.tools.mcpServers needs the construction's threadId")
-            call.declared = await ctx.declarations.declare(call.params.get("dynamicTools"))
+            tools = call.view.dynamicTools
+            call.declared = await ctx.declarations.declare(None if tools is UNSET else tools)
             hosted = ctx.offered.for_construction(call.thread_id, call.client.name, call.choice, set(call.declared))
             await self._add(ctx, call, hosted)
         except DeclarationError as exc:
@@ -121,14 +178,9 @@ class Construction(MethodRule):
 
     async def before(self, ctx: RuleContext, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
-        cwd = call.params.get("cwd")
         try:
             brought = await ctx.offered.brought(
-                call.thread_id,
-                call.client.name,
-                call.choice,
-                set(call.declared or {}) - call.hosted,
-                cwd if isinstance(cwd, str) else None,
+                call.thread_id, call.client.name, call.choice, set(call.declared or {}) - call.hosted, call.cwd
             )
             await self._add(ctx, call, brought)
         except DeclarationError as exc:
@@ -136,8 +188,8 @@ class Construction(MethodRule):
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
         ctx.registry.construct(call.thread_id, call.bridge.provider_id, call.client)
         call.bridge.serves(call.thread_id)
-        supplied = call.params.get("providerThreadId")
-        if call.method == "thread/resume" and isinstance(supplied, str) and supplied:
+        supplied = call.view.providerThreadId
+        if call.method == "thread/resume" and supplied is not UNSET:
             ctx.registry.identify(call.thread_id, supplied)  # recorded before sending (protocol.md §3.3.6)
 
     @staticmethod
@@ -147,7 +199,7 @@ class Construction(MethodRule):
             return
         offered = msgspec.to_builtins(tools)
         call.declared = (call.declared or {}) | await ctx.declarations.declare(offered)
-        call.params["dynamicTools"] = [*(call.params.get("dynamicTools") or []), *offered]
+        call.added_tools += offered
         call.hosted |= {tool.name for tool in tools}
 
     @staticmethod
@@ -159,14 +211,8 @@ class Construction(MethodRule):
     def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None
         result = decode(raw, ThreadParams)
-        cwd = call.params.get("cwd")
-        ctx.registry.constructed(
-            call.thread_id,
-            call.declared,
-            None if result is None else result.providerThreadId,
-            call.hosted,
-            cwd if isinstance(cwd, str) else None,
-        )
+        provider_thread_id = None if result is None else result.providerThreadId
+        ctx.registry.constructed(call.thread_id, call.declared, provider_thread_id, call.hosted, call.cwd)
 
     def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         self._stop_brought(ctx, call)
@@ -180,7 +226,10 @@ class TurnInput(MethodRule):
     def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None and call.bridge is not None
         client = ctx.fanout.signature(call.client)
-        ctx.inputs.add(call.thread_id, call.bridge.provider_id, call.params, call.method, call.sent_at, client)
+        view = call.view
+        elements = [] if view.input is UNSET else view.input
+        request_id = None if view.clientRequestId is UNSET else view.clientRequestId
+        ctx.inputs.add(call.thread_id, call.bridge.provider_id, elements, request_id, call.method, call.sent_at, client)
 
 
 class TurnStart(TurnInput):
@@ -199,6 +248,9 @@ class TurnStart(TurnInput):
 class TurnSteer(TurnInput):
     turn_field = "expectedTurnId"
 
+    def turn_of(self, view: ForwardedParams) -> str | None:
+        return None if view.expectedTurnId is UNSET else view.expectedTurnId
+
 
 class ThreadStop(MethodRule):
     """`thread/stop`: nothing the thread waits on outlives its stop; a release answered lets the thread go
@@ -206,8 +258,11 @@ class ThreadStop(MethodRule):
 
     turn_field = "activeTurnId"
 
+    def turn_of(self, view: ForwardedParams) -> str | None:
+        return view.activeTurnId if isinstance(view.activeTurnId, str) else None
+
     async def prepare(self, ctx: RuleContext, call: Call) -> None:
-        if call.thread_id is not None and call.params.get("intent") == "interrupt":
+        if call.thread_id is not None and call.view.intent == "interrupt":
             call.open_before = ctx.tracker.open_turns(call.thread_id)  # before requests are resolved
 
     async def before(self, ctx: RuleContext, call: Call) -> None:
@@ -215,7 +270,7 @@ class ThreadStop(MethodRule):
         await ctx.resolve_thread(call.thread_id, "the thread was stopped")
 
     def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
-        if call.params.get("intent") == "release":
+        if call.view.intent == "release":
             assert call.thread_id is not None and call.bridge is not None
             ctx.release(call.thread_id, call.bridge, Cause.RELEASED)
 

@@ -2,7 +2,7 @@
 
 The tool host (`tool_host.ToolHost`, implemented above the daemon) says which tools it serves. A construction
 (`thread/start|resume|fork`) chooses among them with `options.tools = {include?, exclude?}`, which the daemon
-takes out before the bridge sees it (`take_choice`); the chosen tools, less any the client declares itself (its
+takes out before the bridge sees it (`methods.outgoing`); the chosen tools, less any the client declares itself (its
 own tool shadows a hosted one of the same name, each such shadowing reported once per daemon), are appended to
 the construction's `dynamicTools` (`OfferedTools.for_construction`), so every bridge offers them as it offers a client's.
 What a construction brings for its thread alone (`options.tools.mcpServers`) is handed to the host, opaque, once
@@ -38,22 +38,6 @@ DEFAULT_PRESENTATION: Final = {
     "label": {"pending": "Calling tool", "completed": "Called tool"},
     "icon": {"glyph": "Wrench"},
 }
-
-
-def take_choice(params: dict[str, Any]) -> client_api.ToolChoice | None:
-    """The construction's `options.tools`, taken out of its params (the bridge protocol does not know it)."""
-    options = params.get("options")
-    if not isinstance(options, dict) or "tools" not in options:
-        return None
-    raw = options.pop("tools")
-    try:
-        return msgspec.convert(raw, client_api.ToolChoice)
-    except msgspec.ValidationError as exc:
-        raise DeclarationError(
-            f"Invalid options.tools ({exc}): it is {{include?: [tool names], exclude?: [tool names], mcpServers?: "
-            "[{name, command: [argv], env?: {NAME: value}}]}, choosing among the tools the daemon hosts and "
-            "bringing the thread's own MCP servers"
-        ) from None
 
 
 def _names(tools: list[protocol.DynamicTool]) -> str:

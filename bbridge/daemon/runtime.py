@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 import structlog
 import trio
+from msgspec import UNSET
 
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, Counters, TurnDurations
@@ -31,7 +32,7 @@ from bbridge.daemon.extensions import ExtensionChecker
 from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
-from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call, RuleContext
+from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call, RuleContext, outgoing, viewed
 from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import Interactions
@@ -240,13 +241,12 @@ class Daemon:
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
         rule, ctx = METHODS[method], self.rules
-        thread_id = params.get("threadId")
-        call = Call(client, method, params, thread_id if isinstance(thread_id, str) else None)
+        call = Call(client, method, params, viewed(method, params))
         await rule.prepare(ctx, call)
-        provider_id = params.get("providerId") if rule.keeps_provider_id else params.pop("providerId", None)
+        provider_id = None if call.view.providerId is UNSET else call.view.providerId
         if provider_id is None and call.thread_id is not None:
             provider_id = self.registry.provider_of(call.thread_id)
-        if not isinstance(provider_id, str):
+        if provider_id is None:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method} needs providerId (string)")
         bridge = call.bridge = await self.supervisor.bridge(provider_id)
         refusal = protocol.method_allowed(method, bridge.capabilities)
@@ -254,11 +254,11 @@ class Daemon:
             raise rpc.RpcError(errors.NOT_ADVERTISED, f"Provider {provider_id!r} refused {method}: {refusal}")
         if call.thread_id is not None:
             known = self.registry.provider_threads.get(call.thread_id)
-            if known is not None and not rule.constructs:
-                params.setdefault("providerThreadId", known)
-            field = rule.turn_field
-            if field is not None and isinstance(params.get(field), str):
-                params[field] = bridge.provider_turn(call.thread_id, params[field])
+            if known is not None and not rule.constructs and call.view.providerThreadId is UNSET:
+                call.provider_thread_id = known
+            turn = rule.turn_of(call.view)
+            if turn is not None:
+                call.provider_turn_id = bridge.provider_turn(call.thread_id, turn)
             await rule.before(ctx, call)
 
         def answered(raw: msgspec.Raw) -> None:
@@ -266,8 +266,9 @@ class Daemon:
                 rule.after_result(ctx, call, raw)
 
         timeout = max(self.request_timeout_s, rule.min_timeout_s)
+        sent = outgoing(call, rule.keeps_provider_id, rule.turn_field)
         try:
-            raw = await bridge.request(method, params, timeout, on_result=answered)
+            raw = await bridge.request(method, sent, timeout, on_result=answered)
         except rpc.RpcError as exc:
             instead = rule.after_error(ctx, call, exc)
             if instead is not None:

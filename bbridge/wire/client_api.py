@@ -62,6 +62,36 @@ class ToolChoice(Wire, kw_only=True, forbid_unknown_fields=True):
     mcpServers: Annotated[list[ThreadMcpServer], msgspec.Meta(max_length=16)] | UnsetType = UNSET
 
 
+class ForwardedOptions(Wire, kw_only=True):
+    """What the daemon reads of a construction's or a turn's `options`: the hosted-tool choice it takes out, and the
+    instructions and environment agent configuration composes with (the rest is the bridge's to decode)."""
+
+    tools: ToolChoice | UnsetType = UNSET
+    model: str | UnsetType = UNSET
+    instructions: str | UnsetType = UNSET
+    envVars: dict[str, str] | UnsetType = UNSET
+
+
+class ForwardedParams(Wire, kw_only=True):
+    """What the daemon reads of a forwarded method's params, decoded once when the request arrives. The bridge
+    receives the client's params as sent but for the daemon's own changes (`runtime.outgoing`): `providerId` and
+    `options.tools` taken out, `providerThreadId` filled in from the thread's record, a bb turn id mapped to the
+    provider's, the hosted tools added to `dynamicTools`, the resolved agent configuration applied. Every other
+    member is the bridge's to check, against its protocol type."""
+
+    providerId: NonEmpty | UnsetType = UNSET
+    threadId: NonEmpty | UnsetType = UNSET
+    providerThreadId: NonEmpty | UnsetType = UNSET
+    cwd: NonEmpty | UnsetType = UNSET
+    intent: str | UnsetType = UNSET  # thread/stop: `interrupt` or `release`
+    expectedTurnId: NonEmpty | UnsetType = UNSET  # turn/steer: a bb turn id
+    activeTurnId: NonEmpty | UnsetType | None = UNSET  # thread/stop: a bb turn id
+    dynamicTools: list[Any] | UnsetType | None = UNSET  # checked as declarations (JSON Schema), not here
+    options: ForwardedOptions | UnsetType = UNSET
+    input: list[Any] | UnsetType = UNSET  # turn/start, turn/steer: kept as sent (`thread/inputs`)
+    clientRequestId: str | UnsetType = UNSET
+
+
 class ThreadPendingParams(Wire, kw_only=True, forbid_unknown_fields=True):
     threadId: NonEmpty | UnsetType = UNSET
 
