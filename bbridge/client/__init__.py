@@ -56,6 +56,7 @@ from bbridge.client.link import Link, Notice, UnreadableAnswer
 from bbridge.client.websocket import is_url, websocket_opener
 from bbridge.wire import client_api as api
 from bbridge.wire import errors
+from bbridge.wire.agent_config import AgentConfiguration
 from bbridge.wire.framing import MAX_LINE_BYTES
 from bbridge.wire.jsonrpc import ConnectionClosed, Request, RpcError, encode_result
 from bbridge.wire.websocket import HandshakeError
@@ -272,6 +273,19 @@ class Client:
     async def pending(self, thread_id: str | None = None) -> api.ThreadPendingResult:
         result = await self.request("thread/pending", {} if thread_id is None else {"threadId": thread_id})
         return msgspec.convert(result, api.ThreadPendingResult)
+
+    async def agent_configuration(
+        self,
+        thread_id: str | None = None,
+        *,
+        cwd: str | None = None,
+        provider_id: str | None = None,
+        model: str | None = None,
+    ) -> AgentConfiguration:
+        """What `[[agents]]` resolves to for a thread, or for a context given outright (`cwd` and `provider_id`)."""
+        given = {"threadId": thread_id, "cwd": cwd, "providerId": provider_id, "model": model}
+        params = {key: value for key, value in given.items() if value is not None}
+        return msgspec.convert(await self.request("agent/configuration", params), AgentConfiguration)
 
     async def respond(
         self, request_id: str, result: Any = None, *, error: tuple[int, str] | None = None, warning: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bbridge.wire import maintenance
+from bbridge.wire import maintenance, protocol
 from bbridge.wire.agent_config import AgentConfiguration
 
 
@@ -38,6 +38,11 @@ class AgentConfigurer(Protocol):
     def skill_roots(self, provider_id: str) -> list[maintenance.SkillRoot] | None:
         """The `skills/configure` roots for a bridge of this provider (None: it takes none, and its threads get
         the hosted `skill` tool)."""
+        ...
+
+    def skill_tool(self) -> protocol.DynamicTool:
+        """The hosted `skill` tool (`{name}`), offered to a thread whose provider takes no skill roots when its
+        contributions select skills."""
         ...
 
     def read_skill(self, configuration: AgentConfiguration, name: str) -> dict[str, Any]:

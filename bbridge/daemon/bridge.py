@@ -30,7 +30,7 @@ from bbridge.core.guard import Guard
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.threads import Piece
 from bbridge.daemon.watchdog import Slots, Watchdogs
-from bbridge.wire import errors, process, protocol, redact, rpc, tee
+from bbridge.wire import errors, maintenance, process, protocol, redact, rpc, tee
 from bbridge.wire.delta_decoder import DELTA_LINES
 from bbridge.wire.lanes import BRIDGE_TO_RUNTIME, RECORD_ENV, RUNTIME_TO_BRIDGE, Recorder, RuntimeScoper
 
@@ -48,6 +48,7 @@ KILL_GRACE_S = 1.0
 # `stop_grace_s` (this default), then SIGTERM whatever of the group outlived the leader
 BRIDGE_STOP = process.StopPlan(grace_s=5.0, kill_wait_s=KILL_GRACE_S, leftovers=signal.SIGTERM)
 INITIALIZE_TIMEOUT_S = 30.0
+SKILLS_TIMEOUT_S = 30.0  # `skills/configure` (protocol.md §3.3 method table)
 PIPE_READ_BYTES = 1 << 16
 CLIENT_INFO = {"name": "bbridge", "version": "0.1.0"}
 
@@ -185,8 +186,10 @@ class BridgeProcess:
         redactions: Sequence[redact.Pattern] = (),
         text_delta_flush_ms: float = 100,
         entropy_prefix: str | None = None,
+        skill_roots: list[maintenance.SkillRoot] | None = None,
     ) -> None:
         self.provider_id = provider_id
+        self.skill_roots = skill_roots or []  # what `skills/configure` gave it (sent after `initialize`)
         self.config = config
         self.host = host
         self.record_dir = record_dir
@@ -316,6 +319,29 @@ class BridgeProcess:
             self.capabilities = protocol.check_initialize(self.provider_id, bytes(raw))
         except protocol.HandshakeRefused as exc:
             raise rpc.RpcError(errors.HANDSHAKE_REFUSED, str(exc)) from None
+        if self.skill_roots:
+            await self._configure_skills(self.skill_roots, errors.BRIDGE_START_FAILED)
+
+    async def configure_skills(self, roots: list[maintenance.SkillRoot] | None) -> None:
+        """The skill roots that apply to this provider changed since it was given them: send them again."""
+        if (roots or []) != self.skill_roots:
+            await self._configure_skills(roots or [], errors.SKILLS_REFUSED)
+
+    async def _configure_skills(self, roots: list[maintenance.SkillRoot], code: int) -> None:
+        """`skills/configure` (protocol.md §3.3.13): its result is ignored, an error fails the start (or the
+        construction that found the roots changed), naming the roots."""
+        assert self._conn is not None
+        params = msgspec.to_builtins(maintenance.SkillsConfigureParams(roots=roots))
+        try:
+            await self._conn.request_raw("skills/configure", params, timeout=SKILLS_TIMEOUT_S)
+        except rpc.RpcError as exc:
+            names = ", ".join(root.id for root in roots) or "none"
+            raise rpc.RpcError(
+                code,
+                f"Provider {self.provider_id!r} refused skills/configure (skill roots: {names}): {exc.message}; "
+                "check [skills.roots] in bbridge.toml (`bbridge config check`), or limit the roots' providers",
+            ) from None
+        self.skill_roots = list(roots)
 
     def missing_env(self, text: str) -> list[str]:
         """The `BB_*` variables a text of the bridge's names that it was not given and a user may set."""

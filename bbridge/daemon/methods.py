@@ -23,6 +23,7 @@ import msgspec
 import structlog
 from msgspec import UNSET
 
+from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.declared_tools import DeclarationError, Declarations, Tool
 from bbridge.daemon.delivery import ThreadParams, decode
@@ -32,11 +33,13 @@ from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.threads import Cause, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import errors, protocol, rpc
+from bbridge.wire.agent_config import AgentConfiguration
 from bbridge.wire.client_api import ForwardedParams, ToolChoice
 
 log = structlog.get_logger("bbridge.daemon.methods")
 
 THREAD_CREATION_TIMEOUT_S = 120.0
+CONSTRUCTIONS: Final = frozenset({"thread/start", "thread/resume", "thread/fork"})
 DAEMON_MADE: Final = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
 
 
@@ -52,6 +55,7 @@ class RuleContext:
     tracker: Tracker
     inputs: Inputs
     fanout: Fanout
+    agents: AgentSettings
     resolve_thread: Callable[[str, str], Awaitable[None]]  # `Relays.resolve_thread`
     release: Callable[[str, BridgeProcess, Cause], object]  # `Supervisor.release`
 
@@ -65,13 +69,16 @@ class Call:
     method: str
     params: Mapping[str, Any]
     view: ForwardedParams
+    provider_id: str = ""  # the params' `providerId`, else the thread's provider (before `prepare`)
     bridge: BridgeProcess | None = None  # chosen after `prepare`
+    configuration: AgentConfiguration | None = None  # the agent configuration resolved for it
     declared: dict[str, Tool] | None = None  # a construction's checked dynamicTools, the hosted ones added
     hosted: frozenset[str] = frozenset()  # a construction's hosted tools (among `declared`)
     added_tools: list[Any] = field(default_factory=list)  # hosted tools appended to `dynamicTools`
     provider_thread_id: str | None = None  # filled in from the thread's record when the client left it out
     provider_turn_id: str | None = None  # the rule's `turn_field`, as the provider's turn id
     options: dict[str, Any] = field(default_factory=dict)  # members set over the client's `options`
+    members: dict[str, Any] = field(default_factory=dict)  # top-level members set (`instructionMode`)
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
     sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
 
@@ -88,6 +95,25 @@ class Call:
     @property
     def cwd(self) -> str | None:
         return None if self.view.cwd is UNSET else self.view.cwd
+
+    def configure(self, agents: AgentSettings) -> None:
+        """Resolve the agent configuration for this construction or turn and keep what it sets: the composed
+        instructions (and `instructionMode` when a contribution replaced), its `BB_*` variables over the
+        client's (configuration is the operator's word)."""
+        options = self.view.options
+        given = None if options is UNSET or options.instructions is UNSET else options.instructions
+        model = None if options is UNSET or options.model is UNSET else options.model
+        self.configuration = agents.resolve(self.thread_id, self.provider_id, self.cwd, model, given)
+        if self.configuration is None or options is UNSET:
+            return
+        instructions = self.configuration.instructions
+        if instructions.text != (given or ""):
+            self.options["instructions"] = instructions.text
+        if instructions.mode == "replace" and self.method in CONSTRUCTIONS:
+            self.members["instructionMode"] = "replace"
+        if self.configuration.envVars:
+            own = {} if options.envVars is UNSET else options.envVars
+            self.options["envVars"] = own | self.configuration.envVars
 
 
 def viewed(method: str, params: Mapping[str, Any]) -> ForwardedParams:
@@ -118,7 +144,7 @@ def outgoing(call: Call, keeps_provider_id: bool, turn_field: str | None) -> dic
     options = sent.get("options")
     if isinstance(options, dict) and (call.choice is not None or call.options):
         sent["options"] = {key: value for key, value in options.items() if key != "tools"} | call.options
-    return sent
+    return sent | call.members
 
 
 class MethodRule:
@@ -171,8 +197,13 @@ class Construction(MethodRule):
                 raise DeclarationError("options.tools.mcpServers needs the construction's threadId")
             tools = call.view.dynamicTools
             call.declared = await ctx.declarations.declare(None if tools is UNSET else tools)
+            call.configure(ctx.agents)
             hosted = ctx.offered.for_construction(call.thread_id, call.client.name, call.choice, set(call.declared))
-            await self._add(ctx, call, hosted)
+            hosted = selected(hosted, call.configuration)
+            skill = [
+                t for t in ctx.agents.skill_tool(call.provider_id, call.configuration) if t.name not in call.declared
+            ]
+            await self._add(ctx, call, hosted + skill)
         except DeclarationError as exc:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
 
@@ -186,6 +217,7 @@ class Construction(MethodRule):
         except DeclarationError as exc:
             self._stop_brought(ctx, call)
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
+        await call.bridge.configure_skills(ctx.agents.skill_roots(call.provider_id))
         ctx.registry.construct(call.thread_id, call.bridge.provider_id, call.client)
         call.bridge.serves(call.thread_id)
         supplied = call.view.providerThreadId
@@ -213,6 +245,7 @@ class Construction(MethodRule):
         result = decode(raw, ThreadParams)
         provider_thread_id = None if result is None else result.providerThreadId
         ctx.registry.constructed(call.thread_id, call.declared, provider_thread_id, call.hosted, call.cwd)
+        ctx.agents.constructed(call.thread_id, call.configuration)
 
     def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         self._stop_brought(ctx, call)
@@ -220,8 +253,12 @@ class Construction(MethodRule):
 
 
 class TurnInput(MethodRule):
-    """`turn/start` and `turn/steer`: an input the bridge accepted is kept as thread state (`inputs.py`: the
-    canonical events keep no prompt text); a refused one is not."""
+    """`turn/start` and `turn/steer`: the agent configuration resolved again (options ride every turn; the
+    instructions apply at the next construction, protocol.md §4.4); an input the bridge accepted is kept as thread
+    state (`inputs.py`: the canonical events keep no prompt text); a refused one is not."""
+
+    async def prepare(self, ctx: RuleContext, call: Call) -> None:
+        call.configure(ctx.agents)
 
     def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
         assert call.thread_id is not None and call.bridge is not None
@@ -292,6 +329,14 @@ class ThreadStop(MethodRule):
             error=exc.message,
         )
         return {"turnAlreadyEnded": True}
+
+
+def selected(tools: list[protocol.DynamicTool], configuration: AgentConfiguration | None) -> list[protocol.DynamicTool]:
+    """The hosted tools agent configuration lets through: its `include` (when it names any), never its `exclude`."""
+    if configuration is None:
+        return tools
+    include, exclude = set(configuration.tools.include), set(configuration.tools.exclude)
+    return [tool for tool in tools if (not include or tool.name in include) and tool.name not in exclude]
 
 
 FORWARDED: Final = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridge method but the handshake

@@ -22,6 +22,7 @@ import structlog
 import trio
 from msgspec import UNSET
 
+from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.counters import Counters
@@ -59,6 +60,7 @@ class Relays:
         offered: OfferedTools,
         counters: Counters,
         warn: Warn,
+        agents: AgentSettings,
     ) -> None:
         self._providers = providers
         self._bridges = bridges
@@ -69,6 +71,7 @@ class Relays:
         self._offered = offered
         self._counters = counters
         self._warn = warn
+        self._agents = agents  # answers the `skill` tool
         self._nursery: trio.Nursery | None = None
 
     def start(self, nursery: trio.Nursery) -> None:
@@ -133,6 +136,9 @@ class Relays:
             )
             return refusal.result()
         if thread_id is not None and params["tool"] in self._registry.hosted_of(thread_id):
+            if self._agents.serves_skill(thread_id, params["tool"]):
+                self._counters.hosted_calls += 1
+                return self._agents.read_skill(thread_id, params["arguments"])
             return await self.hosted_call(bridge, thread_id, params)
         params["providerId"] = bridge.provider_id
         self._counters.tool_calls_relayed += 1

@@ -24,6 +24,8 @@ import structlog
 import trio
 from msgspec import UNSET
 
+from bbridge.daemon.agent_config import AgentConfigurer, AgentContext
+from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
@@ -43,6 +45,7 @@ from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tool_host import ToolHost
 from bbridge.daemon.tracker import Tracker
 from bbridge.wire import client_api, errors, protocol, rpc
+from bbridge.wire.agent_config import AgentConfigurationParams
 from bbridge.wire.redact import Pattern
 
 __all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
@@ -70,6 +73,7 @@ class Daemon:
         tool_check_deadline_s: float = CHECK_DEADLINE_S,
         max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES,
         tool_host: ToolHost | None = None,
+        agents: AgentConfigurer | None = None,
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -86,6 +90,7 @@ class Daemon:
         self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
         self.fanout = Fanout(self.journal)
+        self.agents = AgentSettings(agents, self.fanout.publish)  # `[[agents]]` resolved before each turn
         self.interactions = Interactions(self.fanout.broadcast, self.registry, self.journal.directory)
         self.inputs = Inputs(self.fanout.broadcast, self.journal.directory)  # what clients asked of each thread
         extensions = {
@@ -113,8 +118,11 @@ class Daemon:
             self.offered,
             self.counters,
             self.output.deliver_warning,
+            self.agents,
         )
-        spawning = Spawning(record_dir, tuple(record_redactions), text_delta_flush_ms, entropy_prefix)
+        spawning = Spawning(
+            record_dir, tuple(record_redactions), text_delta_flush_ms, entropy_prefix, self.agents.skill_roots
+        )
         self.supervisor = Supervisor(
             providers,
             self.config,
@@ -138,6 +146,7 @@ class Daemon:
             self.counters,
             self.turn_durations,
             self.mistakes,
+            self.agents,
         )
         self.rules = RuleContext(
             self.registry,
@@ -146,6 +155,7 @@ class Daemon:
             self.tracker,
             self.inputs,
             self.fanout,
+            self.agents,
             self.relays.resolve_thread,
             self.supervisor.release,
         )
@@ -233,6 +243,29 @@ class Daemon:
         asked = _decoded("thread/pending", params, client_api.ThreadPendingParams)
         return self.interactions.listing(None if asked.threadId is msgspec.UNSET else asked.threadId)
 
+    def _agent_configuration(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`agent/configuration {threadId} | {cwd, providerId, model?}`: the agent configuration that resolves for
+        a thread (the context its latest construction or turn gave) or for a context given outright."""
+        asked = _decoded("agent/configuration", params, AgentConfigurationParams)
+        if asked.threadId is not UNSET:
+            context = self.agents.context_of(asked.threadId)
+            if context is None:
+                provider_id = self.registry.provider_of(asked.threadId)
+                if provider_id is None:
+                    raise rpc.RpcError(
+                        errors.UNKNOWN_THREAD,
+                        f"agent/configuration: thread {asked.threadId!r} is not one this daemon constructed; "
+                        "give {cwd, providerId, model?} instead",
+                    )
+                context = AgentContext(provider_id, self.registry.records[asked.threadId].cwd, asked.threadId)
+        elif asked.providerId is UNSET or asked.cwd is UNSET:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "agent/configuration needs threadId, or cwd and providerId")
+        else:
+            model = None if asked.model is UNSET else asked.model
+            context = AgentContext(asked.providerId, asked.cwd, None, model)
+        result: dict[str, Any] = msgspec.to_builtins(self.agents.explain(context))
+        return result
+
     def _respond(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
         """`interaction/respond {requestId, result | error, warning?}` (`Relays.respond`)."""
         answer = _decoded("interaction/respond", params, client_api.InteractionRespondParams)
@@ -242,12 +275,13 @@ class Daemon:
         """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
         rule, ctx = METHODS[method], self.rules
         call = Call(client, method, params, viewed(method, params))
-        await rule.prepare(ctx, call)
         provider_id = None if call.view.providerId is UNSET else call.view.providerId
         if provider_id is None and call.thread_id is not None:
             provider_id = self.registry.provider_of(call.thread_id)
         if provider_id is None:
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method} needs providerId (string)")
+        call.provider_id = provider_id
+        await rule.prepare(ctx, call)
         bridge = call.bridge = await self.supervisor.bridge(provider_id)
         refusal = protocol.method_allowed(method, bridge.capabilities)
         if refusal is not None:
@@ -295,6 +329,7 @@ OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] =
     "thread/inputs": lambda daemon, client, params: _now(daemon._thread_inputs(params)),
     "thread/pending": lambda daemon, client, params: _now(daemon._thread_pending(params)),
     "interaction/respond": lambda daemon, client, params: _now(daemon._respond(client, params)),
+    "agent/configuration": lambda daemon, client, params: _now(daemon._agent_configuration(params)),
     "shutdown": Daemon._shutdown,
 }
 OWN_METHODS = tuple(OWN)

@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 from bbridge.core import native
+from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.fanout import Fanout
@@ -42,6 +43,7 @@ class Status:
         counters: Counters,
         turn_durations: TurnDurations,
         noted: Mistakes,
+        agents: AgentSettings,
     ) -> None:
         self._providers = providers
         self._config = config
@@ -55,6 +57,7 @@ class Status:
         self._counters = counters
         self._turn_durations = turn_durations
         self._mistakes = noted
+        self._agents = agents
         self._started_at = time.time()
 
     def status(self) -> dict[str, Any]:
@@ -89,6 +92,7 @@ class Status:
             "journal": self._journal.health(),
             "turnDurations": self._turn_durations.view(),
             "hostedTools": self._offered.status(),
+            **({} if (agents := self._agents.report()) is None else {"agentConfig": agents}),
         }
 
     def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
@@ -122,5 +126,6 @@ class Status:
                 "pendingAcceptedInput": bridge.assembler.pending_input_count(thread_id) if bridge else 0,
                 "pendingTurnStart": live.start_pending if bridge else False,
                 "bridgeMistakes": self._mistakes.of_thread(thread_id),
+                "agentConfig": self._agents.thread_view(thread_id),
                 "lastSeq": last_seq,
             }

@@ -10,7 +10,7 @@ and the thread's record (`ThreadRegistry.let_go`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from bbridge.daemon.relays import Relays
 from bbridge.daemon.threads import LETS_GO, Cause, Piece, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Slots
-from bbridge.wire import errors, rpc
+from bbridge.wire import errors, maintenance, rpc
 from bbridge.wire.redact import Pattern
 
 log = structlog.get_logger("bbridge.daemon.supervisor")
@@ -44,6 +44,7 @@ class Spawning:
     redactions: Sequence[Pattern] = field(default_factory=tuple)  # what every recorded lane is redacted with
     text_delta_flush_ms: float = 100
     entropy_prefix: str | None = None
+    skill_roots: Callable[[str], list[maintenance.SkillRoot] | None] = lambda _: None  # sent in `skills/configure`
 
 
 class Supervisor:
@@ -110,6 +111,7 @@ class Supervisor:
                 redactions=spawning.redactions,
                 text_delta_flush_ms=spawning.text_delta_flush_ms,
                 entropy_prefix=spawning.entropy_prefix,
+                skill_roots=spawning.skill_roots(provider_id),
             )
             self.bridges[provider_id] = bridge
             try:

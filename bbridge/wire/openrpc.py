@@ -18,7 +18,7 @@ import msgspec
 
 from bbridge.core.grammar import ThreadDeltaParams
 from bbridge.core.scalars import ClientRequestId
-from bbridge.wire import client_api, errors, interactions, protocol
+from bbridge.wire import agent_config, client_api, errors, interactions, protocol
 from bbridge.wire.schema import Schema, components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
@@ -32,6 +32,7 @@ DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
     "thread/pending": (client_api.ThreadPendingParams, client_api.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
     "thread/inputs": (client_api.ThreadInputsParams, client_api.ThreadInputsResult, "The turn inputs (`turn/start`, `turn/steer`) a thread's bridge accepted, oldest first, each with its `clientRequestId` (the `turn/input/accepted` event names it), its `input` as sent and who sent it: the canonical events keep no prompt text."),
     "interaction/respond": (client_api.InteractionRespondParams, client_api.InteractionRespondResult, "Answer a pending request; the first answer wins."),
+    "agent/configuration": (agent_config.AgentConfigurationParams, agent_config.AgentConfiguration, "The agent configuration (`[[agents]]` of bbridge.toml) that resolves for a thread (the context its latest construction or turn gave), or for `{cwd, providerId, model?}`: each contribution applied or not and why, the composed instructions, the hosted-tool selection, the skills and the `BB_*` variables."),
     "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
 }  # fmt: skip
 

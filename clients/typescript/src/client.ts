@@ -358,6 +358,11 @@ export class Client {
     return this.request("thread/pending", threadId === undefined ? {} : { threadId });
   }
 
+  /** What `[[agents]]` resolves to for a thread, or for `{cwd, providerId, model?}`. */
+  agentConfiguration(asked: { threadId: string } | { cwd: string; providerId: string; model?: string }): Promise<Result<"agent/configuration">> {
+    return this.request("agent/configuration", asked);
+  }
+
   /** Answer a pending request; `warning` also goes on its thread as a `provider/warning` event. */
   respond(
     requestId: string,
