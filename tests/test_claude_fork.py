@@ -85,3 +85,23 @@ def test_fork_of_an_empty_session(tmp_path: Path) -> None:
     env, workspace = seed(tmp_path, [entry("progress", P1, None)])
     with pytest.raises(fork.ForkError, match="has no messages to fork"):
         fork.fork(env, str(workspace), SOURCE)
+
+
+def test_fork_leaves_out_the_system_prompt_snapshot(tmp_path: Path) -> None:
+    """The CLI replays a transcript's `prompt_snapshot` on `--resume`: a fork copies none, so the fork's own
+    instructions apply (its children are re-parented like a progress entry's)."""
+    snapshot = {"type": "prompt_snapshot", "systemPrompt": ["the source's instructions"]}
+    env, workspace = seed(
+        tmp_path,
+        [
+            entry("user", U1, None, message={"role": "user", "content": "Hi"}),
+            entry("attachment", P1, U1, attachment=snapshot),
+            entry("attachment", U2, P1, attachment={"type": "date", "date": "2026-12-04"}),
+            entry("assistant", A1, U2, message={"role": "assistant", "content": []}),
+        ],
+    )
+    new_id = fork.fork(env, str(workspace), SOURCE)
+    user, date, assistant, _ = read(env, workspace, new_id)
+    assert "the source's instructions" not in json.dumps(read(env, workspace, new_id))
+    assert [e["forkedFrom"]["messageUuid"] for e in (user, date, assistant)] == [U1, U2, A1]
+    assert date["parentUuid"] == user["uuid"] and assistant["parentUuid"] == date["uuid"]

@@ -3,6 +3,12 @@
 Claude Code keeps each session as `<config>/projects/<sanitized cwd>/<id>.jsonl`. A fork keeps the source's
 conversation entries up to the checkpoint, re-keys them (new session id, new uuids, parents remapped) and marks
 where they came from; the bridge then starts the child with `--resume <new id>`.
+
+One departure from spec §1.7: the copy leaves out the CLI's `prompt_snapshot` attachments. The pinned CLI writes one
+to the transcript when a session first calls the model (its whole system prompt, `appendSystemPrompt` or
+`systemPrompt` included) and, on `--resume`, sends that snapshot instead of the prompt its `initialize` asked for.
+A fork is a new session whose construction brings its own instructions (protocol.md §4.4, §4.5); with the snapshot
+copied it would keep the source's (tests/live/NOTES.md, "Instructions").
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 KEPT_TYPES = frozenset({"user", "assistant", "attachment", "system", "progress"})
+SNAPSHOT = "prompt_snapshot"  # an attachment's type: the system prompt a resume replays
 DROPPED_FIELDS = ("teamName", "agentName", "sessionKind", "slug", "sourceToolAssistantUUID")
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 NAME_LIMIT = 200
@@ -72,6 +79,11 @@ def _first_prompt(entries: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _snapshot(entry: dict[str, Any]) -> bool:
+    attachment = entry.get("attachment")
+    return entry.get("type") == "attachment" and isinstance(attachment, dict) and attachment.get("type") == SNAPSHOT
+
+
 def fork(env: Mapping[str, str], cwd: str, source_id: str, checkpoint: str | None = None) -> str:
     """Copy the source session (up to `checkpoint`) into a new session file; its id."""
     if not _UUID.match(source_id):
@@ -96,15 +108,15 @@ def fork(env: Mapping[str, str], cwd: str, source_id: str, checkpoint: str | Non
             raise ForkError(f"Message {checkpoint} not found in session {source_id}")
         kept = kept[: cut + 1]
     parents = {e["uuid"]: e.get("parentUuid") for e in kept}
-    progress = {e["uuid"] for e in kept if e.get("type") == "progress"}
-    kept = [e for e in kept if e["uuid"] not in progress]
+    skipped = {e["uuid"] for e in kept if e.get("type") == "progress" or _snapshot(e)}
+    kept = [e for e in kept if e["uuid"] not in skipped]
     if not kept:
         raise ForkError(f"Session {source_id} has no messages to fork")
     new_id = str(uuid.uuid4())
     renamed = {e["uuid"]: str(uuid.uuid4()) for e in kept}
 
     def ancestor(old: Any) -> str | None:
-        while isinstance(old, str) and old in progress:
+        while isinstance(old, str) and old in skipped:
             old = parents.get(old)
         return renamed.get(old) if isinstance(old, str) else None
 

@@ -17,6 +17,8 @@ pi: `tests.live.openai_chat` (a scripted OpenAI Chat Completions API on 127.0.0.
 pi and node, an offline agent dir with a custom `models.json` provider, a small `pi --mode rpc` driver); notes in
 `tests/live/PI_NOTES.md`.
 
+Skills: `tests.live.skills` (a skill root on disk, and the Claude Code plugin directory that loads one).
+
 Every agent behind one shape (`tests.live.agents`): each of the above, and the small ACP agent of
 `tests/test_acp_tools.py`, as one provider world with a scripted model that calls a tool, for the tool tests.
 """
