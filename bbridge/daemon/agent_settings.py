@@ -5,7 +5,7 @@ A thread's context (its provider, `cwd` and model) is what its latest constructi
 that failed is warned once on the thread (a `system/warning`, code `agent_config_failed`) for as long as it keeps
 failing the same way, and listed in `daemon/status` (`agentConfig.errors`). The protocol freezes instructions per
 provider session (protocol.md §4.4): a turn whose resolved instructions differ from those its session was built
-with goes on, and `daemon/status` says so on the thread until the next construction.
+with goes on, and `daemon/status` says so on the thread (`CHANGED_NOTE`) until the next construction.
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ from bbridge.daemon.agent_config import AgentConfigurer, AgentContext
 from bbridge.wire import maintenance, protocol
 from bbridge.wire.agent_config import AgentConfiguration, ResolvedInstructions, ResolvedTools
 
-CHANGED_NOTE: Final = "instructions changed; applied at the next construction"
+# A resume keeps the session's saved instructions on Claude Code and Codex (a fork too on Codex): only a new
+# session is sure to take them (tests/test_skills_live.py).
+CHANGED_NOTE: Final = (
+    "instructions changed; applied at the next construction (a new thread/start; a resume keeps the session's "
+    "instructions on Claude Code and Codex)"
+)
 EMPTY: Final = AgentConfiguration(
     contributions=[],
     instructions=ResolvedInstructions(text="", mode="append"),

@@ -4,7 +4,7 @@
 import { h, str } from "./dom.js";
 import { PendingCards } from "./pending.js";
 import { Connection, takeToken } from "./rpc.js";
-import { ThreadList, renderDaemon } from "./threads.js";
+import { ThreadList, renderAgentConfig, renderDaemon } from "./threads.js";
 import { Timeline } from "./timeline.js";
 
 const POLL_MS = 2000;
@@ -25,6 +25,7 @@ const ui = {
   main: $("#main"),
   threads: $("#threads"),
   title: $("#thread-title"),
+  agentConfig: $("#agent-config"),
   timeline: $("#timeline"),
   pending: $("#pending"),
   daemon: $("#daemon"),
@@ -262,9 +263,16 @@ async function openThread(threadId) {
   const opening = timeline.open(threadId);
   for (const request of pending.values()) if (request.threadId === threadId) cards.show(request);
   if (window.matchMedia("(max-width: 800px)").matches) ui.title.scrollIntoView({ block: "start" }); // one column
+  ui.agentConfig.hidden = true;
   await opening;
   if (connection.ready) await catchUpCards(threadId).catch(() => {});
+  if (connection.ready) await showAgentConfig(threadId).catch(() => {});
   ui.timeline.focus({ preventScroll: true });
+}
+
+async function showAgentConfig(threadId) {
+  const config = await connection.request("agent/configuration", { threadId });
+  if (current === threadId) renderAgentConfig(ui.agentConfig, config);
 }
 
 // -- driving: start a thread, prompt, steer, stop ------------------------------------------------------------

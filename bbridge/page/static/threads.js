@@ -144,3 +144,26 @@ export function renderDaemon(root, status) {
     h("details", { class: "counters-box" }, h("summary", {}, "Counters"), counters),
   );
 }
+
+/** A thread's resolved agent configuration (`agent/configuration`): each `[[agents]]` contribution applied or not
+ *  and why, the composed instructions, the hosted-tool selection, the skills; `BB_*` variables by name only. */
+export function renderAgentConfig(root, config) {
+  const contributions = config.contributions ?? [];
+  root.hidden = contributions.length === 0;
+  const state = (c) => (c.failed ? "failed" : c.applied ? "applied" : "not applied");
+  const tools = config.tools ?? {};
+  root.replaceChildren(
+    h("summary", {}, `Agent configuration (${contributions.filter((c) => c.applied && !c.failed).length} applied)`),
+    h("ul", { class: "contributions" }, ...contributions.map((c) => h("li", { class: state(c).replace(" ", "-") }, `${str(c.id)}: ${state(c)}${c.reason ? ` (${str(c.reason)})` : ""}`))),
+    h("dl", {},
+      h("dt", {}, `Instructions (${str(config.instructions?.mode)})`),
+      h("dd", {}, h("pre", {}, str(config.instructions?.text) || "none")),
+      h("dt", {}, "Hosted tools"),
+      h("dd", {}, `include: ${(tools.include ?? []).map(str).join(", ") || "all"}; exclude: ${(tools.exclude ?? []).map(str).join(", ") || "none"}`),
+      h("dt", {}, "Skills"),
+      h("dd", {}, (config.skills ?? []).map((s) => `${str(s.root)}:${str(s.name)} @${str(s.revision).slice(0, 12)}`).join(", ") || "none"),
+      h("dt", {}, "Environment"),
+      h("dd", {}, Object.keys(config.envVars ?? {}).map(str).join(", ") || "none"),
+    ),
+  );
+}
