@@ -119,17 +119,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     acp.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
 
-    config = commands.add_parser("config", help="the providers configuration (bbridge.toml)")
+    config = commands.add_parser("config", help="the configuration (bbridge.toml): providers and agents")
     config_actions = config.add_subparsers(dest="action", required=True)
     check = config_actions.add_parser(
         "check",
-        help="print the refused entries of a providers TOML",
-        description="Load the providers TOML as `bbridge serve` would and print each refused entry (section.key: "
-        "why), or 'ok: N providers'. Exit status: 0 nothing refused, 1 an entry refused, 2 the file is unusable.",
+        help="print the refused entries of a bbridge TOML",
+        description="Load the TOML's providers, [[agents]] and [skills.roots.NAME] as `bbridge serve` would and "
+        "print each refused entry (section.key: why), or 'ok: N providers'. Exit status: 0 nothing refused, 1 an "
+        "entry refused, 2 the file is unusable.",
     )
-    check.add_argument(
-        "--config", type=Path, metavar="FILE", help="providers TOML (default: ./bbridge.toml if present)"
+    check.add_argument("--config", type=Path, metavar="FILE", help="bbridge TOML (default: ./bbridge.toml if present)")
+    explain = config_actions.add_parser(
+        "explain",
+        help="print the agent configuration ([[agents]]) resolved for a thread's context",
+        description="Resolve the TOML's [[agents]] contributions for a context (cwd, provider, model, thread) as "
+        "the daemon does before a turn and print each contribution, applied or not and why, and the composed "
+        "instructions, tools, skills and environment; --json prints the AgentConfiguration the client API's "
+        "agent/configuration answers. Exit status: 0, or 2 when the file is unusable.",
     )
+    explain.add_argument("--cwd", required=True, metavar="DIR", help="the thread's working directory")
+    explain.add_argument("--provider", required=True, metavar="ID", help="the thread's provider id")
+    explain.add_argument("--model", metavar="M", help="the thread's model")
+    explain.add_argument("--thread", metavar="ID", help="the thread's id (for scope = { thread = ID })")
+    explain.add_argument(
+        "--config", type=Path, metavar="FILE", help="bbridge TOML (default: ./bbridge.toml if present)"
+    )
+    explain.add_argument("--json", action="store_true", help="the AgentConfiguration as JSON")
 
     tools = commands.add_parser("tools", help="the tools hosted by the daemon ([tools.NAME] and plugin bundles)")
     tools_actions = tools.add_subparsers(dest="action", required=True)
@@ -335,17 +350,50 @@ def _parity_cases(args: argparse.Namespace) -> int:
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    from bbridge.agents.config import load_agents
+    from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
 
-    providers, report = load_config(config_path(args.config))
+    path = config_path(args.config)
+    providers, report = load_config(path)
+    agents = Agents(load_agents(path))
+    refused = [*report.refused, *agents.refused()]
     names = ", ".join(sorted(providers))
-    if not report.refused:
-        print(f"ok: {len(providers)} providers ({names})")
+    contributions = [contribution.id for contribution in agents.config.contributions]
+    roots = list(agents.config.roots)
+    loaded = "".join(
+        f"; {len(items)} {noun}{'s' if len(items) != 1 else ''} ({', '.join(items)})"
+        for noun, items in (("agent contribution", contributions), ("skill root", roots))
+        if items
+    )
+    if not refused:
+        print(f"ok: {len(providers)} providers ({names}){loaded}")
         return 0
-    for refusal in report.refused:
+    for refusal in refused:
         print(f"refused {refusal.line()}")
-    print(f"{len(report.refused)} refused; {len(providers)} providers would serve ({names})")
+    print(f"{len(refused)} refused; {len(providers)} providers would serve ({names}){loaded}")
     return 1
+
+
+def _config_explain(args: argparse.Namespace) -> int:
+    from bbridge.agents.config import load_agents
+    from bbridge.agents.explain import explain
+    from bbridge.agents.resolve import Agents
+    from bbridge.daemon.agent_config import AgentContext
+    from bbridge.daemon.config import config_path
+
+    agents = Agents(load_agents(config_path(args.config)))
+    context = AgentContext(
+        provider_id=args.provider, cwd=os.path.abspath(args.cwd), thread_id=args.thread, model=args.model
+    )
+    configuration = agents.resolve(context)
+    if args.json:
+        print(msgspec.json.encode(configuration).decode())
+        return 0
+    print(explain(agents, context, configuration), end="")
+    for refusal in agents.refused():
+        print(f"refused {refusal.line()}")
+    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -516,7 +564,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "bench":
             return bench_report.main(args)
         if args.command == "config":
-            return _config_check(args)
+            return _config_explain(args) if args.action == "explain" else _config_check(args)
         if args.command == "tools":
             return serving.tools_check(args)
         if args.command == "golden":

@@ -1,8 +1,9 @@
 """Reading `bbridge.toml`: the parse every reader of the file shares, and the error that says it cannot be used.
 
-The daemon's providers (`bbridge.daemon.config`), the hosted tools (`bbridge.toolhost`) and `bbridge acp`'s
-`[acp]` (`bbridge.acp_face.settings`) each read their own sections of one file. The reader sits in a low
-layer, beside the wire, so the ACP face, which may not import the daemon, uses the same one.
+The daemon's providers (`bbridge.daemon.config`), the hosted tools (`bbridge.toolhost`), the agents' configuration
+(`bbridge.agents`) and `bbridge acp`'s `[acp]` (`bbridge.acp_face.settings`) each read their own sections of one
+file. The reader sits in a low layer, beside the wire, so the rooms above the daemon, which may not import its
+internals, use the same one, and say what they refused alike (`Refusal`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 
 class ConfigError(ValueError):
@@ -24,3 +27,15 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: nested too deeply to parse") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+class Refusal(msgspec.Struct, frozen=True):
+    """One entry left out of the configuration; `key` is None when the whole section is unusable."""
+
+    section: str
+    key: str | None
+    error: str
+
+    def line(self) -> str:
+        where = self.section if self.key is None else f"{self.section}.{self.key}"
+        return f"{where}: {self.error}"

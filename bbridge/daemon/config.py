@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from bbridge.config_file import ConfigError, read_toml
+from bbridge.config_file import Refusal as Refusal  # its home is the shared reader; named here for its users
 
 ECHO_PROVIDER = "echo"
 DEFAULT_PATH = Path("bbridge.toml")
@@ -47,18 +48,6 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True):
             problem = check(getattr(self, name))
             if problem is not None:
                 raise ValueError(f"{name}: {problem}")
-
-
-class Refusal(msgspec.Struct, frozen=True):
-    """One entry left out of the configuration; `key` is None when the whole section is unusable."""
-
-    section: str
-    key: str | None
-    error: str
-
-    def line(self) -> str:
-        where = self.section if self.key is None else f"{self.section}.{self.key}"
-        return f"{where}: {self.error}"
 
 
 class ConfigReport(msgspec.Struct):
@@ -100,8 +89,9 @@ def config_path(given: Path | None) -> Path | None:
 
 
 # The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
-# `tool_rules`, `tool_audit`, `mcp_servers`) and `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults).
-KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "acp"})
+# `tool_rules`, `tool_audit`, `mcp_servers`), `bbridge.agents` (`agents`, `skills`: the agents' configuration) and
+# `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults).
+KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp"})
 
 
 def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:

@@ -23,8 +23,9 @@ class AgentConfigurationParams(Wire, kw_only=True, forbid_unknown_fields=True):
 
 
 class ContributionOutcome(Wire, kw_only=True):
-    """One `[[agents]]` entry, in file order: applied, or not and why (`failed`: it applied but could not be used
-    this turn: its `file` unreadable, a skill missing; it is dropped for this turn alone)."""
+    """One `[[agents]]` entry, in file order: applied, or not and why. `failed`: its scope and conditions matched
+    but it could not be used this turn (its `file` unreadable, a skill missing), so it is dropped for this turn
+    alone: not applied, and the reason says what failed."""
 
     id: str
     applied: bool
@@ -45,6 +46,11 @@ class ResolvedTools(Wire, kw_only=True):
 
     include: list[str]
     exclude: list[str]
+
+    def allows(self, name: str) -> bool:
+        """Whether the tool `name` is selected: in `include` (or no narrowing) and not in `exclude`. The one place
+        the rule lives, for the daemon applying a selection and for whoever shows it."""
+        return (not self.include or name in self.include) and name not in self.exclude
 
 
 class ResolvedSkill(Wire, kw_only=True):
