@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
+    from bbridge.agents.resolve import Agents
     from bbridge.toolhost.host import Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
@@ -51,7 +52,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
     try:
-        providers, report, tool_host = _served(args, client_servers=args.allow_client_mcp_servers)
+        providers, report, tool_host, agents = _served(args, client_servers=args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
@@ -79,6 +80,7 @@ def serve(args: argparse.Namespace) -> int:
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
         tool_host=tool_host,
+        agents=agents,
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
     # sight, a full collection while streaming scans only what the threads made, not the imports' objects too (a
@@ -132,14 +134,23 @@ async def _hosting(tool_host: Host | None) -> AsyncIterator[None]:
 
 def _served(
     args: argparse.Namespace, *, client_servers: bool
-) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None]:
-    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, and the tool host (a
+) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None, Agents | None]:
+    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report (the refused `[[agents]]` and
+    `[skills]` entries among its refusals), the tool host and the agent configuration (None without a file) (a
     `ConfigError` when the file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its
     thread's MCP servers."""
+    from bbridge.agents.config import load_agents
+    from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
 
-    providers, report = load_config(config_path(args.config))
-    return providers, report, _tool_host(config_path(args.config), args.tools_dir, args.journal, client_servers)
+    path = config_path(args.config)
+    providers, report = load_config(path)
+    agents = None
+    if path is not None:
+        state = args.journal / "agents" if args.journal is not None else None  # else $XDG_STATE_HOME/bbridge/agents
+        agents = Agents(load_agents(path), state_dir=state)
+        report.refused.extend(agents.refused())
+    return providers, report, _tool_host(path, args.tools_dir, args.journal, client_servers), agents
 
 
 def _tool_host(
@@ -224,12 +235,13 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
 
     try:
         # the editor is this daemon's one client: the MCP servers it names in `session/new` are its own to start
-        providers, report, tool_host = _served(args, client_servers=True)
+        providers, report, tool_host, agents = _served(args, client_servers=True)
     except ConfigError as exc:
         print(f"bbridge acp: {exc}", file=sys.stderr)
         return 2
     warn_refused(report)
-    daemon = Daemon(providers, journal=Journal(args.journal_bound, args.journal), config=report, tool_host=tool_host)
+    journal = Journal(args.journal_bound, args.journal)
+    daemon = Daemon(providers, journal=journal, config=report, tool_host=tool_host, agents=agents)
     ours, theirs = socket.socketpair()
 
     async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:

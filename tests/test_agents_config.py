@@ -152,7 +152,7 @@ paht = "ok"
     )
     assert list(config.roots) == ["ok"]
     assert lines(config) == [
-        "skills.extra: unknown key (known: roots)",
+        "skills.extra: unknown key (known: roots, native)",
         f"skills.roots.missing: path: not a directory: {tmp_path / 'nowhere'}",
         "skills.roots.bad:name: bad root name (expected 1 to 64 of A-Z a-z 0-9 _ . -)",
         "skills.roots.typo: Object contains unknown field `paht`",

@@ -340,7 +340,8 @@ def test_skill_roots_go_to_the_providers_that_load_them(skilled: Agents, tmp_pat
     assert skilled.skill_roots("pi") is None and skilled.skill_roots("echo") is None
     assert skilled.skill_roots("acp-gemini") is None
     [codex] = skilled.skill_roots("codex") or []
-    assert (codex.id, codex.path, codex.skills) == ("team", str(tmp_path / "team"), [])
+    assert (codex.id, codex.path, codex.skills) == ("team", str(tmp_path / "state" / "roots" / "team"), [])
+    assert sorted(link.name for link in Path(codex.path).iterdir()) == ["deploy-notes", "review"]
     claude = skilled.skill_roots("claude-code") or []
     assert [(root.id, root.path) for root in claude] == [
         ("team", str(tmp_path / "state" / "claude-plugins" / "team")),
@@ -351,7 +352,7 @@ def test_skill_roots_go_to_the_providers_that_load_them(skilled: Agents, tmp_pat
 def test_a_claude_code_root_is_a_plugin_directory_of_links(skilled: Agents, tmp_path: Path) -> None:
     skilled.skill_roots("claude-code")
     plugin = tmp_path / "state" / "claude-plugins" / "team"
-    assert (plugin / ".claude-plugin" / "plugin.json").read_text(encoding="utf-8").count('"name": "bb-team"') == 1
+    assert (plugin / ".claude-plugin" / "plugin.json").read_text(encoding="utf-8").count('"name": "team"') == 1
     links = sorted(path.name for path in (plugin / "skills").iterdir())
     assert links == ["deploy-notes", "review"]
     assert (plugin / "skills" / "deploy-notes").resolve() == (tmp_path / "team" / "ops" / "notes").resolve()
@@ -370,7 +371,7 @@ def test_which_providers_take_roots_is_the_constructors_to_say(tmp_path: Path) -
     resolver = agents(tmp_path, SKILLS, native_skill_providers={"pi", "acp-gemini"})
     assert resolver.skill_roots("codex") is None
     assert [(root.id, root.path, root.skills) for root in resolver.skill_roots("pi") or []] == [
-        ("team", str(tmp_path / "team"), [])  # `other` is for claude-code only
+        ("team", str(tmp_path / "state" / "roots" / "team"), [])  # `other` is for claude-code only
     ]
     [listed] = resolver.skill_roots("acp-gemini") or []  # an ACP provider's roots list their skills (§3.3.13)
     assert [(s.name, s.description) for s in listed.skills] == [("review", "Does a thing.")]
@@ -435,4 +436,4 @@ def test_a_plugin_directory_that_cannot_be_made_leaves_its_root_out(skilled: Age
         ("skills.roots.team", None),
         ("skills.roots.other", None),
     ]
-    assert all(error["reason"].startswith("plugin directory: ") for error in errors)
+    assert all(error["reason"].startswith("linked directory: ") for error in errors)

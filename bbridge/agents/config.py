@@ -63,6 +63,9 @@ class _ToolsTable(msgspec.Struct, forbid_unknown_fields=True):
     exclude: list[str] = []
 
 
+SKILLS_KEYS = ("roots", "native")
+
+
 class _RootTable(msgspec.Struct, forbid_unknown_fields=True):
     path: str
     providers: list[str] | None = None
@@ -147,6 +150,7 @@ class AgentsConfig:
     contributions: tuple[Contribution, ...] = ()
     roots: Mapping[str, SkillRootConfig] = field(default_factory=dict)
     refused: tuple[Refusal, ...] = ()
+    native: frozenset[str] | None = None  # `[skills] native`: the providers that load roots themselves (None: default)
 
 
 def load_agents(path: Path | None) -> AgentsConfig:
@@ -167,6 +171,7 @@ def agents_from(raw: Mapping[str, Any], path: Path) -> AgentsConfig:
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: agents: expected an array of tables ([[agents]]), got {type(entries).__name__}")
     roots, refused = _roots(skills, base)
+    native = _native(skills, refused)
     declared = set(skills.get("roots", {})) if isinstance(skills.get("roots"), dict) else set()
     contributions: list[Contribution] = []
     first: dict[str, int] = {}  # each id's first entry, loaded or refused: a repeat is refused either way
@@ -178,14 +183,14 @@ def agents_from(raw: Mapping[str, Any], path: Path) -> AgentsConfig:
         refused.extend(Refusal(_entry_name(index, table), None, problem) for problem in problems)
         if contribution is not None:
             contributions.append(contribution)
-    return AgentsConfig(path.absolute(), tuple(contributions), roots, tuple(refused))
+    return AgentsConfig(path.absolute(), tuple(contributions), roots, tuple(refused), native)
 
 
 # -- [skills.roots.NAME] ---------------------------------------------------------
 
 
 def _roots(skills: dict[str, Any], base: Path) -> tuple[dict[str, SkillRootConfig], list[Refusal]]:
-    refused = [Refusal("skills", key, "unknown key (known: roots)") for key in skills if key != "roots"]
+    refused = [Refusal("skills", key, "unknown key (known: roots, native)") for key in skills if key not in SKILLS_KEYS]
     tables = skills.get("roots", {})
     if not isinstance(tables, dict):
         return {}, [*refused, Refusal("skills", "roots", "expected a table of [skills.roots.NAME] tables")]
@@ -206,6 +211,18 @@ def _roots(skills: dict[str, Any], base: Path) -> tuple[dict[str, SkillRootConfi
             continue
         roots[name] = SkillRootConfig(name, path, tuple(root.providers) if root.providers is not None else None)
     return roots, refused
+
+
+def _native(skills: dict[str, Any], refused: list[Refusal]) -> frozenset[str] | None:
+    """`[skills] native = [provider ids]`: the bridges given `skills/configure` roots to load themselves (the
+    others' threads read skills with the hosted `skill` tool); absent, the default (Claude Code and Codex)."""
+    value = skills.get("native")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        refused.append(Refusal("skills", "native", "expected a list of provider ids (non-empty strings)"))
+        return None
+    return frozenset(value)
 
 
 # -- one [[agents]] entry --------------------------------------------------------

@@ -31,11 +31,11 @@ import msgspec
 
 from bbridge.agents.config import AgentsConfig, Contribution, InstructionsSource
 from bbridge.agents.gitinfo import GitInfo, GitInfoCache, redact_remote, remote_forms
-from bbridge.agents.plugins import claude_plugin_dir
-from bbridge.agents.skills import Skill, SkillError, SkillRoots
+from bbridge.agents.plugins import claude_plugin_dir, linked_root
+from bbridge.agents.skills import SKILL_TOOL, Skill, SkillError, SkillRoots
 from bbridge.config_file import Refusal
 from bbridge.daemon.agent_config import AgentContext
-from bbridge.wire import maintenance
+from bbridge.wire import maintenance, protocol
 from bbridge.wire.agent_config import (
     AgentConfiguration,
     ContributionOutcome,
@@ -175,8 +175,9 @@ class Agents:
 
     def skill_roots(self, provider_id: str) -> list[maintenance.SkillRoot] | None:
         """The roots for `skills/configure` (None: the provider loads none; its threads get the `skill` tool):
-        Claude Code's as plugin directories made under the state directory, the others' as their directories;
-        the skills are listed for an ACP provider's only (§3.3.13)."""
+        Claude Code's as plugin directories made under the state directory, the others' as directories of links
+        there (`plugins.py`: only the skills indexing accepted); the skills are listed for an ACP provider's only
+        (§3.3.13). Made afresh at each call (each construction), so a skill added to a root reaches the next."""
         if not self.takes_skill_roots(provider_id):
             return None
         roots: list[maintenance.SkillRoot] = []
@@ -184,14 +185,16 @@ class Agents:
             if not root.applies_to(provider_id):
                 continue
             skills = self._skills_of(root.name)
-            path = root.path
-            if provider_id == CLAUDE_CODE:
-                try:
-                    with self._lock:
-                        path = claude_plugin_dir(root.name, {s.name: s.directory for s in skills}, self.state_dir)
-                except OSError as exc:  # the bridge still starts, without this root
-                    self._error(f"skills.roots.{root.name}", None, f"plugin directory: {exc}")
-                    continue
+            linked = {s.name: s.directory for s in skills}
+            try:
+                with self._lock:
+                    if provider_id == CLAUDE_CODE:
+                        path = claude_plugin_dir(self.state_dir / "claude-plugins" / root.name, root.name, linked)
+                    else:
+                        path = linked_root(self.state_dir / "roots" / root.name, linked)
+            except (OSError, ValueError) as exc:  # the bridge still starts, without this root
+                self._error(f"skills.roots.{root.name}", None, f"linked directory: {exc}")
+                continue
             listed = provider_id == "acp" or provider_id.startswith("acp-")
             roots.append(
                 maintenance.SkillRoot(
@@ -204,7 +207,14 @@ class Agents:
 
     def takes_skill_roots(self, provider_id: str) -> bool:
         """Whether the provider's bridge loads skill roots itself (else its threads read them with `skill`)."""
-        return provider_id in self._native
+        native = self._native if self.config.native is None else self.config.native
+        return provider_id in native
+
+    def skill_tool(self, configuration: AgentConfiguration) -> protocol.DynamicTool:
+        """The hosted `skill` tool, its description naming the skills this configuration selects (what a model
+        reads before it knows to call it)."""
+        listed = "; ".join(self._choice(s) for s in configuration.skills) or "none"
+        return msgspec.structs.replace(SKILL_TOOL, description=f"{SKILL_TOOL.description} Skills: {listed}.")
 
     def _skills_of(self, root: str) -> list[Skill]:
         try:

@@ -40,9 +40,9 @@ class AgentConfigurer(Protocol):
         the hosted `skill` tool)."""
         ...
 
-    def skill_tool(self) -> protocol.DynamicTool:
+    def skill_tool(self, configuration: AgentConfiguration) -> protocol.DynamicTool:
         """The hosted `skill` tool (`{name}`), offered to a thread whose provider takes no skill roots when its
-        contributions select skills."""
+        contributions select skills (its description may name them)."""
         ...
 
     def read_skill(self, configuration: AgentConfiguration, name: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from bbridge.wire.agent_config import AgentConfiguration, ResolvedInstructions, 
 
 # A resume keeps the session's saved instructions on Claude Code and Codex (a fork too on Codex): only a new
 # session is sure to take them (tests/test_skills_live.py).
+SKILL_TOOL_NAME: Final = "skill"  # `AgentConfigurer.skill_tool`'s
 CHANGED_NOTE: Final = (
     "instructions changed; applied at the next construction (a new thread/start; a resume keeps the session's "
     "instructions on Claude Code and Codex)"
@@ -121,7 +122,8 @@ class AgentSettings:
         """The hosted `skill` tool, for a thread whose contributions select skills its provider cannot load."""
         if self.configurer is None or configuration is None or not configuration.skills:
             return []
-        return [] if self.configurer.skill_roots(provider_id) is not None else [self.configurer.skill_tool()]
+        takes_roots = self.configurer.skill_roots(provider_id) is not None
+        return [] if takes_roots else [self.configurer.skill_tool(configuration)]
 
     def serves_skill(self, thread_id: str, tool: str) -> bool:
         """Whether a hosted call of `tool` on the thread is the `skill` tool's (answered here, not by the host)."""
@@ -130,7 +132,7 @@ class AgentSettings:
             self.configurer is not None
             and kept is not None
             and bool(kept.configuration.skills)
-            and tool == self.configurer.skill_tool().name
+            and tool == SKILL_TOOL_NAME
         )
 
     def read_skill(self, thread_id: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -333,10 +333,7 @@ class ThreadStop(MethodRule):
 
 def selected(tools: list[protocol.DynamicTool], configuration: AgentConfiguration | None) -> list[protocol.DynamicTool]:
     """The hosted tools agent configuration lets through: its `include` (when it names any), never its `exclude`."""
-    if configuration is None:
-        return tools
-    include, exclude = set(configuration.tools.include), set(configuration.tools.exclude)
-    return [tool for tool in tools if (not include or tool.name in include) and tool.name not in exclude]
+    return tools if configuration is None else [tool for tool in tools if configuration.tools.allows(tool.name)]
 
 
 FORWARDED: Final = frozenset(protocol.RUNTIME_REQUESTS) - {"initialize"}  # every bridge method but the handshake

@@ -40,6 +40,7 @@ Modes change one behaviour each; with none the bridge is well behaved:
                   item/tool/call with that tool and arguments (without threadId when "bare" is true) and
                   reports the answer it got (result or error) as the turn's text; other turns are plain
   ignore-term     ignores SIGTERM (a bridge that only SIGKILL stops)
+  skills          answers skills/configure {"ok": true} (without it: -32601, a bridge that declares no skills)
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
@@ -360,6 +361,8 @@ def handle(msg):
             delta(thread, {"kind": "session.ended"})
             live.pop(thread, None)
         answer(msg, {"stoppedTurnId": params.get("activeTurnId")})
+    elif method == "skills/configure" and "skills" in MODES:
+        answer(msg, {"ok": True})
     elif "maintenance" in MODES and method in ("provider/health", "provider/usage", "model/list"):
         answer(msg, {"echo": params})
     elif method == "model/list":
