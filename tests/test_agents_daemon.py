@@ -7,6 +7,7 @@ instructions. The bridges are `tests/fakes/fake_bridge.py`; the configuration is
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from bbridge.agents.resolve import Agents
 from bbridge.daemon.tool_host import HostedCall
 from bbridge.wire import errors, protocol, rpc
 from bbridge.wire.lanes import read_lane
-from tests.support import REPO, connect, fake_provider, running
+from tests.support import connect, fake_provider, running
 from tests.test_declared_tools import bridge_got, call_turn, completed
 
 CONFIG = """
@@ -45,6 +46,9 @@ id = "other-provider"
 when = { provider = ["other"] }
 env = { BB_OTHER = "1" }
 """
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def config(tmp_path: Path, text: str = CONFIG) -> Path:
@@ -194,7 +198,7 @@ async def test_a_failing_contribution_is_dropped_with_one_warning_and_the_rest_a
         await client.request("thread/start", start("fake", "thr_web", tmp_path / "web"))
         for n in (1, 2):
             await client.request("turn/start", {**call_turn(None, n, "thr_web"), "options": {"permissionMode": "full"}})
-            await client.wait_for(lambda n=n: completed(client, "thr_web", n))
+            await client.wait_for(functools.partial(completed, client, "thr_web", n))
         warnings = [e for e in client.events("thr_web") if e["type"] == "system/warning"]
         status = daemon.status()
     (warning,) = warnings

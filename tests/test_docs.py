@@ -138,6 +138,8 @@ def test_each_toml_example_passes_config_check_and_tools_check(
     config = tmp_path / "bbridge.toml"
     config.write_text(text, encoding="utf-8")
     tables = tomllib.loads(text)
+    for root in tables.get("skills", {}).get("roots", {}).values():  # a skill root must be a directory
+        (tmp_path / root["path"]).mkdir(parents=True, exist_ok=True)
     assert main(["config", "check", "--config", str(config)]) == 0
     said = capsys.readouterr().out
     assert said.startswith("ok: "), said
