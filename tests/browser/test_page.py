@@ -8,6 +8,8 @@ from pathlib import Path
 import trio
 from selenium.common.exceptions import NoAlertPresentException
 
+from bbridge.agents.config import load_agents
+from bbridge.agents.resolve import Agents
 from bbridge.client import Client
 from bbridge.daemon.journal import Journal
 from tests.browser.support import (
@@ -84,6 +86,42 @@ async def test_agent_text_with_markup_renders_as_text_and_runs_nothing(page: Pag
         raise AssertionError(f"an alert opened: {alert.text}")
     except NoAlertPresentException:
         pass
+
+
+async def test_a_threads_agent_configuration_shows_in_its_details_as_text(page: Page, tmp_path: Path) -> None:
+    """`[[agents]]` resolved for the open thread (`agent/configuration`): each contribution applied or not and why,
+    the composed instructions (markup in them stays text), the tool selection; variables by name, never value."""
+    config = tmp_path / "bbridge.toml"
+    config.write_text(
+        f"""
+[[agents]]
+id = "house"
+instructions = {{ mode = "append", text = "Rules: {HOSTILE.replace('"', "'")}" }}
+tools = {{ exclude = ["deploy"] }}
+env = {{ BB_SECRET_ISH = "s3cret-value" }}
+
+[[agents]]
+id = "elsewhere"
+scope = {{ project = "/nowhere/**" }}
+""",
+        encoding="utf-8",
+    )
+    agents = Agents(load_agents(config), state_dir=tmp_path / "state")
+    async with listening(PROVIDERS, agents=agents) as face, Client.connect(face.url, token=TOKEN) as client:
+        await start_echo_thread(client, "thr_configured", tmp_path)
+        await start_turn(client, "thr_configured", "hello")
+        await settled(client, "thr_configured")
+        await page.open(face.port)
+        await page.open_thread("thr_configured")
+        await page.find("#agent-config summary", "Agent configuration (1 applied)")
+        await page.js("document.querySelector('#agent-config').open = true")
+        await page.find("#agent-config .contributions li", "house: applied")
+        await page.find("#agent-config .contributions li", "elsewhere: not applied (scope")
+        await page.find("#agent-config pre", "Rules: look <img")
+        shown = await page.js("return document.querySelector('#agent-config').innerText")
+        assert "exclude: deploy" in shown and "BB_SECRET_ISH" in shown and "s3cret-value" not in shown
+        assert not await page.js("return document.querySelectorAll('#agent-config img, #agent-config script').length")
+        assert await page.js("return window.bbridgePwned === undefined")
 
 
 async def test_start_a_thread_send_a_prompt_and_stop_the_turn_from_the_page(page: Page, tmp_path: Path) -> None:
