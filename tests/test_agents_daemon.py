@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bbridge.agents.config import load_agents
 from bbridge.agents.resolve import Agents
+from bbridge.client import Client
 from bbridge.daemon.tool_host import HostedCall
 from bbridge.wire import errors, protocol, rpc
 from bbridge.wire.lanes import read_lane
@@ -333,6 +336,11 @@ async def test_agent_configuration_and_config_explain_agree(tmp_path: Path) -> N
         check=True,
     )
     assert json.loads(explained.stdout) == given == of_thread
+    async with running(tmp_path, {"fake": fake_provider()}, agents=agents(path, tmp_path)) as (_, sock):
+        async with Client.connect(sock) as typed:  # the Python client's typed call answers the same
+            await typed.initialize()
+            answer = await typed.agent_configuration(cwd=str(pay), provider_id="fake")
+    assert msgspec.to_builtins(answer) == given and answer.tools.allows("grep_repo")
     assert [(c["id"], c["applied"]) for c in given["contributions"]] == [
         ("everyone", True),
         ("payments-rules", True),
