@@ -24,10 +24,10 @@ from bbridge.listen import options as listen_options
 
 if TYPE_CHECKING:
     from bbridge.acp_face.index import Index
+    from bbridge.agents.resolve import Agents
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
-    from bbridge.agents.resolve import Agents
     from bbridge.toolhost.host import Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
