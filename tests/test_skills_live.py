@@ -1,13 +1,17 @@
-"""Skills and instructions end to end (issue 47): the REAL Claude Code, codex and pi, their real bridges, the real
+"""Agent configuration end to end (issue 47): the REAL Claude Code, codex and pi, their real bridges, the real
 daemon, scripted models.
 
-A client sends `skills/configure {providerId, roots}` (forwarded to the provider's bridge, which latches the roots)
-and constructions with `options.instructions` and a top-level `instructionMode`; each test reads the model requests
-the CLI made. Claude Code loads a skill root as a plugin directory (`--plugin-dir`, made by
-`tests.live.skills.claude_plugin_dir`), codex through `skills/extraRoots/set`, pi through `--skill`. What each CLI
-was seen doing is in tests/live/NOTES.md, CODEX_NOTES.md and PI_NOTES.md ("Skills", "Instructions"). The CLIs are
-installed by `make live-agents` (skipped only when the npm registry is unreachable). Every wait is bounded; each test
-checks that no process it started outlives its daemon.
+The daemon is built from a `bbridge.toml` written for the test (`[[agents]]`, `[skills.roots]`, read by
+`bbridge.agents`) and the client sends a plain `thread/start` (no instructions, no `skills/configure`): what each
+test reads is the model requests the CLI made. The instructions a contribution scoped to the workspace resolves to
+reach the system prompt (Claude Code, pi) or a developer message (codex), one scoped to another project does not.
+A skill root reaches Claude Code as a plugin directory the daemon made (`--plugin-dir`), codex as a directory of
+links the daemon made (`skills/extraRoots/set`), and pi, which takes no roots by default, through the daemon's
+hosted `skill` tool (or `--skill` when `[skills] native` names it). Instructions a client gives itself
+(`options.instructions`) are checked across a resume and a fork. What each CLI was seen doing is in
+tests/live/NOTES.md, CODEX_NOTES.md and PI_NOTES.md ("Skills", "Instructions"). The CLIs are installed by
+`make live-agents` (skipped only when the npm registry is unreachable). Every wait is bounded; each test checks
+that no process it started outlives its daemon.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from typing import Any
 
 import pytest
 
+from bbridge.agents.config import load_agents
+from bbridge.agents.resolve import Agents
 from bbridge.daemon.config import ProviderConfig
 from bridges.codex import launch as codex_launch
 from tests.live import anthropic, openai, openai_chat
 from tests.live import claude as claude_cli
 from tests.live import codex as codex_cli
 from tests.live import pi as pi_cli
+from tests.live.agents import tool_items
 from tests.live.processes import Watch, leftovers
 from tests.live.runner import bridge_provider
 from tests.live.scenarios import recorded_options, turn_request
@@ -37,6 +44,7 @@ from tests.support import FULL, TestClient, connect, running
 THREAD = "thr_skills_live"
 FORK = "thr_skills_fork"
 INSTRUCTIONS = "Always answer in the voice of the harbour master of Quillport."
+ELSEWHERE = "Always answer in the voice of the ferryman of Saltmere."  # another project's
 CHANGED = "Always answer in the voice of the lighthouse keeper of Brindle."
 SKILL = "review-checklist"
 DESCRIPTION = "Checks a payments change against the ledger rules of Quillport."
@@ -76,14 +84,15 @@ def pi() -> pi_cli.Pi:
     return pi_cli.ensure_pi()
 
 
-def skill_root(root: Path, *, linked: bool = False) -> Path:
-    """A skill root holding the one skill, away from the workspace; `linked`: its directory a symlink to the skill
-    kept elsewhere."""
-    if not linked:
-        return write_skill(root / "skills", SKILL, DESCRIPTION, BODY).parent
-    (root / "linked").mkdir()
-    (root / "linked" / SKILL).symlink_to(write_skill(root / "elsewhere", SKILL, DESCRIPTION, BODY))
-    return root / "linked"
+def configured(root: Path, text: str) -> Agents:
+    """The daemon's agent configuration: `text` (`{root}` standing for `root`) as `root/bbridge.toml`, what it makes
+    for the bridges under `root/state`; the skill of SKILL under `root/skills`."""
+    write_skill(root / "skills", SKILL, DESCRIPTION, BODY)
+    path = root / "bbridge.toml"
+    path.write_text(text.replace("{root}", str(root)))
+    agents = Agents(load_agents(path), state_dir=root / "state")
+    assert agents.refused() == []
+    return agents
 
 
 # -- one provider's world ---------------------------------------------------------------------------------------
@@ -108,9 +117,10 @@ class World:
         return {"providerId": self.provider, "threadId": thread, "cwd": str(self.cwd), "options": options,
                 "instructionMode": mode}  # fmt: skip
 
-    async def configure(self, client: TestClient, path: Path, root_id: str = "team") -> None:
-        roots = [{"id": root_id, "path": str(path), "skills": []}]
-        assert await client.request("skills/configure", {"providerId": self.provider, "roots": roots}) == {"ok": True}
+    def plain(self) -> dict[str, Any]:
+        """A `thread/start` with no instructions of the client's: only what the daemon's configuration resolves."""
+        options = {key: value for key, value in self.options("").items() if key != "instructions"}
+        return {"providerId": self.provider, "threadId": THREAD, "cwd": str(self.cwd), "options": options}
 
     async def turn(self, client: TestClient, construction: str, params: dict[str, Any], n: int = 1) -> str:
         """A construction, then one turn on it run to its end; the provider thread id."""
@@ -209,6 +219,60 @@ def world(name: str, root: Path, request: pytest.FixtureRequest) -> Iterator[Wor
         yield made
 
 
+# -- a daemon configured by bbridge.toml -----------------------------------------------------------------------
+
+
+async def configured_turn(live: World, root: Path, agents: Agents) -> tuple[TestClient, dict[str, Any]]:
+    """A daemon built with `agents`, a plain `thread/start` and one turn on it; the client once the daemon stopped,
+    and the thread's `agent/configuration`."""
+    async with running(root, {live.provider: live.config}, agents=agents) as (_, path), connect(path) as client:
+        await live.turn(client, "thread/start", live.plain())
+        applied: dict[str, Any] = await client.request("agent/configuration", {"threadId": THREAD})
+    return client, applied
+
+
+# -- instructions -----------------------------------------------------------------------------------------------
+
+PROVIDERS = ["claude-code", "codex", "pi"]
+RULES = """
+[[agents]]
+id = "workspace-rules"
+scope = { project = "{root}/ws/**" }
+when = { provider = ["claude-code", "codex", "pi"] }
+instructions = { mode = "MODE", file = "rules.md" }
+
+[[agents]]
+id = "other-project"
+scope = { project = "{root}/elsewhere/**" }
+instructions = { mode = "append", text = "ELSEWHERE" }
+"""
+
+
+@pytest.mark.parametrize("mode", ["append", "replace"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_configured_instructions_reach_the_prompt(
+    root: Path, request: pytest.FixtureRequest, provider: str, mode: str
+) -> None:
+    """A contribution scoped to the workspace's project (`instructions = { file = "rules.md" }`) reaches the system
+    prompt (Claude Code, pi) or a developer message (codex) of the model request, once, with no instructions from
+    the client; `append` keeps the CLI's own prompt, `replace` takes it out. One scoped to another project reaches
+    nothing."""
+    (root / "rules.md").write_text(f"{INSTRUCTIONS}\n")
+    agents = configured(root, RULES.replace("MODE", mode).replace("ELSEWHERE", ELSEWHERE))
+    with world(provider, root, request) as live:
+        live.push(live.text("ok"))
+        _, applied = await configured_turn(live, root, agents)
+        (body,) = live.bodies()
+    prompt = "\n".join(live.prompt(body))
+    assert prompt.count(INSTRUCTIONS) == 1 and json.dumps(body).count(INSTRUCTIONS) == 1
+    assert (live.default in prompt) is (mode == "append")
+    assert ELSEWHERE not in json.dumps(body)
+    assert [(c["id"], c["applied"]) for c in applied["contributions"]] == [
+        ("workspace-rules", True),
+        ("other-project", False),
+    ]
+
+
 # -- skills -----------------------------------------------------------------------------------------------------
 
 
@@ -231,96 +295,113 @@ def test_a_plugin_directory_is_made_and_brought_up_to_date(tmp_path: Path) -> No
     assert [p.name for p in (plugin / "skills").iterdir()] == ["second"]
 
 
-async def test_claude_code_loads_a_skill_root_as_a_plugin_directory(root: Path, request: pytest.FixtureRequest) -> None:
-    """The plugin directory `claude_plugin_dir` makes (its skill a symlink) reaches the CLI as `--plugin-dir`;
-    the CLI lists the skill as `<plugin>:<skill>: <description>` in the first user message's skill reminder,
-    and its `Skill` tool loads the SKILL.md body through the link."""
-    skills = skill_root(root)
-    plugin = claude_plugin_dir(root / "plugins" / "team", "team", {SKILL: skills / SKILL})
+SKILLS = """
+NATIVE
+[skills.roots.team]
+path = "{root}/skills"
+
+[[agents]]
+id = "reviewers"
+scope = { project = "{root}/ws/**" }
+skills = ["team:review-checklist"]
+"""
+
+
+def skill_config(root: Path, native: list[str] | None = None) -> Agents:
+    """The `team` root and a contribution selecting its skill for the workspace; `native`: `[skills] native`."""
+    return configured(
+        root, SKILLS.replace("NATIVE", "" if native is None else f"[skills]\nnative = {json.dumps(native)}\n")
+    )
+
+
+async def test_claude_code_loads_a_configured_skill_root_as_a_plugin_directory(
+    root: Path, request: pytest.FixtureRequest
+) -> None:
+    """The daemon makes the root a plugin directory named for it under its state directory and the bridge passes it
+    as `--plugin-dir`; the CLI lists the skill as `team:<skill>: <description>` in the first user message's skill
+    reminder, and its `Skill` tool loads the SKILL.md body through the directory's link. No hosted `skill` tool."""
+    agents = skill_config(root)
+    plugin = root / "state" / "claude-plugins" / "team"
     with world("claude-code", root, request) as live:
         live.push(anthropic.reply(anthropic.tool_use("Skill", {"skill": f"team:{SKILL}"})), live.text("done"))
-        async with running(root, {live.provider: live.config}) as (_, path), connect(path) as client:
-            await live.configure(client, plugin)
-            await live.turn(client, "thread/start", live.start(INSTRUCTIONS))
+        async with running(root, {live.provider: live.config}, agents=agents) as (_, path), connect(path) as client:
+            await live.turn(client, "thread/start", live.plain())
             (argv,) = [a for a in leftovers([root]).values() if a[0].endswith("/claude")]
             assert argv[argv.index("--plugin-dir") + 1] == str(plugin)
         first, second = live.bodies()
     listing = [b["text"] for b in first["messages"][0]["content"] if "skills are available" in b.get("text", "")]
     assert len(listing) == 1 and f"\n- team:{SKILL}: {DESCRIPTION}\n" in listing[0]
-    assert "Skill" in [tool["name"] for tool in first["tools"]]
+    tools = [tool["name"] for tool in first["tools"]]
+    assert "Skill" in tools and not [name for name in tools if name.endswith("__skill")]
     result, loaded = second["messages"][-1]["content"]
     assert result["type"] == "tool_result" and result["content"].startswith(f"Launching skill: team:{SKILL}")
-    assert (
-        loaded["text"].startswith(f"Base directory for this skill: {plugin}/skills/{SKILL}") and BODY in loaded["text"]
-    )
-    assert [e["item"]["tool"] for e in client.of(THREAD, "item/completed") if e["item"]["type"] == "toolCall"] == [
-        "Skill"
-    ]
+    assert loaded["text"].startswith(f"Base directory for this skill: {plugin}/skills/{SKILL}")
+    assert BODY in loaded["text"]
+    assert [item["tool"] for item in tool_items(client, THREAD)] == ["Skill"]
 
 
-@pytest.mark.parametrize("linked", [False, True], ids=["directory", "symlink"])
-async def test_codex_lists_a_skill_root_set_as_an_extra_root(
-    root: Path, request: pytest.FixtureRequest, linked: bool
+async def test_codex_lists_a_configured_skill_root_set_as_an_extra_root(
+    root: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The bridge sends the root to codex (`skills/extraRoots/set`); codex lists the skill in its
-    `<skills_instructions>` developer message: the root under an alias in `### Skill roots`, then
-    `- <name>: <description> (file: <alias>/<skill>/SKILL.md)`. A symlinked skill directory is followed."""
-    skills = skill_root(root, linked=linked)
+    """The daemon makes the root a directory of links to its skills under its state directory; the bridge sends it
+    to codex (`skills/extraRoots/set`), which lists the skill in its `<skills_instructions>` developer message: the
+    root under an alias in `### Skill roots`, then `- <name>: <description> (file: <alias>/<skill>/SKILL.md)`. No
+    hosted `skill` tool."""
+    agents = skill_config(root)
+    linked = root / "state" / "roots" / "team"
     with world("codex", root, request) as live:
         live.push(live.text("ok"))
-        async with running(root, {live.provider: live.config}) as (_, path), connect(path) as client:
-            await live.configure(client, skills)
-            await live.turn(client, "thread/start", live.start(INSTRUCTIONS))
+        await configured_turn(live, root, agents)
         (body,) = live.bodies()
     (listing,) = [part for part in codex_prompt(body) if part.startswith("<skills_instructions>")]
-    alias = re.search(rf"^- `(r\d+)` = `{re.escape(str(skills))}`$", listing, re.MULTILINE)
+    alias = re.search(rf"^- `(r\d+)` = `{re.escape(str(linked))}`$", listing, re.MULTILINE)
     assert alias, listing
     assert f"\n- {SKILL}: {DESCRIPTION} (file: {alias[1]}/{SKILL}/SKILL.md)\n" in listing
+    assert "skill" not in [tool.get("name") for tool in body["tools"]]
 
 
-@pytest.mark.parametrize("linked", [False, True], ids=["directory", "symlink"])
-async def test_pi_lists_a_skill_root_in_its_system_prompt(
-    root: Path, request: pytest.FixtureRequest, linked: bool
+async def test_pi_reads_a_configured_skill_through_the_hosted_skill_tool(
+    root: Path, request: pytest.FixtureRequest
 ) -> None:
-    """The pi bridge passes each root as `--skill` (the daemon's hosted `skill` tool is not needed for pi); pi lists
-    the skill in its system prompt's `<available_skills>`, with the SKILL.md's path under the root (a symlinked
-    skill directory is followed)."""
-    skills = skill_root(root, linked=linked)
+    """pi is not in the default native set: its thread gets the daemon's hosted `skill` tool, whose description
+    names the skills the contributions select, and no root. The model calls `skill {"name": <skill>}`; the daemon
+    answers it (no client asked) and the next model request carries the SKILL.md text and the skill's files."""
+    agents = skill_config(root)
+    with world("pi", root, request) as live:
+        live.push(openai_chat.tool_call("skill", {"name": SKILL}), live.text("done"))
+        client, _ = await configured_turn(live, root, agents)
+        first, second = live.bodies()
+    (tool,) = [t["function"] for t in first["tools"] if t["function"]["name"] == "skill"]
+    assert f"team:{SKILL} ({DESCRIPTION})" in tool["description"]
+    (system,) = pi_prompt(first)
+    assert "<available_skills>" not in system, system
+    (result,) = [m["content"] for m in second["messages"] if m["role"] == "tool"]
+    text = result if isinstance(result, str) else "".join(part["text"] for part in result)
+    assert BODY in text and f"description: {DESCRIPTION}" in text
+    assert f"Skill team:{SKILL}, in {root / 'skills' / SKILL}; its files:\n- SKILL.md" in text
+    assert client.requests == []
+    assert [(item["tool"], item["status"]) for item in tool_items(client, THREAD)] == [("skill", "completed")]
+
+
+async def test_pi_loads_a_configured_skill_root_when_native(root: Path, request: pytest.FixtureRequest) -> None:
+    """With `[skills] native = ["pi"]` the daemon sends pi's bridge the root (a directory of links under its state
+    directory), which it passes as `--skill`; pi lists the skill in its system prompt's `<available_skills>`, with
+    the SKILL.md's path under that root (the link followed), and no hosted `skill` tool is offered."""
+    agents = skill_config(root, native=["pi"])
+    linked = root / "state" / "roots" / "team"
     with world("pi", root, request) as live:
         live.push(live.text("ok"))
-        async with running(root, {live.provider: live.config}) as (_, path), connect(path) as client:
-            await live.configure(client, skills)
-            await live.turn(client, "thread/start", live.start(INSTRUCTIONS))
+        await configured_turn(live, root, agents)
         (body,) = live.bodies()
     (system,) = pi_prompt(body)
     entry = (
-        f"<name>{SKILL}</name>\n    <description>{DESCRIPTION}</description>\n    <location>{skills}/{SKILL}/SKILL.md"
+        f"<name>{SKILL}</name>\n    <description>{DESCRIPTION}</description>\n    <location>{linked}/{SKILL}/SKILL.md"
     )
     assert entry in system, system
+    assert "skill" not in [tool["function"]["name"] for tool in body.get("tools", [])]
 
 
-# -- instructions -----------------------------------------------------------------------------------------------
-
-PROVIDERS = ["claude-code", "codex", "pi"]
-
-
-@pytest.mark.parametrize("mode", ["append", "replace"])
-@pytest.mark.parametrize("provider", PROVIDERS)
-async def test_instructions_reach_the_prompt(
-    root: Path, request: pytest.FixtureRequest, provider: str, mode: str
-) -> None:
-    """`options.instructions` of `thread/start` reach the system prompt (Claude Code, pi) or a developer message
-    (codex) of the model request, once; `instructionMode: append` keeps the CLI's own prompt, `replace` takes it
-    out."""
-    with world(provider, root, request) as live:
-        live.push(live.text("ok"))
-        async with running(root, {live.provider: live.config}) as (_, path), connect(path) as client:
-            await live.turn(client, "thread/start", live.start(INSTRUCTIONS, mode))
-        (body,) = live.bodies()
-    prompt = "\n".join(live.prompt(body))
-    assert prompt.count(INSTRUCTIONS) == 1 and json.dumps(body).count(INSTRUCTIONS) == 1
-    assert (live.default in prompt) is (mode == "append")
-
+# -- instructions a client gives itself ----------------------------------------------------------------------------
 
 # What a later construction of the same thread, asked with other instructions, made the model see: a resume (in a
 # new daemon, so a new CLI) or a fork (a new provider session). Claude Code and codex replay the prompt their session
