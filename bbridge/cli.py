@@ -124,8 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     check = config_actions.add_parser(
         "check",
         help="print the refused entries of a bbridge TOML",
-        description="Load the TOML's providers, [[agents]] and [skills.roots.NAME] as `bbridge serve` would and "
-        "print each refused entry (section.key: why), or 'ok: N providers'. Exit status: 0 nothing refused, 1 an "
+        description="Load the TOML's providers, [[agents]], [skills.roots.NAME] and [perspectives] as `bbridge "
+        "serve` would and print each refused entry (section.key: why), or 'ok: N providers'; a provider that "
+        "[perspectives] names but the file does not configure is a warning. Exit status: 0 nothing refused, 1 an "
         "entry refused, 2 the file is unusable.",
     )
     check.add_argument("--config", type=Path, metavar="FILE", help="bbridge TOML (default: ./bbridge.toml if present)")
@@ -353,11 +354,13 @@ def _config_check(args: argparse.Namespace) -> int:
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
+    from bbridge.perspectives.settings import load_perspectives, unconfigured
 
     path = config_path(args.config)
     providers, report = load_config(path)
     agents = Agents(load_agents(path))
-    refused = [*report.refused, *agents.refused()]
+    perspectives, perspectives_refused = load_perspectives(path)
+    refused = [*report.refused, *agents.refused(), *perspectives_refused]
     names = ", ".join(sorted(providers))
     contributions = [contribution.id for contribution in agents.config.contributions]
     roots = list(agents.config.roots)
@@ -366,6 +369,10 @@ def _config_check(args: argparse.Namespace) -> int:
         for noun, items in (("agent contribution", contributions), ("skill root", roots))
         if items
     )
+    if perspectives is not None:
+        loaded += "; perspectives" + (f" (panel: {', '.join(perspectives.panel)})" if perspectives.panel else "")
+        for warning in unconfigured(perspectives, providers):  # a warning: the tool call is where it fails
+            print(f"warning {warning}")
     if not refused:
         print(f"ok: {len(providers)} providers ({names}){loaded}")
         return 0

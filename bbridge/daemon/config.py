@@ -90,8 +90,10 @@ def config_path(given: Path | None) -> Path | None:
 
 # The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
 # `tool_rules`, `tool_audit`, `mcp_servers`), `bbridge.agents` (`agents`, `skills`: the agents' configuration) and
-# `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults).
-KNOWN_SECTIONS = frozenset({"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp"})
+# `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults) and `bbridge.perspectives` (`perspectives`: the panel tools).
+KNOWN_SECTIONS = frozenset(
+    {"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp", "perspectives"}
+)
 
 
 def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:
