@@ -41,12 +41,18 @@ Modes change one behaviour each; with none the bridge is well behaved:
                   reports the answer it got (result or error) as the turn's text; other turns are plain
   ignore-term     ignores SIGTERM (a bridge that only SIGKILL stops)
   skills          answers skills/configure {"ok": true} (without it: -32601, a bridge that declares no skills)
+  panel           answers a Perspectives thread's prompt (`panel_text`): a plan for an ai/complete prompt whose
+                  schema enumerates lenses ("no plan" when FAKE_PLAN=garbage), a finding per worker lens (lens
+                  "stall" streams a partial finding and holds its turn open), a synthesis quoting every finding
+                  and the thread references it was given, an expert's answer; FAKE_HOLD=synthesis holds the
+                  synthesis's turn open
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
 import json
 import os
 import random
+import re
 import signal
 import sys
 
@@ -136,6 +142,34 @@ def tool_spec(params):
     except ValueError:
         return None
     return spec if isinstance(spec, dict) and "tool" in spec else None
+
+
+def panel_text(params):
+    """`panel` mode: the agent's text for a Perspectives prompt, and whether the turn then holds open."""
+    inputs = params.get("input") or []
+    prompt = inputs[0].get("text", "") if inputs and isinstance(inputs[0], dict) else ""
+    if "JSON Schema:\n" in prompt:
+        if os.environ.get("FAKE_PLAN") == "garbage":
+            return "I would rather not plan.", False
+        schema = json.loads(prompt.rsplit("JSON Schema:\n", 1)[1])
+        lens = schema.get("properties", {}).get("prompts", {}).get("items", {}).get("properties", {}).get("lens", {})
+        if "enum" in lens:
+            return json.dumps({"prompts": [{"lens": x, "prompt": f"Examine {x} closely."} for x in lens["enum"]]}), False
+        return "```json\n" + json.dumps({"answer": 42}) + "\n```", False
+    worker = re.search(r"^Your lens: (.+)$", prompt, re.M)
+    if worker:
+        lens = worker.group(1)
+        if lens == "stall":
+            return "Partial finding on stall so far", True
+        return f"Finding on {lens}: see [a.py:1](a.py#L1).", False
+    if prompt.startswith("You synthesize"):
+        found = re.findall(r"^(?:Finding on|Partial finding on).*$", prompt, re.M)
+        refs = re.findall(r"@thr_hidden_\w+", prompt)
+        hold = os.environ.get("FAKE_HOLD") == "synthesis"
+        return "Synthesis of the panel:\n" + "\n".join(found) + "\nInternal: " + " ".join(refs), hold
+    if "Answer concisely" in prompt:
+        return "Expert answer: 42", False
+    return "ok", False
 
 
 def approve(thread):
@@ -243,6 +277,11 @@ def handle(msg):
             print("fake bridge: crashing mid-turn", file=sys.stderr, flush=True)
             sys.exit(3)
         text = "hel\x1flo" if "invalid-delta" in MODES else "hello"
+        if "panel" in MODES:
+            text, hold = panel_text(params)
+            if hold:
+                delta(thread, {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf})
+                return
         if "bad-requests" in MODES:
             codes = []
             for bad_method, bad_params in (

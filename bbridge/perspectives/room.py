@@ -1,0 +1,279 @@
+"""The Perspectives room (issue 48): the `help` and `gather_perspectives` tools any agent is offered through the
+tool host, `ai/complete` and `perspectives/runs` served to the daemon's clients, and the runs themselves, all on
+one connection of the daemon's client API (in process, a socket pair's end, as `bbridge acp`'s face).
+
+A call resolves and checks both phase tuples (`tuples.resolve_phases`: the providers the daemon serves, their
+`model/list`) before any hidden thread exists: a problem is the tool's error result, naming it. `help` answers
+when its expert has; `gather_perspectives` answers at once with a receipt and runs detached in the room's nursery
+(`Runner.gather`), which ends with one message into the calling thread: a steer of its open turn, else a new turn,
+with the caller's own execution options.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any, Final
+
+import structlog
+import trio
+
+from bbridge.client import LEAVE, Client, DaemonError
+from bbridge.daemon.tool_host import HostedCall
+from bbridge.perspectives import delivery, prompts
+from bbridge.perspectives.complete import complete
+from bbridge.perspectives.hidden import Hidden, Member
+from bbridge.perspectives.run import Run, Runner
+from bbridge.perspectives.settings import PerspectivesConfig
+from bbridge.perspectives.tuples import Caller, Phases, Providers, TupleError, model_list, resolve, resolve_phases
+from bbridge.toolhost.results import ToolCallResult, failure, text_result
+from bbridge.wire import rpc
+
+log = structlog.get_logger("bbridge.perspectives")
+
+RUNS_KEPT: Final = 200  # finished runs `perspectives/runs` still shows
+QUESTION: Final = {"type": "string", "minLength": 1, "description": "the question to answer"}
+CONTEXT: Final = {"type": "string", "description": "what the experts should know: the task, constraints, files"}
+HELP_SCHEMA: Final = {
+    "type": "object",
+    "properties": {"question": QUESTION, "context": CONTEXT},
+    "required": ["question"],
+    "additionalProperties": False,
+}
+GATHER_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "question": QUESTION,
+        "context": CONTEXT,
+        "lenses": {
+            "type": "array",
+            "minItems": prompts.LENSES_MIN,
+            "maxItems": prompts.LENSES_MAX,
+            "items": {"type": "string", "minLength": 1},
+            "description": "2 to 7 specific angles, e.g. 'big-O complexity', 'duplicate work'",
+        },
+    },
+    "required": ["question", "lenses"],
+    "additionalProperties": False,
+}
+
+
+class RoomTool:
+    """One of the room's tools as the tool host runs it (`toolhost.host.ExternalTool`): policy `allow` by
+    default, its calls decided, audited and redacted like any hosted tool's."""
+
+    presentation = None
+    policy = "allow"
+    source = "perspectives"
+
+    def __init__(self, room: Perspectives, name: str, description: str, schema: dict[str, Any]) -> None:
+        self.room, self.name, self.description, self.schema = room, name, description, schema
+
+    async def invoke(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
+        if call.hidden:
+            return failure(f"{self.name} is not offered to a Perspectives thread (no recursive panels)")
+        if self.name == "help":
+            return await self.room.help(arguments, call)
+        return await self.room.gather(arguments, call)
+
+
+class Perspectives:
+    """The room: its tools, its client methods (a daemon `Service`) and its runs."""
+
+    name = "perspectives"
+    methods = frozenset({"ai/complete", "perspectives/runs"})
+
+    def __init__(self, config: PerspectivesConfig) -> None:
+        self.config = config
+        self.runs: dict[str, Run] = {}
+        self._client: Client | None = None
+        self._hidden: Hidden | None = None
+        self._nursery: trio.Nursery | None = None
+        self.tools = [
+            RoomTool(
+                self,
+                "help",
+                "Ask one independent expert agent a question and get its concise, read-only answer (evidence cited) "
+                "as this tool's result.",
+                HELP_SCHEMA,
+            ),
+            RoomTool(
+                self,
+                "gather_perspectives",
+                "Have a panel of independent expert agents examine a question, each through one of 2-7 lenses you "
+                "give, and synthesize their evidence. Returns a launch receipt at once; the synthesized result "
+                "arrives later in this conversation as a message beginning 'Perspectives panel result'.",
+                GATHER_SCHEMA,
+            ),
+        ]
+
+    # -- running -----------------------------------------------------------------------------------------------
+
+    async def serve(self, client: Client, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The room on `client` until it closes: the notification pump and the detached runs."""
+        hidden = Hidden(client)
+        self._client, self._hidden = client, hidden
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(hidden.pump)
+            task_status.started()
+
+    async def on_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A request of one of the room's hidden threads (it owns them): an approval is declined, a client tool
+        call fails (nobody is watching an advisory thread); anything else is left pending."""
+        hidden = self._hidden
+        if hidden is None or params.get("threadId") not in hidden.members:
+            return LEAVE
+        if method == "interaction/request" and (params.get("payload") or {}).get("kind") == "approval":
+            return {"decision": "deny"}
+        if method == "item/tool/call":
+            return failure("A Perspectives thread has no client tools")
+        return LEAVE
+
+    # -- the tools ---------------------------------------------------------------------------------------------
+
+    async def help(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
+        run, hidden = self._run(call, "help", (), arguments), self._ready()
+        try:
+            phases = await self._phases(call, 0)
+        except TupleError as exc:
+            return failure(f"help: {exc} (no thread was created)")
+        self._keep(run)
+        runner = Runner(hidden, self.config)
+        return text_result(await runner.help(run, phases))
+
+    async def gather(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
+        hidden = self._ready()
+        try:
+            lenses = prompts.check_lenses(arguments.get("lenses") or [])
+            phases = await self._phases(call, len(lenses))
+        except (ValueError, TupleError) as exc:
+            return failure(f"gather_perspectives: {exc} (no thread was created)")
+        run = self._run(call, "gather_perspectives", lenses, arguments)
+        self._keep(run)
+        assert self._nursery is not None
+        runner = Runner(hidden, self.config)
+        self._nursery.start_soon(runner.gather, run, phases, lambda text: self._deliver(run, call, text))
+        return text_result(delivery.receipt(run.run_id, lenses))
+
+    def _run(self, call: HostedCall, tool: Any, lenses: tuple[str, ...], arguments: dict[str, Any]) -> Run:
+        context = arguments.get("context")
+        return Run(
+            delivery.new_run_id(),
+            call.thread_id,
+            tool,
+            lenses,
+            str(arguments.get("question") or ""),
+            context if isinstance(context, str) else None,
+            call.cwd or os.getcwd(),
+        )
+
+    async def _phases(self, call: HostedCall, lenses: int) -> Phases:
+        """Both tuples for this caller, checked against the providers the daemon serves and their models."""
+        options = call.options or {}
+        model, reasoning = options.get("model"), options.get("reasoningLevel")
+        caller = Caller(
+            call.provider_id,
+            model if isinstance(model, str) else None,
+            reasoning if isinstance(reasoning, str) else None,
+            options,
+        )
+        return resolve_phases(self.config, caller, await self._providers(call.cwd), lenses)
+
+    async def _providers(self, cwd: str | None) -> Providers:
+        """The daemon's providers and each one's `model/list` (None: it lists none), asked concurrently."""
+        client = self._ready().client
+        status = await client.request("daemon/status", {})
+        ids = [str(p.get("providerId")) for p in status.get("providers", []) if isinstance(p, Mapping)]
+        listed: dict[str, Any] = dict.fromkeys(ids)
+
+        async def ask(provider_id: str) -> None:
+            with trio.move_on_after(self.config.spawn_timeout_s):
+                try:
+                    params = {"providerId": provider_id, **({"cwd": cwd} if cwd else {})}
+                    listed[provider_id] = model_list(await client.request("model/list", params))
+                except DaemonError:
+                    pass
+
+        async with trio.open_nursery() as nursery:
+            for provider_id in ids:
+                nursery.start_soon(ask, provider_id)
+        return listed
+
+    async def _deliver(self, run: Run, call: HostedCall, text: str) -> None:
+        """The run's one message into the calling thread: a steer of its open turn, else a new turn."""
+        client = self._ready().client
+        turn: dict[str, Any] = {
+            "threadId": run.thread_id,
+            "input": [{"type": "text", "text": text, "mentions": []}],
+            "options": call.options or {},
+        }
+        open_turn = await self._open_turn(run.thread_id)
+        if open_turn is not None:
+            try:
+                await client.request("turn/steer", {**turn, "expectedTurnId": open_turn})
+                return
+            except DaemonError as exc:  # the turn ended meanwhile: the message starts one
+                log.info("a perspectives delivery could not steer; starting a turn", run=run.run_id, error=exc.message)
+        await client.request("turn/start", turn)
+
+    async def _open_turn(self, thread_id: str) -> str | None:
+        status = await self._ready().client.request("daemon/status", {})
+        for row in status.get("threads", []):
+            if row.get("threadId") == thread_id and row.get("openTurns"):
+                return str(row["openTurns"][-1])
+        return None
+
+    def _ready(self) -> Hidden:
+        if self._hidden is None:
+            raise RuntimeError("the Perspectives room is not serving yet")
+        return self._hidden
+
+    def _keep(self, run: Run) -> None:
+        self.runs[run.run_id] = run
+        finished = [r for r in self.runs.values() if r.phase == "done"]
+        for old in finished[: max(0, len(finished) - RUNS_KEPT)]:
+            del self.runs[old.run_id]
+
+    # -- the client methods (a daemon `Service`) ---------------------------------------------------------------
+
+    async def handle(self, method: str, params: dict[str, Any]) -> Any:
+        if method == "perspectives/runs":
+            thread = params.get("threadId")
+            return {"runs": [r.view() for r in self.runs.values() if thread is None or r.thread_id == thread]}
+        return await self._complete(params)
+
+    async def _complete(self, params: dict[str, Any]) -> Any:
+        """`ai/complete`: one hidden thread in an empty directory, the planner tuple's provider unless named."""
+        prompt, schema, timeout_ms = params.get("prompt"), params.get("outputSchema"), params.get("timeoutMs")
+        if not isinstance(prompt, str) or not prompt or not isinstance(schema, dict) or not isinstance(timeout_ms, int):
+            raise rpc.RpcError(rpc.INVALID_PARAMS, "ai/complete needs prompt, outputSchema (object), timeoutMs")
+        provider = params.get("providerId") or self.config.planner.provider
+        if not isinstance(provider, str):
+            raise rpc.RpcError(
+                rpc.INVALID_PARAMS, "ai/complete needs providerId (or a provider in [perspectives] planner)"
+            )
+        phase = type(self.config.planner)(
+            provider=provider, model=params.get("model"), reasoning=params.get("reasoningLevel"), permission="auto"
+        )
+        caller = Caller(provider, None, None, {})
+        try:
+            resolved = resolve(phase, caller, await self._providers(None), where="ai/complete")
+        except TupleError as exc:
+            raise rpc.RpcError(rpc.INVALID_PARAMS, str(exc)) from None
+        run = Run(delivery.new_run_id(), "", "help", (), prompt, None, "")
+        member = Member(run.run_id, "planner", resolved)
+        with tempfile.TemporaryDirectory(prefix="bbridge-complete-") as cwd:
+            done = await complete(self._ready(), member, prompt, schema, timeout_ms / 1000, self.config, cwd)
+            await self._ready().release(member)
+        if done.ok:
+            return {"ok": True, "model": resolved.model or "", "value": done.value}
+        return {"ok": False, "code": done.code, "message": done.message}
+
+    def report(self) -> dict[str, Any]:
+        counts = {"running": 0, "delivered": 0, "failed": 0}
+        for run in self.runs.values():
+            key = "running" if run.outcome is None else "delivered" if run.outcome == "delivered" else "failed"
+            counts[key] += 1
+        return {"runs": counts}
