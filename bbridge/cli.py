@@ -226,6 +226,9 @@ def _parser() -> argparse.ArgumentParser:
         _daemon_address(ops_command, required=True)
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
     status.add_argument(
+        "--hidden", action="store_true", help="also list hidden threads, the ones a room runs for itself (its runs)"
+    )
+    status.add_argument(
         "--watch",
         type=float,
         nargs="?",
@@ -485,7 +488,7 @@ def _ops(args: argparse.Namespace) -> int:
     token = ops.read_token(args.token_file)
     where = ops.Where(args.url if args.url is not None else args.socket, args.ca_file)
     if args.command == "status":
-        return ops.status_main(where, token, args.json, watch=args.watch)
+        return ops.status_main(where, token, args.json, watch=args.watch, hidden=args.hidden)
     if args.command == "pending":
         return ops.pending_main(where, token, args.thread, args.json)
     if args.command == "stop":

@@ -8,7 +8,8 @@ Each is a client of the daemon's API through `bbridge.client` (daemon.md §1, §
 notifications every client is sent. `tail` prints each thread's events exactly once and in `seq` order: a
 journal replay (`thread/events {threadId, afterSeq}`) fills whatever the live notifications did not carry, and
 anything seen twice is dropped by `seq`; requests asked and resolved (`interaction/opened`/`resolved`) show
-in between.
+in between. Hidden threads (a room's own, `thread/hidden`) are left out of every listing: `status` shows them only
+with `--hidden`, and `tail` follows one only by `--thread`; `stop` finds one by its id.
 """
 
 from __future__ import annotations
@@ -133,12 +134,18 @@ CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen: each --watch refresh repla
 
 
 def status_main(
-    where: Where, token: str | None, as_json: bool, out: TextIO = sys.stdout, watch: float | None = None
+    where: Where,
+    token: str | None,
+    as_json: bool,
+    out: TextIO = sys.stdout,
+    watch: float | None = None,
+    hidden: bool = False,
 ) -> int:
-    """One `daemon/status`, or with `watch` one every `watch` seconds until Ctrl-C (or the daemon goes away)."""
+    """One `daemon/status`, or with `watch` one every `watch` seconds until Ctrl-C (or the daemon goes away);
+    `hidden`: the hidden threads' rows too."""
 
     async def show(client: Client) -> None:
-        status = await client.request("daemon/status")
+        status = await client.request("daemon/status", {"includeHidden": True} if hidden else {})
         if as_json:
             out.write(msgspec.json.encode(status).decode() + "\n")  # the daemon's own encoding: its bytes
         else:
@@ -205,9 +212,10 @@ def _thread_table(threads: list[dict[str, Any]]) -> list[str]:
         )
         clients = thread.get("clients") or {}
         bridge = thread.get("bridge") or {}
+        hidden = f" (hidden {thread.get('role', '?')} of {thread.get('runId', '?')})" if thread.get("hidden") else ""
         rows.append(
             (
-                str(thread.get("threadId", "?")),
+                str(thread.get("threadId", "?")) + hidden,
                 str(thread.get("providerId") or "-"),
                 str(turn.get("turnId", "-")),
                 _duration(turn["ageS"]) if "ageS" in turn else "-",
@@ -336,7 +344,9 @@ class Tail:
     order, so a replay asked after connecting leaves no gap: notifications that
     arrive meanwhile wait in the client's queue (`Client.notifications`) and
     those the replay already held are dropped by `seq`. A thread met live
-    without a replay starts at that event.
+    without a replay starts at that event. Following every thread, it leaves the
+    hidden ones out: those `daemon/status` marks when it starts, and those
+    `thread/hidden` announces after.
     """
 
     def __init__(self, out: TextIO, as_json: bool, thread_id: str | None) -> None:
@@ -346,35 +356,45 @@ class Tail:
         self.view = Renderer(out)
         self.last: dict[str, int] = {}  # thread id -> the last seq printed
         self.asked: set[str] = set()  # the requests shown opened and not yet resolved
+        self.hidden: set[str] = set()  # the hidden threads (left out unless followed by `--thread`)
 
     async def follow(self, client: Client, after_seq: int | None) -> None:
         """Replay first (the one thread, or with `after_seq` every thread the daemon knows), then live."""
         try:
             if self.only is not None:
                 await self.replay(client, self.only, after_seq or 0)
-            elif after_seq is not None:
-                for thread in (await client.status()).threads:
-                    await self.replay(client, thread["threadId"], after_seq)
+            else:
+                threads = (await client.status(include_hidden=True)).threads
+                self.hidden = {thread["threadId"] for thread in threads if thread.get("hidden")}
+                for thread in threads:
+                    if after_seq is not None and thread["threadId"] not in self.hidden:
+                        await self.replay(client, thread["threadId"], after_seq)
         except Disconnected:
             return  # the daemon went away mid-replay: the end of the tail, like any other close
         try:
             for pending in (await client.pending(self.only)).pending:  # what already waits, before what comes
-                self.show_interaction("interaction/opened", msgspec.to_builtins(pending))
+                if self.follows(pending.threadId):
+                    self.show_interaction("interaction/opened", msgspec.to_builtins(pending))
         except Disconnected:
             return
         async for note in client.notifications():  # ends when the daemon closes the connection
+            if note.method == "thread/hidden":
+                self.hidden.add(str(note.raw.get("threadId")))
+                continue
             if note.method in INTERACTION_NOTES:
-                if self.only is None or note.raw.get("threadId") == self.only:
+                if self.follows(note.raw.get("threadId")):
                     self.show_interaction(note.method, note.raw)
                 continue
             batch = note.params
-            if not isinstance(batch, api.ThreadEventsNotification):
-                continue
-            if self.only is not None and batch.threadId != self.only:
+            if not isinstance(batch, api.ThreadEventsNotification) or not self.follows(batch.threadId):
                 continue
             for entry in batch.events:
                 if entry.seq > self.last.setdefault(batch.threadId, entry.seq - 1):
                     self.show(batch.threadId, entry)
+
+    def follows(self, thread_id: str | None) -> bool:
+        """The one thread followed (`--thread`), or any but a hidden one."""
+        return thread_id == self.only if self.only is not None else thread_id not in self.hidden
 
     async def replay(self, client: Client, thread_id: str, after: int) -> None:
         self.last[thread_id] = after
@@ -498,7 +518,8 @@ def stop_main(where: Where, token: str | None, thread_id: str, out: TextIO = sys
     """`thread/stop`: an interrupt of the thread's open turn, or a release of an idle thread."""
 
     async def stop(client: Client) -> None:
-        thread = next((t for t in (await client.status()).threads if t.get("threadId") == thread_id), None)
+        threads = (await client.status(include_hidden=True)).threads  # a hidden thread is stopped by its id too
+        thread = next((t for t in threads if t.get("threadId") == thread_id), None)
         if thread is None:
             raise OpsError(f"the daemon on {where} has no thread {thread_id!r} (bbridge status lists its threads)")
         if not thread.get("providerId"):

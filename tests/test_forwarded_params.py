@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from msgspec import UNSET
 
 from bbridge.daemon.methods import Call, outgoing, viewed
 from bbridge.wire import rpc
@@ -72,3 +73,11 @@ def test_a_malformed_member_the_daemon_reads_is_the_clients_error_naming_it(
     with pytest.raises(rpc.RpcError) as refused:
         viewed("thread/start", params)
     assert refused.value.code == rpc.INVALID_PARAMS and phrase in refused.value.message
+
+
+def test_a_constructions_hidden_mark_is_read_by_the_daemon_and_never_sent() -> None:
+    params: dict[str, Any] = {"threadId": "thr_1", "hidden": {"runId": "prun_1", "role": "expert"}, "options": {}}
+    call = _call("thread/fork", params)
+    assert call.view.hidden is not UNSET and call.view.hidden.role == "expert"
+    assert outgoing(call, keeps_provider_id=False, turn_field=None) == {"threadId": "thr_1", "options": {}}
+    assert "hidden" in params  # the client's dict is never changed

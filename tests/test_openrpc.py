@@ -15,9 +15,9 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT7
 
-from bbridge.daemon.runtime import FORWARDED, OWN_METHODS
+from bbridge.daemon.runtime import FORWARDED, OWN_METHODS, ROOM_METHODS
 from bbridge.wire import rpc
-from bbridge.wire.openrpc import openrpc_document, routed_methods
+from bbridge.wire.openrpc import DAEMON_METHODS, openrpc_document, routed_methods
 from tests.conftest import REPO
 from tests.support import connect, fake_provider, make_or_skip, running
 
@@ -43,7 +43,9 @@ def test_the_document_is_valid_openrpc() -> None:
 
 def test_it_describes_exactly_the_routed_methods() -> None:
     document = openrpc_document()
-    assert routed_methods(document) == set(OWN_METHODS) | FORWARDED
+    assert routed_methods(document) == set(OWN_METHODS) | FORWARDED | set(ROOM_METHODS)
+    for name, room in ROOM_METHODS.items():  # the params the daemon checks before a room is asked
+        assert DAEMON_METHODS[name][0] is room.params, name
     assert {n["name"] for n in document["x-notifications"]} >= {
         "thread/events",
         "bridge/status",
@@ -60,7 +62,10 @@ async def test_the_daemon_answers_every_described_method_and_only_those(tmp_path
             try:
                 await client.request(name, {"threadId": "t", "requestId": "r"})
             except rpc.RpcError as exc:
-                assert exc.code != rpc.METHOD_NOT_FOUND, name
+                if name in ROOM_METHODS:  # served by a room, which this daemon has none of: says what to configure
+                    assert exc.code == rpc.METHOD_NOT_FOUND and ROOM_METHODS[name].advice in exc.message, name
+                else:
+                    assert exc.code != rpc.METHOD_NOT_FOUND, name
         with pytest.raises(rpc.RpcError) as unknown:
             await client.request("thread/undescribed", {})
         assert unknown.value.code == rpc.METHOD_NOT_FOUND

@@ -17,7 +17,7 @@ from bbridge.client import Notice
 from bbridge.daemon.config import echo_provider
 from bbridge.ops import Tail, interaction_line
 from bbridge.wire import rpc
-from bbridge.wire.client_api import ThreadPendingResult
+from bbridge.wire.client_api import DaemonStatus, ThreadPendingResult
 from bbridge.wire.interactions import NotOffered, approval_answer
 from tests.support import FULL, TestClient, connect, fake_provider, running
 from tests.test_ops import bbridge, tailing
@@ -187,12 +187,21 @@ async def test_tail_shows_a_request_pending_at_its_start_once() -> None:
     resolved = {**opened, "resolvedAt": 2.0, "resolvedBy": "daemon:timeout", "result": {"success": False}}
     del resolved["params"]
 
+    hidden = {**opened, "requestId": "req_h", "threadId": "thr_h"}  # a hidden thread's: never shown
+
     class Daemon:
+        async def status(self, include_hidden: bool = False) -> DaemonStatus:
+            rows = [{"threadId": "thr_h", "hidden": True}] if include_hidden else []
+            empty: dict[str, Any] = {"providers": [], "pending": 0, "counters": {}, "config": {}, "journal": {}}
+            return msgspec.convert({"daemon": {}, "threads": rows, **empty}, DaemonStatus)
+
         async def pending(self, thread_id: str | None = None) -> ThreadPendingResult:
-            return msgspec.convert({"pending": [{**opened, "ageS": 0.5}]}, ThreadPendingResult)
+            listing = [{**opened, "ageS": 0.5}, {**hidden, "ageS": 0.5}]
+            return msgspec.convert({"pending": listing}, ThreadPendingResult)
 
         async def notifications(self) -> AsyncIterator[Notice]:
             yield Notice.of("interaction/opened", opened)
+            yield Notice.of("interaction/opened", hidden)
             yield Notice.of("interaction/resolved", resolved)
 
     out = io.StringIO()

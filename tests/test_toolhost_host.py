@@ -144,9 +144,11 @@ class FakeExternal:
         self.policy: Policy = policy
         self.source = f"mcp_servers.fake ({name})"
         self.calls: list[dict[str, Any]] = []
+        self.callers: list[HostedCall] = []
 
-    async def invoke(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def invoke(self, arguments: dict[str, Any], call: HostedCall) -> dict[str, Any]:
         self.calls.append(arguments)
+        self.callers.append(call)
         return {"success": True, "contentItems": [{"type": "inputText", "text": "token sk-123456 here"}]}
 
 
@@ -160,9 +162,11 @@ async def test_external_tools_are_decided_redacted_and_shadowed(tmp_path: Path) 
     host = Host(Catalog([_echo()], [], [], []), external=[external, shadowed], audit=audit)
     assert [tool.name for tool in host.offered()] == ["echo_args", "fake__lookup"]
     asker = Asker()
-    result = await host.call(_call(tmp_path, asker, tool="fake__lookup", a="b"))
+    call = _call(tmp_path, asker, tool="fake__lookup", a="b")
+    result = await host.call(call)
     assert _texts(result) == "token [redacted] here"
     assert external.calls == [{"a": "b"}]
+    assert external.callers == [call]  # an external tool knows the calling thread
     assert asker.asked == [
         {"hostedTool": {"tool": "fake__lookup", "arguments": {"a": "b"}, "source": "mcp_servers.fake (fake__lookup)"}}
     ]

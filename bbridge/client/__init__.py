@@ -13,8 +13,10 @@
   already connected on a byte stream (an in-process daemon's end of a socket pair). An error comes out of each block as
   itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when `initialize` or the
   WebSocket upgrade is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
-* Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status`,
-  `thread_events`, `pending`, `respond`; any other method through `request`. A refusal is a `DaemonError`
+* Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status` (hidden
+  threads with `include_hidden`), `thread_events`, `pending`, `respond`, `agent_configuration`, and the methods a
+  Perspectives room serves (`bbridge.wire.perspectives`): `ai_complete`, `perspectives_runs`; any other method
+  through `request`. A refusal is a `DaemonError`
   carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
   `data` gives (a -32602's `[{path, message}]`); a call on a connection that has ended fails at once with
   `Disconnected`; an answer this client cannot read (a line over the daemon's own line bound, `max_line`) fails
@@ -59,6 +61,12 @@ from bbridge.wire import errors
 from bbridge.wire.agent_config import AgentConfiguration
 from bbridge.wire.framing import MAX_LINE_BYTES
 from bbridge.wire.jsonrpc import ConnectionClosed, Request, RpcError, encode_result
+from bbridge.wire.perspectives import (
+    AiCompleteError,
+    AiCompleteOk,
+    PerspectivesRunsResult,
+    ai_complete_result,
+)
 from bbridge.wire.websocket import HandshakeError
 
 __all__ = [
@@ -263,8 +271,10 @@ class Client:
             params["token"] = token
         return msgspec.convert(await self.request("initialize", params), api.DaemonInitializeResult)
 
-    async def status(self) -> api.DaemonStatus:
-        return msgspec.convert(await self.request("daemon/status"), api.DaemonStatus)
+    async def status(self, *, include_hidden: bool = False) -> api.DaemonStatus:
+        """`daemon/status`; with `include_hidden` the hidden threads' rows too (`hidden: true`, `runId`, `role`)."""
+        params = {"includeHidden": True} if include_hidden else {}
+        return msgspec.convert(await self.request("daemon/status", params), api.DaemonStatus)
 
     async def thread_events(self, thread_id: str, after_seq: int = 0) -> api.ThreadEventsResult:
         result = await self.request("thread/events", {"threadId": thread_id, "afterSeq": after_seq})
@@ -286,6 +296,28 @@ class Client:
         given = {"threadId": thread_id, "cwd": cwd, "providerId": provider_id, "model": model}
         params = {key: value for key, value in given.items() if value is not None}
         return msgspec.convert(await self.request("agent/configuration", params), AgentConfiguration)
+
+    async def ai_complete(
+        self,
+        prompt: str,
+        output_schema: dict[str, Any],
+        timeout_ms: int,
+        *,
+        provider_id: str | None = None,
+        model: str | None = None,
+        reasoning_level: str | None = None,
+    ) -> AiCompleteOk | AiCompleteError:
+        """One helper inference, its answer valid against `output_schema` (a failure is an `AiCompleteError`, not
+        an exception); served by a Perspectives room (`-32601` without one)."""
+        given = {"providerId": provider_id, "model": model, "reasoningLevel": reasoning_level}
+        params = {"prompt": prompt, "outputSchema": output_schema, "timeoutMs": timeout_ms}
+        params |= {key: value for key, value in given.items() if value is not None}
+        return ai_complete_result(await self.request("ai/complete", params))
+
+    async def perspectives_runs(self, thread_id: str | None = None) -> PerspectivesRunsResult:
+        """A Perspectives room's runs (those called from `thread_id`)."""
+        params = {} if thread_id is None else {"threadId": thread_id}
+        return msgspec.convert(await self.request("perspectives/runs", params), PerspectivesRunsResult)
 
     async def respond(
         self, request_id: str, result: Any = None, *, error: tuple[int, str] | None = None, warning: str | None = None

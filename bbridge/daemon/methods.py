@@ -28,6 +28,7 @@ from bbridge.daemon.bridge import BridgeProcess
 from bbridge.daemon.declared_tools import DeclarationError, Declarations, Tool
 from bbridge.daemon.delivery import ThreadParams, decode
 from bbridge.daemon.fanout import ClientSink, Fanout
+from bbridge.daemon.hidden import HiddenThreads
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.threads import Cause, ThreadRegistry
@@ -41,13 +42,14 @@ log = structlog.get_logger("bbridge.daemon.methods")
 THREAD_CREATION_TIMEOUT_S = 120.0
 CONSTRUCTIONS: Final = frozenset({"thread/start", "thread/resume", "thread/fork"})
 DAEMON_MADE: Final = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
+DAEMON_ONLY: Final = frozenset({"hidden"})  # top-level members only the daemon reads: never sent to a bridge
 
 
 @dataclass(frozen=True)
 class RuleContext:
     """What a method rule may use: the thread records, the tool declarations and offers, the open work, the
-    kept inputs, the clients' names, and two actions of other parts (a thread's pending requests resolved before
-    its stop; a thread let go from its bridge)."""
+    kept inputs, the clients' names, the agent configuration, the hidden marks, and two actions of other parts (a
+    thread's pending requests resolved before its stop; a thread let go from its bridge)."""
 
     registry: ThreadRegistry
     declarations: Declarations
@@ -56,6 +58,7 @@ class RuleContext:
     inputs: Inputs
     fanout: Fanout
     agents: AgentSettings
+    hidden: HiddenThreads
     resolve_thread: Callable[[str, str], Awaitable[None]]  # `Relays.resolve_thread`
     release: Callable[[str, BridgeProcess, Cause], object]  # `Supervisor.release`
 
@@ -96,6 +99,12 @@ class Call:
     def cwd(self) -> str | None:
         return None if self.view.cwd is UNSET else self.view.cwd
 
+    @property
+    def client_options(self) -> dict[str, Any] | None:
+        """The `options` as the client sent them, less the daemon's own `tools` (None: no options object)."""
+        options = self.params.get("options")
+        return {key: value for key, value in options.items() if key != "tools"} if isinstance(options, dict) else None
+
     def configure(self, agents: AgentSettings) -> None:
         """Resolve the agent configuration for this construction or turn and keep what it sets: the composed
         instructions (and `instructionMode` when a contribution replaced), its `BB_*` variables over the
@@ -119,7 +128,7 @@ class Call:
 def viewed(method: str, params: Mapping[str, Any]) -> ForwardedParams:
     """What the daemon reads of a forwarded request's params, or the client's error naming what is wrong."""
     try:
-        return msgspec.convert(params, ForwardedParams)
+        view = msgspec.convert(params, ForwardedParams)
     except msgspec.ValidationError as exc:
         if "$.options.tools" in str(exc):
             raise rpc.RpcError(
@@ -129,21 +138,30 @@ def viewed(method: str, params: Mapping[str, Any]) -> ForwardedParams:
                 "hosts and bringing the thread's own MCP servers",
             ) from None
         raise rpc.RpcError(rpc.INVALID_PARAMS, f"{method}: {exc}") from None
+    if view.hidden is not UNSET and method not in CONSTRUCTIONS:
+        raise rpc.RpcError(
+            rpc.INVALID_PARAMS, f"{method}: hidden marks a thread at its construction (thread/start, resume or fork)"
+        )
+    return view
 
 
 def outgoing(call: Call, keeps_provider_id: bool, turn_field: str | None) -> dict[str, Any]:
     """The params the bridge receives: the client's, less what only the daemon reads (`providerId` unless the
-    method's own, `options.tools`), with the daemon's changes."""
-    sent = {key: value for key, value in call.params.items() if keeps_provider_id or key != "providerId"}
+    method's own, `hidden`, `options.tools`), with the daemon's changes."""
+    sent = {
+        key: value
+        for key, value in call.params.items()
+        if (keeps_provider_id or key != "providerId") and key not in DAEMON_ONLY
+    }
     if call.provider_thread_id is not None:
         sent["providerThreadId"] = call.provider_thread_id
     if turn_field is not None and call.provider_turn_id is not None:
         sent[turn_field] = call.provider_turn_id
     if call.added_tools:
         sent["dynamicTools"] = [*(sent.get("dynamicTools") or []), *call.added_tools]
-    options = sent.get("options")
-    if isinstance(options, dict) and (call.choice is not None or call.options):
-        sent["options"] = {key: value for key, value in options.items() if key != "tools"} | call.options
+    options = call.client_options
+    if options is not None and (call.choice is not None or call.options):
+        sent["options"] = options | call.options
     return sent | call.members
 
 
@@ -183,8 +201,9 @@ class Construction(MethodRule):
     """`thread/start`, `thread/resume`, `thread/fork`: declared tools checked and the chosen hosted tools added
     (`options.tools` taken out: bridges do not know it) before the bridge is asked; once it is chosen, the tools of
     the MCP servers the construction brings for its thread (`options.tools.mcpServers`) added too, then the thread
-    recorded (its provider, owner and bridge) before it is sent; its tools, `cwd` and provider thread id kept from
-    the answer. A failed construction stops the servers it brought."""
+    recorded (its provider, owner and bridge, and its `hidden` mark, told to every client) before it is sent; its
+    tools, `cwd`, options and provider thread id kept from the answer. A failed construction stops the servers it
+    brought."""
 
     constructs = True
 
@@ -219,6 +238,8 @@ class Construction(MethodRule):
             raise rpc.RpcError(rpc.INVALID_PARAMS, f"{call.method}: {exc}") from None
         await call.bridge.configure_skills(ctx.agents.skill_roots(call.provider_id))
         ctx.registry.construct(call.thread_id, call.bridge.provider_id, call.client)
+        if call.view.hidden is not UNSET:
+            ctx.hidden.mark(call.thread_id, call.bridge.provider_id, call.view.hidden)
         call.bridge.serves(call.thread_id)
         supplied = call.view.providerThreadId
         if call.method == "thread/resume" and supplied is not UNSET:
@@ -245,6 +266,7 @@ class Construction(MethodRule):
         result = decode(raw, ThreadParams)
         provider_thread_id = None if result is None else result.providerThreadId
         ctx.registry.constructed(call.thread_id, call.declared, provider_thread_id, call.hosted, call.cwd)
+        ctx.registry.configured(call.thread_id, call.client_options)
         ctx.agents.constructed(call.thread_id, call.configuration)
 
     def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
@@ -255,7 +277,8 @@ class Construction(MethodRule):
 class TurnInput(MethodRule):
     """`turn/start` and `turn/steer`: the agent configuration resolved again (options ride every turn; the
     instructions apply at the next construction, protocol.md §4.4); an input the bridge accepted is kept as thread
-    state (`inputs.py`: the canonical events keep no prompt text); a refused one is not."""
+    state (`inputs.py`: the canonical events keep no prompt text), and its options on the thread's record; a refused
+    one keeps neither."""
 
     async def prepare(self, ctx: RuleContext, call: Call) -> None:
         call.configure(ctx.agents)
@@ -267,6 +290,7 @@ class TurnInput(MethodRule):
         elements = [] if view.input is UNSET else view.input
         request_id = None if view.clientRequestId is UNSET else view.clientRequestId
         ctx.inputs.add(call.thread_id, call.bridge.provider_id, elements, request_id, call.method, call.sent_at, client)
+        ctx.registry.configured(call.thread_id, call.client_options)
 
 
 class TurnStart(TurnInput):

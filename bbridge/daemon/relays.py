@@ -13,6 +13,7 @@ A call of a tool the daemon hosts (`daemon/offered_tools.py`) is answered by its
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -181,6 +182,8 @@ class Relays:
             arguments=params.get("arguments") or {},
             cwd=record.cwd,
             ask=functools.partial(self._ask, bridge, thread_id, params),
+            options=copy.deepcopy(record.options),
+            hidden=record.hidden is not None,
         )
         run = HostedRun()
         record.calls.add(run)

@@ -7,10 +7,12 @@
 * `delivery.Output`: bridge output to clients (notifications, text flushes, daemon-made events);
 * `relays.Relays`: bridge requests that need a client, held as pending thread state;
 * `status.Status`: `daemon/status`, read from all of them;
-* `threads.ThreadRegistry`: every thread's record, shared by the others.
+* `threads.ThreadRegistry`: every thread's record, shared by the others;
+* `hidden.HiddenThreads`: the marks of the threads rooms run for themselves, kept and told to clients.
 
-Client requests come here (`handle`): the daemon's own methods (`OWN`), and bridge methods, forwarded with
-what each method's rule (`methods.METHODS`) does before and after, given a `methods.RuleContext`.
+Client requests come here (`handle`): the daemon's own methods (`OWN`), bridge methods, forwarded with what each
+method's rule (`methods.METHODS`) does before and after, given a `methods.RuleContext`, and the methods of the
+rooms above the daemon that it was handed as `services.Service`s.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, 
 from bbridge.daemon.delivery import Output
 from bbridge.daemon.extensions import ExtensionChecker
 from bbridge.daemon.fanout import ClientSink, Fanout
+from bbridge.daemon.hidden import HiddenThreads
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call, RuleContext, outgoing, viewed
@@ -39,7 +42,8 @@ from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import Interactions
 from bbridge.daemon.relays import Relays
-from bbridge.daemon.status import Status
+from bbridge.daemon.services import ROOM_METHODS, Service, Services
+from bbridge.daemon.status import SECTIONS, Status
 from bbridge.daemon.supervisor import Spawning, Supervisor
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tool_host import ToolHost
@@ -48,7 +52,16 @@ from bbridge.wire import client_api, errors, protocol, rpc
 from bbridge.wire.agent_config import AgentConfigurationParams
 from bbridge.wire.redact import Pattern
 
-__all__ = ["CLIENT_PROTOCOL_VERSION", "DAEMON_INFO", "FORWARDED", "OWN_METHODS", "ClientSink", "Counters", "Daemon"]
+__all__ = [
+    "CLIENT_PROTOCOL_VERSION",
+    "DAEMON_INFO",
+    "FORWARDED",
+    "OWN_METHODS",
+    "ROOM_METHODS",
+    "ClientSink",
+    "Counters",
+    "Daemon",
+]
 
 log = structlog.get_logger("bbridge.daemon.runtime")
 
@@ -74,6 +87,7 @@ class Daemon:
         max_tool_argument_bytes: int = MAX_ARGUMENT_BYTES,
         tool_host: ToolHost | None = None,
         agents: AgentConfigurer | None = None,
+        services: Sequence[Service] = (),
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -93,6 +107,8 @@ class Daemon:
         self.agents = AgentSettings(agents, self.fanout.publish)  # `[[agents]]` resolved before each turn
         self.interactions = Interactions(self.fanout.broadcast, self.registry, self.journal.directory)
         self.inputs = Inputs(self.fanout.broadcast, self.journal.directory)  # what clients asked of each thread
+        self.hidden = HiddenThreads(self.registry, self.fanout.broadcast, self.journal.directory)
+        self.services = Services(services, {*OWN, *FORWARDED}, SECTIONS)  # rooms' client methods
         extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
             for pid, cfg in providers.items()
@@ -147,6 +163,8 @@ class Daemon:
             self.turn_durations,
             self.mistakes,
             self.agents,
+            self.hidden,
+            self.services,
         )
         self.rules = RuleContext(
             self.registry,
@@ -156,6 +174,7 @@ class Daemon:
             self.inputs,
             self.fanout,
             self.agents,
+            self.hidden,
             self.relays.resolve_thread,
             self.supervisor.release,
         )
@@ -183,9 +202,9 @@ class Daemon:
         self.supervisor.close()
         self.shutdown_requested.set()
 
-    def status(self) -> dict[str, Any]:
-        """`daemon/status` (also read by the listener's plain routes)."""
-        return self.view.status()
+    def status(self, include_hidden: bool = False) -> dict[str, Any]:
+        """`daemon/status` (also read by the listener's plain routes); hidden threads' rows only when asked."""
+        return self.view.status(include_hidden)
 
     # -- client → daemon requests --------------------------------------------
 
@@ -201,9 +220,9 @@ class Daemon:
         own = OWN.get(method)
         if own is not None:
             return await own(self, client, params)
-        if method not in FORWARDED:
-            raise rpc.RpcError(rpc.METHOD_NOT_FOUND, f"Method not found: {method}")
-        return await self._forward(client, method, params)
+        if method in FORWARDED:
+            return await self._forward(client, method, params)
+        return await self.services.handle(method, params)  # a room's, or -32601
 
     async def _hello(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
         """`initialize`: what the client calls itself is kept (its answers are signed with it)."""
@@ -324,7 +343,9 @@ def _decoded(method: str, params: dict[str, Any], kind: type[_P]) -> _P:
 # The methods the daemon answers itself; with FORWARDED, what `openrpc.json` describes.
 OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] = {
     "initialize": Daemon._hello,
-    "daemon/status": lambda daemon, client, params: _now(daemon.status()),
+    "daemon/status": lambda daemon, client, params: _now(
+        daemon.status(_decoded("daemon/status", params, client_api.DaemonStatusParams).includeHidden)
+    ),
     "thread/events": lambda daemon, client, params: _now(daemon._thread_events(params)),
     "thread/inputs": lambda daemon, client, params: _now(daemon._thread_inputs(params)),
     "thread/pending": lambda daemon, client, params: _now(daemon._thread_pending(params)),

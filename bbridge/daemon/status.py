@@ -2,14 +2,16 @@
 thread — its open turn and that turn's age, how long since its bridge last sent anything for it, what it waits
 on (pending approvals, questions and tool calls, each with its age), the clients attached, its bridge's pid and
 state. A thread's live part is read from its record (`ThreadRegistry.liveness`); a row that names no bridge (no
-client constructed the thread, or its provider has no bridge running) shows no turn and no pending start."""
+client constructed the thread, or its provider has no bridge running) shows no turn and no pending start. A hidden
+thread (`hidden.py`) has a row only when asked (`include_hidden`), marked with its run and role; the rooms' services
+report under their own names."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import trio
@@ -19,12 +21,30 @@ from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.fanout import Fanout
+from bbridge.daemon.hidden import HiddenThreads
 from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import Interactions
+from bbridge.daemon.services import Services
 from bbridge.daemon.supervisor import Supervisor
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
+
+# The sections the daemon writes itself: a service's report takes none of these names.
+SECTIONS: Final = frozenset(
+    {
+        "daemon",
+        "providers",
+        "threads",
+        "pending",
+        "counters",
+        "config",
+        "journal",
+        "turnDurations",
+        "hostedTools",
+        "agentConfig",
+    }
+)
 
 
 class Status:
@@ -44,6 +64,8 @@ class Status:
         turn_durations: TurnDurations,
         noted: Mistakes,
         agents: AgentSettings,
+        hidden: HiddenThreads,
+        services: Services,
     ) -> None:
         self._providers = providers
         self._config = config
@@ -58,9 +80,11 @@ class Status:
         self._turn_durations = turn_durations
         self._mistakes = noted
         self._agents = agents
+        self._hidden = hidden
+        self._services = services
         self._started_at = time.time()
 
-    def status(self) -> dict[str, Any]:
+    def status(self, include_hidden: bool = False) -> dict[str, Any]:
         now = trio.current_time()
         self._counters.events_out = self._journal.log.recorded
         bridges, clients = self._supervisor.bridges, self._fanout.clients
@@ -83,9 +107,10 @@ class Status:
                 "clients": len(clients),
                 "clientsByTransport": dict(Counter(client.transport for client in clients)),
                 "core": native.describe(),  # compiled (mypyc) or pure, and why
+                "hiddenThreads": self._hidden.count(),
             },
             "providers": providers,
-            "threads": list(self._thread_status(now)),
+            "threads": list(self._thread_status(now, include_hidden)),
             "pending": len(self._interactions.open),
             "counters": msgspec.to_builtins(self._counters),
             "config": msgspec.to_builtins(self._config),
@@ -93,9 +118,10 @@ class Status:
             "turnDurations": self._turn_durations.view(),
             "hostedTools": self._offered.status(),
             **({} if (agents := self._agents.report()) is None else {"agentConfig": agents}),
+            **self._services.report(),
         }
 
-    def _thread_status(self, now: float) -> Iterable[dict[str, Any]]:
+    def _thread_status(self, now: float, include_hidden: bool) -> Iterable[dict[str, Any]]:
         tracked = self._tracker.threads()
         known = dict(self._journal.threads())
         for thread_id, record in self._registry.records.items():
@@ -103,6 +129,9 @@ class Status:
                 known.setdefault(thread_id, 0)
         clients = self._fanout.clients
         for thread_id, last_seq in sorted(known.items()):
+            hidden = self._registry.hidden_of(thread_id)
+            if hidden is not None and not include_hidden:
+                continue
             provider_id = self._registry.provider_of(thread_id)
             bridge = self._supervisor.bridges.get(provider_id) if provider_id else None
             work = tracked.get(thread_id)
@@ -128,4 +157,5 @@ class Status:
                 "bridgeMistakes": self._mistakes.of_thread(thread_id),
                 "agentConfig": self._agents.thread_view(thread_id),
                 "lastSeq": last_seq,
+                **({} if hidden is None else {"hidden": True, "runId": hidden.runId, "role": hidden.role}),
             }

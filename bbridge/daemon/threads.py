@@ -39,6 +39,9 @@ What each way of letting a thread go clears is `LETS_GO`: the record's part here
 * its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
   per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
 
+A hidden thread (a construction's `hidden {runId, role}`: one a room runs for itself) carries its mark on its record
+(`hidden`, kept by `hidden.HiddenThreads`, read back after a restart): a release keeps it, as it keeps the name.
+
 A `thread/discard` and a `session/replaced` notice let nothing go here: the bridge drops or replaces its session,
 and the daemon forwards them as any other method or notice.
 """
@@ -48,7 +51,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -57,6 +60,7 @@ from bbridge.daemon.fanout import ClientSink
 from bbridge.daemon.pending import Pending
 from bbridge.daemon.tool_host import ToolHost
 from bbridge.daemon.watchdog import Watch
+from bbridge.wire.client_api import HiddenThread
 
 
 class Cause(enum.Enum):
@@ -114,6 +118,10 @@ class ThreadRecord:
     watch: Watch | None = None  # its watchdog state while a turn is dispatched or open (a release clears it)
     pending: dict[str, Pending] = field(default_factory=dict)  # its open requests by request id, oldest first
     name: str | None = None  # its latest `thread/name/updated` event's name (with --journal, read back at a restart)
+    hidden: HiddenThread | None = None  # a room's own thread: its run and role (with --journal, read back at a restart)
+    # its latest construction's or turn's `options` as the client sent them, less the daemon's `tools` (what a hosted
+    # tool's call is told of its caller)
+    options: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,16 @@ class ThreadRegistry:
         """A `thread/name/updated` event delivered: the name `daemon/status` shows (kept while the record is)."""
         self.record(thread_id).name = name
 
+    def hide(self, thread_id: str, mark: HiddenThread) -> None:
+        """The thread is a room's own (`hidden.HiddenThreads` keeps the mark beside the journal and tells clients)."""
+        self.record(thread_id).hidden = mark
+
+    def configured(self, thread_id: str, options: dict[str, Any] | None) -> None:
+        """A construction or turn the bridge accepted: its `options` (none sent: the thread's stay as they were)."""
+        record = self.records.get(thread_id)
+        if record is not None and options is not None:
+            record.options = options
+
     def owner_left(self, client: ClientSink) -> None:
         """A client went away: its threads have no owner until a construction names one."""
         for record in self.records.values():
@@ -203,6 +221,10 @@ class ThreadRegistry:
     def name_of(self, thread_id: str) -> str | None:
         record = self.records.get(thread_id)
         return None if record is None else record.name
+
+    def hidden_of(self, thread_id: str) -> HiddenThread | None:
+        record = self.records.get(thread_id)
+        return None if record is None else record.hidden
 
     def tools_of(self, thread_id: str | None) -> dict[str, Tool]:
         record = self.records.get(thread_id) if thread_id is not None else None
@@ -286,7 +308,8 @@ class ThreadRegistry:
         return len(runs)
 
     def drop_if_empty(self, thread_id: str) -> None:
-        """A record no client constructed lasts while it holds something: a watch armed, a pending request, a name."""
+        """A record no client constructed lasts while it holds something: a watch armed, a pending request, a name,
+        a hidden mark."""
         record = self.records.get(thread_id)
         if (
             record is not None
@@ -294,5 +317,6 @@ class ThreadRegistry:
             and record.watch is None
             and not record.pending
             and record.name is None
+            and record.hidden is None
         ):
             self.records.pop(record.thread_id, None)

@@ -50,6 +50,11 @@ class HostedCall:
     # Opens a pending approval (payload `approval`, subject `tool_use`) with `details` beside the payload, and
     # waits for its resolution; the timeout policy's answer is a deny.
     ask: Callable[[dict[str, Any]], Awaitable[Approval]]
+    # The calling thread's latest construction's or turn's `options` as its client sent them, less the daemon's
+    # `tools` (its model, reasoning level, permission policy: what a tool running agents of its own inherits); None
+    # when none was sent.
+    options: dict[str, Any] | None = None
+    hidden: bool = False  # the calling thread is hidden (a room's own: `thread/start {hidden}`)
 
 
 class ToolHost(Protocol):

@@ -6,7 +6,9 @@ daemon's own `daemon/status` (the client API's view, `Daemon.status`), never its
 `/metrics` is the Prometheus text exposition written by `prometheus_client` from a collector built at each scrape:
 gauges for what is (threads, open turns, pending interactions, clients by transport, bridges by state), counters
 for what happened (events delivered, refused notifications and tool calls, journal write errors) and a histogram of
-turn durations per provider.
+turn durations per provider. `bbridge_threads` counts the threads `daemon/status` lists (hidden ones apart:
+`bbridge_hidden_threads`); a Perspectives room's runs (its report, `wire.perspectives.PerspectivesStatus`, under
+`perspectives`) are counted by outcome, those running a gauge.
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ class _Snapshot(Collector):
         status = self._status
         threads = status["threads"]
         counters = status["counters"]
-        yield _gauge("bbridge_threads", "Threads the daemon knows (journaled or live).", len(threads))
+        yield _gauge(
+            "bbridge_threads", "Threads the daemon knows (journaled or live), hidden ones apart.", len(threads)
+        )
+        yield _gauge(
+            "bbridge_hidden_threads", "Threads rooms run for themselves (hidden).", status["daemon"]["hiddenThreads"]
+        )
         yield _gauge(
             "bbridge_open_turns", "Turns started and not yet completed.", sum(len(t["openTurns"]) for t in threads)
         )
@@ -121,6 +128,22 @@ class _Snapshot(Collector):
             buckets = [(_le(bound), float(count)) for bound, count in histogram["buckets"]]
             turns.add_metric([provider], buckets, histogram["sumS"])
         yield turns
+        yield from _perspectives(status.get("perspectives"))
+
+
+def _perspectives(report: Any) -> Iterator[Metric]:
+    """A Perspectives room's runs (`PerspectivesStatus.runs`): those that ended by outcome, those running."""
+    runs = report.get("runs") if isinstance(report, dict) else None
+    if not isinstance(runs, dict):
+        return
+    ended = CounterMetricFamily(
+        "bbridge_perspectives_runs", "Perspectives runs that ended, by outcome.", labels=["outcome"]
+    )
+    for outcome, count in sorted(runs.items()):
+        if outcome != "running" and isinstance(count, int):
+            ended.add_metric([outcome], count)
+    yield ended
+    yield _gauge("bbridge_perspectives_runs_running", "Perspectives runs in progress.", runs.get("running", 0))
 
 
 def _le(bound: float | None) -> str:

@@ -60,8 +60,10 @@ class ExternalTool(Protocol):
     @property
     def source(self) -> str: ...
 
-    async def invoke(self, arguments: dict[str, Any]) -> ToolCallResult:
-        """The call's `ToolCallResult`; cancelled, nothing it started outlives it."""
+    async def invoke(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
+        """The call's `ToolCallResult`; cancelled, nothing it started outlives it. `call` is the call as the daemon
+        made it (its thread, provider, turn, `cwd`, the caller's `options`, whether it is `hidden`): a room's tool
+        acts for the calling thread; `arguments` is its own copy of `call.arguments`."""
         ...
 
 
@@ -185,7 +187,7 @@ class Host:
             return run.result
         line["attempts"] = 1
         try:
-            result = await tool.invoke(dict(call.arguments))
+            result = await tool.invoke(dict(call.arguments), call)
         except Exception as exc:  # an external tool's failure is the call's, never the daemon's
             line["status"] = "error"
             message = self.audit.redactor.text(f"{type(exc).__name__}: {exc}")

@@ -25,6 +25,7 @@ import msgspec
 import trio
 
 from bbridge.daemon.config import Refusal
+from bbridge.daemon.tool_host import HostedCall
 from bbridge.toolhost.declarations import (
     NAME,
     Policy,
@@ -110,8 +111,9 @@ class McpTool:
         self.remote = remote  # the tool's own name on its server
         self._server = server
 
-    async def invoke(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The call's ToolCallResult; a timeout, a dead server or a protocol error is a failed result naming it."""
+    async def invoke(self, arguments: dict[str, Any], call: HostedCall | None = None) -> dict[str, Any]:
+        """The call's ToolCallResult; a timeout, a dead server or a protocol error is a failed result naming it. The
+        calling thread (`call`) is not the server's to know."""
         return await self._server.call(self.remote, arguments)
 
 

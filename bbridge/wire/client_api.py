@@ -17,6 +17,11 @@ Turn inputs (the canonical events keep no prompt text):
 * `thread/inputs {threadId, afterSentAt?}` → `{inputs: [TurnInputRecord]}`, oldest first;
 * notification to every client: `thread/input` (a `TurnInputRecord` with `threadId` and `providerId`).
 
+Hidden threads (issue 48): a construction's `hidden {runId, role}` (`HiddenThread`) marks a thread a room above the
+daemon runs for itself (a Perspectives run's planner, workers, synthesis, expert). It is journaled and addressable by
+id like any thread, but `daemon/status` lists it only when asked (`DaemonStatusParams.includeHidden`), and every
+client is told `thread/hidden` (`ThreadHiddenNotification`) before its bridge is asked, so a list can leave it out.
+
 These Structs are what the daemon decodes `interaction/respond` with and what `bbridge schema` exports.
 """
 
@@ -31,6 +36,7 @@ from bbridge.core.scalars import NonEmpty, Wire
 from bbridge.wire import interactions, protocol
 
 RequestMethod = Literal["interaction/request", "item/tool/call"]
+HiddenRole = Literal["planner", "worker", "synthesis", "expert"]  # what a hidden thread does in its run
 WARNING_MAX = 2000  # `interaction/respond`'s `warning`: a sentence or two, not a document
 
 
@@ -62,6 +68,15 @@ class ToolChoice(Wire, kw_only=True, forbid_unknown_fields=True):
     mcpServers: Annotated[list[ThreadMcpServer], msgspec.Meta(max_length=16)] | UnsetType = UNSET
 
 
+class HiddenThread(Wire, kw_only=True, forbid_unknown_fields=True):
+    """`hidden` on `thread/start`, `thread/resume` and `thread/fork`: the thread is one a room runs for itself (its
+    run's id and the thread's role there). The daemon keeps the mark (beside the journal with `--journal`), lists
+    the thread only when asked, and takes the member out before the bridge sees the params."""
+
+    runId: NonEmpty
+    role: HiddenRole
+
+
 class ForwardedOptions(Wire, kw_only=True):
     """What the daemon reads of a construction's or a turn's `options`: the hosted-tool choice it takes out, and the
     instructions and environment agent configuration composes with (the rest is the bridge's to decode)."""
@@ -90,6 +105,24 @@ class ForwardedParams(Wire, kw_only=True):
     options: ForwardedOptions | UnsetType = UNSET
     input: list[Any] | UnsetType = UNSET  # turn/start, turn/steer: kept as sent (`thread/inputs`)
     clientRequestId: str | UnsetType = UNSET
+    hidden: HiddenThread | UnsetType = UNSET  # a construction's: the daemon's own member, never sent to the bridge
+
+
+class ThreadHiddenNotification(Wire, kw_only=True):
+    """`thread/hidden`: a hidden thread is being constructed (sent before its bridge is asked, so a client that
+    lists threads can leave it out before any of its events arrive)."""
+
+    threadId: str
+    providerId: str
+    runId: str
+    role: HiddenRole
+
+
+class DaemonStatusParams(Wire, kw_only=True):
+    """`daemon/status`: hidden threads are listed only with `includeHidden` (each row then carries `hidden: true`,
+    its `runId` and `role`); the `daemon` section counts them (`hiddenThreads`) either way."""
+
+    includeHidden: bool = False
 
 
 class ThreadPendingParams(Wire, kw_only=True, forbid_unknown_fields=True):
@@ -337,6 +370,7 @@ NOTIFICATION_PARAMS: dict[str, type[Wire]] = {
     "interaction/opened": InteractionOpenedParams,
     "interaction/resolved": Resolution,
     "thread/input": ThreadInputNotification,
+    "thread/hidden": ThreadHiddenNotification,
 }
 NotificationParams = (
     ThreadEventsNotification
@@ -346,4 +380,5 @@ NotificationParams = (
     | InteractionOpenedParams
     | Resolution
     | ThreadInputNotification
+    | ThreadHiddenNotification
 )

@@ -1,8 +1,9 @@
 """The daemon's client API as an OpenRPC 1.2.6 document (`openrpc.json`, written by `bbridge schema`).
 
-Generated from the types the daemon decodes with: its own methods (`bbridge.wire.client_api`), and the bridge
-methods it forwards (`bbridge.wire.protocol.RUNTIME_REQUESTS` but `initialize`, each with the `providerId`
-that picks the bridge). Params are by name (one content descriptor per member of the params object). What
+Generated from the types the daemon decodes with: its own methods (`bbridge.wire.client_api`), the methods a room
+above it serves (`bbridge.wire.perspectives`; the daemon answers `-32601` saying what to configure without one),
+and the bridge methods it forwards (`bbridge.wire.protocol.RUNTIME_REQUESTS` but `initialize`, each with the
+`providerId` that picks the bridge). A method with several result types (a tuple) answers any of them (`anyOf`). Params are by name (one content descriptor per member of the params object). What
 OpenRPC has no place for is in extensions: `x-notifications` (daemon → client notifications) and
 `x-client-requests` (daemon → client requests a client answers: relayed bridge requests).
 
@@ -18,7 +19,7 @@ import msgspec
 
 from bbridge.core.grammar import ThreadDeltaParams
 from bbridge.core.scalars import ClientRequestId
-from bbridge.wire import agent_config, client_api, errors, interactions, protocol
+from bbridge.wire import agent_config, client_api, errors, interactions, perspectives, protocol
 from bbridge.wire.schema import Schema, components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
@@ -27,13 +28,15 @@ FORWARDED = tuple(m for m in protocol.RUNTIME_REQUESTS if m != "initialize")
 
 DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
     "initialize": (client_api.DaemonInitializeParams, client_api.DaemonInitializeResult, "The first request: the token (on a socket with a token file) and the client's protocol version."),
-    "daemon/status": (client_api.Empty, client_api.DaemonStatus, "The daemon, its providers, a live view of every thread, counters, configuration, journal."),
+    "daemon/status": (client_api.DaemonStatusParams, client_api.DaemonStatus, "The daemon, its providers, a live view of every thread (hidden ones with `includeHidden`), counters, configuration, journal, and each room's report."),
     "thread/events": (client_api.ThreadEventsParams, client_api.ThreadEventsResult, "A thread's journaled events after `afterSeq` (a reconnect's replay)."),
     "thread/pending": (client_api.ThreadPendingParams, client_api.ThreadPendingResult, "The pending approvals, questions and tool calls (one thread's, or all) and a thread's recent resolutions."),
     "thread/inputs": (client_api.ThreadInputsParams, client_api.ThreadInputsResult, "The turn inputs (`turn/start`, `turn/steer`) a thread's bridge accepted, oldest first, each with its `clientRequestId` (the `turn/input/accepted` event names it), its `input` as sent and who sent it: the canonical events keep no prompt text."),
     "interaction/respond": (client_api.InteractionRespondParams, client_api.InteractionRespondResult, "Answer a pending request; the first answer wins."),
     "agent/configuration": (agent_config.AgentConfigurationParams, agent_config.AgentConfiguration, "The agent configuration (`[[agents]]` of bbridge.toml) that resolves for a thread (the context its latest construction or turn gave), or for `{cwd, providerId, model?}`: each contribution applied or not and why, the composed instructions, the hosted-tool selection, the skills and the `BB_*` variables."),
     "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
+    "ai/complete": (perspectives.AiCompleteParams, (perspectives.AiCompleteOk, perspectives.AiCompleteError), "Served by a Perspectives room ([perspectives] in bbridge.toml): one helper inference on a hidden thread, its answer a JSON value valid against `outputSchema` (`ok: true`), or `ok: false` with a code a caller can act on."),
+    "perspectives/runs": (perspectives.PerspectivesRunsParams, perspectives.PerspectivesRunsResult, "Served by a Perspectives room ([perspectives] in bbridge.toml): its runs (those called from `threadId`), each with its phase, outcome and hidden members."),
 }  # fmt: skip
 
 NOTIFICATION_SUMMARIES: dict[str, str] = {
@@ -45,6 +48,7 @@ NOTIFICATION_SUMMARIES: dict[str, str] = {
     "interaction/opened": "A bridge request is pending (see thread/pending).",
     "interaction/resolved": "A pending request was resolved, by a client or the daemon's policy.",
     "thread/input": "A turn input its bridge accepted was kept (see thread/inputs).",
+    "thread/hidden": "A hidden thread (a room's own) is being constructed: lists leave it out (daemon/status includeHidden).",
 }
 # each notification's params type (the table the clients decode with) and summary, in the table's order
 NOTIFICATIONS: dict[str, tuple[Any, str]] = {
@@ -117,7 +121,7 @@ def _descriptors(params: Schema, defs: dict[str, Schema], extra: dict[str, Schem
 def openrpc_document() -> Schema:
     types: list[Any] = []
     for params, result, _ in DAEMON_METHODS.values():
-        types += [params, result]
+        types += [params, *_results(result)]
     for name in FORWARDED:
         method = protocol.RUNTIME_REQUESTS[name]
         types += [method.params, *DAEMON_RESULTS.get(name, method.results)]
@@ -131,15 +135,15 @@ def openrpc_document() -> Schema:
     defs |= {name: {**named[name], "title": name, "description": text} for name, (_, text) in NAMED_STRINGS.items()}
     taken = iter(roots)
     methods = []
-    for name, (_, _, summary) in DAEMON_METHODS.items():
-        params, result = next(taken), next(taken)
+    for name, (_, kinds, summary) in DAEMON_METHODS.items():
+        params = next(taken)
+        result = _any_of([next(taken) for _ in _results(kinds)])
         methods.append(_method(name, summary, _descriptors(params, defs), result))
     provider = {"providerId": {"type": "string", "minLength": 1, "description": "The provider (bridge) to ask."}}
     for name in FORWARDED:
         method = protocol.RUNTIME_REQUESTS[name]
         params = next(taken)
-        results = [next(taken) for _ in DAEMON_RESULTS.get(name, method.results)]
-        result = results[0] if len(results) == 1 else {"anyOf": results} if results else {}
+        result = _any_of([next(taken) for _ in DAEMON_RESULTS.get(name, method.results)])
         summary = f"Forwarded to the provider's bridge as `{name}` (protocol.md §3.3), turn ids translated."
         descriptors = _descriptors(params, defs, provider)
         if name in CONSTRUCTIONS:
@@ -165,6 +169,16 @@ def openrpc_document() -> Schema:
         "x-notifications": notifications,
         "x-client-requests": requests,
     }
+
+
+def _results(kinds: Any) -> tuple[Any, ...]:
+    """A method's result types: a tuple of several, or one."""
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _any_of(results: list[Schema]) -> Schema:
+    """One result's schema, several as `anyOf`, none as any value."""
+    return results[0] if len(results) == 1 else {"anyOf": results} if results else {}
 
 
 def _with_tools(descriptor: Schema) -> Schema:

@@ -1,5 +1,7 @@
 // bbridge's page: wires the connection, the threads list, the open thread's timeline and pending cards, the
 // forms that drive an agent, and the daemon view. State lives here; the modules render it.
+// Hidden threads (a room's own: `thread/hidden`, or a `daemon/status` row with `hidden: true`) are never listed;
+// any thread, a hidden one too, opens by its id from the URL (`#thread=ID`), which names the open thread.
 
 import { h, str } from "./dom.js";
 import { PendingCards } from "./pending.js";
@@ -40,7 +42,9 @@ const threads = new Map(); // threadId → the page's record of it
 const pending = new Map(); // requestId → an open request (every thread's)
 const mine = new Map(loadJson(PROMPTS_KEY, [])); // clientRequestId → the text this tab sent (shown at once)
 const startOptions = new Map(loadJson(OPTIONS_KEY, [])); // threadId → the options this tab started it with
+const hiddenThreads = new Set(); // the ids of threads rooms run for themselves: never listed
 let current = null; // the open thread's id
+let wanted = takeThread(); // the thread the URL names (`#thread=ID`), opened once connected
 let pollTimer = null;
 let daemonVersion = "0.1.0";
 
@@ -59,6 +63,24 @@ function saveMap(key, map, keep = 500) {
 function clientRequestId() {
   const bytes = crypto.getRandomValues(new Uint8Array(10));
   return `creq_${[...bytes].map((b) => CREQ_ALPHABET[b % 32]).join("")}`;
+}
+
+/** The thread id the URL's fragment names (`#thread=ID`, beside the token or alone), or null. */
+function takeThread() {
+  const match = /(?:^#|&)thread=([^&]*)/.exec(location.hash);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+/** The page's threads less the hidden ones: what the list shows. */
+function listedThreads() {
+  return new Map([...threads].filter(([threadId]) => !hiddenThreads.has(threadId)));
+}
+
+/** A thread learnt to be hidden: out of the list (its record kept only while it is the open one). */
+function hide(threadId) {
+  hiddenThreads.add(threadId);
+  list.remove(threadId);
+  if (threadId !== current) threads.delete(threadId);
 }
 
 function record(threadId, providerId) {
@@ -115,6 +137,11 @@ async function opened(init) {
     await catchUpCards(current);
   }
   startPolling();
+  if (wanted !== null) {
+    const threadId = wanted;
+    wanted = null;
+    await openThread(threadId);
+  }
 }
 
 function startPolling() {
@@ -130,19 +157,25 @@ function stopPolling() {
 async function poll() {
   let status;
   try {
-    status = await connection.request("daemon/status", {});
+    status = await connection.request("daemon/status", { includeHidden: true });
   } catch {
     return; // the connection says so
   }
   const now = Date.now();
-  const listed = new Set((status.threads ?? []).map((row) => row.threadId));
+  for (const row of status.threads ?? []) {
+    if (!row.hidden) continue;
+    hide(row.threadId);
+    if (row.threadId === current) record(row.threadId, row.providerId); // the open one: its provider drives it
+  }
+  const rows = (status.threads ?? []).filter((row) => !row.hidden);
+  const listed = new Set(rows.map((row) => row.threadId));
   for (const [threadId, thread] of threads) {
     if (thread.listed && !listed.has(threadId) && threadId !== current) {
       threads.delete(threadId); // the daemon forgot it (restarted without --journal)
       list.remove(threadId);
     }
   }
-  for (const row of status.threads ?? []) {
+  for (const row of rows) {
     const thread = record(row.threadId, row.providerId);
     thread.listed = true;
     thread.providerId = row.providerId ?? thread.providerId;
@@ -177,7 +210,11 @@ async function catchUpCards(threadId) {
 }
 
 function notified(method, params) {
-  if (method === "thread/events") {
+  if (method === "thread/hidden") {
+    hide(params.threadId);
+    renderThreads();
+  } else if (method === "thread/events") {
+    if (hiddenThreads.has(params.threadId) && params.threadId !== current) return; // not listed, not open
     const thread = record(params.threadId, params.providerId);
     for (const { event } of params.events ?? []) {
       if (event.type === "turn/started") {
@@ -194,7 +231,7 @@ function notified(method, params) {
     renderThreads();
   } else if (method === "interaction/opened") {
     pending.set(params.requestId, params);
-    if (params.threadId) record(params.threadId, params.providerId).waiting.add(params.requestId);
+    if (params.threadId && !hiddenThreads.has(params.threadId)) record(params.threadId, params.providerId).waiting.add(params.requestId);
     if (params.threadId === current) cards.show(params);
     renderThreads();
   } else if (method === "interaction/resolved") {
@@ -243,7 +280,7 @@ const cards = new PendingCards(ui.pending, {
 });
 
 function renderThreads() {
-  list.render(threads, Date.now());
+  list.render(listedThreads(), Date.now());
   renderTitle();
   updateDrive();
 }
@@ -256,6 +293,8 @@ function renderTitle() {
 async function openThread(threadId) {
   if (current === threadId && timeline.threadId === threadId) return;
   current = threadId;
+  record(threadId); // one opened by its id (the URL) may be in no list
+  history.replaceState(null, "", `${location.pathname}${location.search}#thread=${encodeURIComponent(threadId)}`);
   list.select(threadId);
   cards.clear();
   renderThreads();
@@ -413,9 +452,14 @@ ui.stop.addEventListener("click", async () => {
 document.addEventListener("visibilitychange", () => document.hidden || connection.retryNow());
 ui.retry.addEventListener("click", () => connection.retryNow());
 window.addEventListener("hashchange", () => {
-  if (!/token=/.test(location.hash)) return;
-  const fresh = takeToken();
-  if (fresh) connection.useToken(fresh);
+  const named = takeThread();
+  if (/token=/.test(location.hash)) {
+    const fresh = takeToken();
+    if (fresh) connection.useToken(fresh);
+  }
+  if (named === null) return;
+  if (connection.ready) openThread(named);
+  else wanted = named;
 });
-setInterval(() => threads.size && list.render(threads, Date.now()), 1000);
+setInterval(() => threads.size && list.render(listedThreads(), Date.now()), 1000);
 connection.start();

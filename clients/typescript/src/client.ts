@@ -346,8 +346,9 @@ export class Client {
     return this.request("initialize", params);
   }
 
-  status(): Promise<Result<"daemon/status">> {
-    return this.request("daemon/status", {});
+  /** `daemon/status`; with `includeHidden` the hidden threads' rows too (`hidden: true`, `runId`, `role`). */
+  status(includeHidden = false): Promise<Result<"daemon/status">> {
+    return this.request("daemon/status", includeHidden ? { includeHidden } : {});
   }
 
   threadEvents(threadId: string, afterSeq = 0): Promise<Result<"thread/events">> {
@@ -361,6 +362,17 @@ export class Client {
   /** What `[[agents]]` resolves to for a thread, or for `{cwd, providerId, model?}`. */
   agentConfiguration(asked: { threadId: string } | { cwd: string; providerId: string; model?: string }): Promise<Result<"agent/configuration">> {
     return this.request("agent/configuration", asked);
+  }
+
+  /** One helper inference, its answer valid against `outputSchema` (`ok: false` with a code when it fails); served
+   * by a Perspectives room (`-32601` without one). */
+  aiComplete(params: Params<"ai/complete">): Promise<Result<"ai/complete">> {
+    return this.request("ai/complete", params);
+  }
+
+  /** A Perspectives room's runs (those called from `threadId`). */
+  perspectivesRuns(threadId?: string): Promise<Result<"perspectives/runs">> {
+    return this.request("perspectives/runs", threadId === undefined ? {} : { threadId });
   }
 
   /** Answer a pending request; `warning` also goes on its thread as a `provider/warning` event. */
