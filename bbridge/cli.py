@@ -389,8 +389,8 @@ def _config_explain(args: argparse.Namespace) -> int:
     from bbridge.agents.config import load_agents
     from bbridge.agents.explain import explain
     from bbridge.agents.resolve import Agents
-    from bbridge.daemon.agent_config import AgentContext
     from bbridge.daemon.config import config_path
+    from bbridge.seams.agent_config import AgentContext
 
     agents = Agents(load_agents(config_path(args.config)))
     context = AgentContext(

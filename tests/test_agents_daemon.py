@@ -19,7 +19,7 @@ import msgspec
 from bbridge.agents.config import load_agents
 from bbridge.agents.resolve import Agents
 from bbridge.client import Client
-from bbridge.daemon.tool_host import HostedCall
+from bbridge.seams.tool_host import HostedCall
 from bbridge.wire import errors, protocol, rpc
 from bbridge.wire.lanes import read_lane
 from tests.support import connect, fake_provider, running

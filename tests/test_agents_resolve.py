@@ -16,7 +16,7 @@ from bbridge.agents import resolve
 from bbridge.agents.config import AgentsConfig, load_agents
 from bbridge.agents.resolve import Agents
 from bbridge.agents.skills import SKILL_TOOL
-from bbridge.daemon.agent_config import AgentConfigurer, AgentContext
+from bbridge.seams.agent_config import AgentConfigurer, AgentContext
 from bbridge.wire.agent_config import AgentConfiguration, ResolvedTools
 from tests.test_agents_config import make_skill
 

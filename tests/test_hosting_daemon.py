@@ -23,9 +23,9 @@ from structlog.testing import capture_logs
 
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.declared_tools import failed_result
-from bbridge.daemon.tool_host import Approval, HostedCall
 from bbridge.listen.routes import metrics
 from bbridge.ops import asked
+from bbridge.seams.tool_host import Approval, HostedCall
 from bbridge.wire import protocol, rpc
 from bbridge.wire.interactions import approval_answer
 from bbridge.wire.lanes import read_lane

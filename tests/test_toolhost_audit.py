@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from bbridge.daemon.config import Refusal
-from bbridge.daemon.tool_host import Approval, HostedCall
+from bbridge.seams.tool_host import Approval, HostedCall
 from bbridge.toolhost.audit import Audit, Redactor, digest, load_audit, shape
 from bbridge.toolhost.catalog import Catalog
 from bbridge.toolhost.declarations import HostedTool

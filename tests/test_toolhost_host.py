@@ -11,7 +11,7 @@ import pytest
 from msgspec import UNSET
 
 from bbridge.cli import main
-from bbridge.daemon.tool_host import Approval, Decision, HostedCall
+from bbridge.seams.tool_host import Approval, Decision, HostedCall
 from bbridge.toolhost.audit import Audit
 from bbridge.toolhost.catalog import Catalog
 from bbridge.toolhost.declarations import HostedTool, Icon, Label, Policy, Presentation

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bbridge.agents.gitinfo import redact_remote
 from bbridge.agents.resolve import Agents
-from bbridge.daemon.agent_config import AgentContext
+from bbridge.seams.agent_config import AgentContext
 from bbridge.wire.agent_config import AgentConfiguration
 
 

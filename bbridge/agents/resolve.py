@@ -1,5 +1,5 @@
 """The contributions resolved for one thread's context: `Agents`, what the daemon calls before every construction
-and turn (`bbridge.daemon.agent_config.AgentConfigurer`).
+and turn (`bbridge.seams.agent_config.AgentConfigurer`).
 
 A contribution applies when its scope matches and every `when` condition holds (the rules: `config.py`). Those
 that apply compose in file order:
@@ -34,7 +34,7 @@ from bbridge.agents.gitinfo import GitInfo, GitInfoCache, redact_remote, remote_
 from bbridge.agents.plugins import claude_plugin_dir, linked_root
 from bbridge.agents.skills import SKILL_TOOL, Skill, SkillError, SkillRoots
 from bbridge.config_file import Refusal
-from bbridge.daemon.agent_config import AgentContext
+from bbridge.seams.agent_config import AgentContext
 from bbridge.wire import maintenance, protocol
 from bbridge.wire.agent_config import (
     AgentConfiguration,

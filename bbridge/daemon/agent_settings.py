@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bbridge.core.events import Event
-from bbridge.daemon.agent_config import AgentConfigurer, AgentContext
+from bbridge.seams.agent_config import AgentConfigurer, AgentContext
 from bbridge.wire import maintenance, protocol
 from bbridge.wire.agent_config import AgentConfiguration, ResolvedInstructions, ResolvedTools
 

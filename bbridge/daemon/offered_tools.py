@@ -25,11 +25,11 @@ import structlog
 from msgspec import UNSET
 
 from bbridge.daemon.declared_tools import DeclarationError
-from bbridge.daemon.tool_host import ThreadToolsRefused
+from bbridge.seams.tool_host import ThreadToolsRefused
 from bbridge.wire import client_api, protocol
 
 if TYPE_CHECKING:
-    from bbridge.daemon.tool_host import ToolHost
+    from bbridge.seams.tool_host import ToolHost
 
 log = structlog.get_logger("bbridge.daemon.offered_tools")
 

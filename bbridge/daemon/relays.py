@@ -33,7 +33,7 @@ from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Interactions, Pending
 from bbridge.daemon.threads import HostedRun, ThreadRegistry
-from bbridge.daemon.tool_host import Approval, HostedCall
+from bbridge.seams.tool_host import Approval, HostedCall
 from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
 

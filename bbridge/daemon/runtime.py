@@ -12,7 +12,7 @@
 
 Client requests come here (`handle`): the daemon's own methods (`OWN`), bridge methods, forwarded with what each
 method's rule (`methods.METHODS`) does before and after, given a `methods.RuleContext`, and the methods of the
-rooms above the daemon that it was handed as `services.Service`s.
+rooms above the daemon that it was handed as `seams.services.Service`s.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import structlog
 import trio
 from msgspec import UNSET
 
-from bbridge.daemon.agent_config import AgentConfigurer, AgentContext
 from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, Counters, TurnDurations
@@ -42,12 +41,14 @@ from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import Interactions
 from bbridge.daemon.relays import Relays
-from bbridge.daemon.services import ROOM_METHODS, Service, Services
+from bbridge.daemon.services import ROOM_METHODS, Services
 from bbridge.daemon.status import SECTIONS, Status
 from bbridge.daemon.supervisor import Spawning, Supervisor
 from bbridge.daemon.threads import ThreadRegistry
-from bbridge.daemon.tool_host import ToolHost
 from bbridge.daemon.tracker import Tracker
+from bbridge.seams.agent_config import AgentConfigurer, AgentContext
+from bbridge.seams.services import Service
+from bbridge.seams.tool_host import ToolHost
 from bbridge.wire import client_api, errors, protocol, rpc
 from bbridge.wire.agent_config import AgentConfigurationParams
 from bbridge.wire.redact import Pattern

@@ -1,5 +1,5 @@
-"""Client methods served by a room above the daemon (issue 48), as a narrow interface: a room (Perspectives) is a
-`Service` the daemon is handed (`Daemon(services=...)`); the daemon knows nothing else of it.
+"""Client methods served by a room above the daemon (issue 48): a room (Perspectives) is a `seams.services.Service`
+the daemon is handed (`Daemon(services=...)`); the daemon knows nothing else of it.
 
 `Daemon.handle` routes a method one of its services names to that service, after its own methods and the bridge
 methods. A room method the wire declares (`ROOM_METHODS`) reaches its service only with params its wire type
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgspec
 import structlog
 
 from bbridge.core.scalars import Wire
+from bbridge.seams.services import Service
 from bbridge.wire import perspectives, rpc
 
 log = structlog.get_logger("bbridge.daemon.services")
@@ -36,21 +37,6 @@ ROOM_METHODS: Final[dict[str, RoomMethod]] = {
     "ai/complete": RoomMethod(perspectives.AiCompleteParams, PERSPECTIVES_ADVICE),
     "perspectives/runs": RoomMethod(perspectives.PerspectivesRunsParams, PERSPECTIVES_ADVICE),
 }
-
-
-class Service(Protocol):
-    """A room's client methods, served in the daemon's process."""
-
-    name: str  # its `daemon/status` section
-    methods: frozenset[str]  # the client methods it serves
-
-    async def handle(self, method: str, params: dict[str, Any]) -> Any:
-        """One request's result (JSON-ready); raises `rpc.RpcError` for an error the client gets as it is."""
-        ...
-
-    def report(self) -> dict[str, Any]:
-        """For `daemon/status`, under `name`."""
-        ...
 
 
 class Services:

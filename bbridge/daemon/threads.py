@@ -58,8 +58,8 @@ import trio
 from bbridge.daemon.declared_tools import Tool
 from bbridge.daemon.fanout import ClientSink
 from bbridge.daemon.pending import Pending
-from bbridge.daemon.tool_host import ToolHost
 from bbridge.daemon.watchdog import Watch
+from bbridge.seams.tool_host import ToolHost
 from bbridge.wire.client_api import HiddenThread
 
 

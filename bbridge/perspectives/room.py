@@ -20,13 +20,13 @@ import structlog
 import trio
 
 from bbridge.client import LEAVE, Client, DaemonError
-from bbridge.daemon.tool_host import HostedCall
 from bbridge.perspectives import delivery, prompts
 from bbridge.perspectives.complete import complete
 from bbridge.perspectives.hidden import Hidden, Member
 from bbridge.perspectives.run import Run, Runner
 from bbridge.perspectives.settings import PerspectivesConfig
 from bbridge.perspectives.tuples import Caller, Phases, Providers, TupleError, model_list, resolve, resolve_phases
+from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost.results import ToolCallResult, failure, text_result
 from bbridge.wire import rpc
 

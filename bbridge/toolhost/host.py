@@ -1,4 +1,4 @@
-"""The tool host: what `bbridge.daemon.tool_host.ToolHost` asks, done for command tools and external ones.
+"""The tool host: what `bbridge.seams.tool_host.ToolHost` asks, done for command tools and external ones.
 
 Its tools compose first-wins: `[tools.NAME]` of `bbridge.toml`, then plugin bundles (the catalog), then external
 tools (the MCP servers' `NAME__tool`, anything satisfying `ExternalTool`); a later tool of a taken name is
@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 from bbridge.config_file import read_toml
 from bbridge.core import grammar
 from bbridge.daemon.config import Refusal
-from bbridge.daemon.tool_host import HostedCall
+from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit, digest, load_audit, shape
 from bbridge.toolhost.catalog import Catalog, Shadowing, load_tools
@@ -71,7 +71,7 @@ Tool = HostedTool | ExternalTool
 
 
 class Host:
-    """Implements `bbridge.daemon.tool_host.ToolHost`."""
+    """Implements `bbridge.seams.tool_host.ToolHost`."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from bbridge.daemon.config import Refusal
-from bbridge.daemon.tool_host import HostedCall
+from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost.declarations import (
     NAME,
     Policy,

@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from bbridge.daemon.config import Refusal
-from bbridge.daemon.tool_host import ThreadToolsRefused
+from bbridge.seams.tool_host import ThreadToolsRefused
 from bbridge.toolhost.declarations import check_env
 from bbridge.toolhost.mcp import McpServerConfig, McpServers, McpTool, mcp_servers
 

@@ -1,6 +1,6 @@
 """Agent configuration as the client API shows it (issue 47): `agent/configuration {threadId} | {cwd, providerId,
 model?}` answers an `AgentConfiguration`, the contributions of `bbridge.toml`'s `[[agents]]` resolved for one
-thread's context. The daemon applies the same value to every construction and turn (`daemon/agent_config.py`)."""
+thread's context. The daemon applies the same value to every construction and turn (`seams/agent_config.py`)."""
 
 from __future__ import annotations
 

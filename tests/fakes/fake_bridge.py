@@ -154,7 +154,9 @@ def panel_text(params):
         schema = json.loads(prompt.rsplit("JSON Schema:\n", 1)[1])
         lens = schema.get("properties", {}).get("prompts", {}).get("items", {}).get("properties", {}).get("lens", {})
         if "enum" in lens:
-            return json.dumps({"prompts": [{"lens": x, "prompt": f"Examine {x} closely."} for x in lens["enum"]]}), False
+            return json.dumps(
+                {"prompts": [{"lens": x, "prompt": f"Examine {x} closely."} for x in lens["enum"]]}
+            ), False
         return "```json\n" + json.dumps({"answer": 42}) + "\n```", False
     worker = re.search(r"^Your lens: (.+)$", prompt, re.M)
     if worker:
@@ -280,7 +282,10 @@ def handle(msg):
         if "panel" in MODES:
             text, hold = panel_text(params)
             if hold:
-                delta(thread, {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf})
+                delta(
+                    thread,
+                    {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf},
+                )
                 return
         if "bad-requests" in MODES:
             codes = []
