@@ -9,11 +9,12 @@ import gc
 import math
 import os
 import shlex
+import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 import trio
@@ -23,12 +24,15 @@ from bbridge.config_file import ConfigError
 from bbridge.listen import options as listen_options
 
 if TYPE_CHECKING:
+    import anyio.abc
+
     from bbridge.acp_face.index import Index
     from bbridge.agents.resolve import Agents
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
-    from bbridge.toolhost.host import Host
+    from bbridge.perspectives.room import Perspectives
+    from bbridge.toolhost.host import ExternalTool, Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
 
@@ -52,10 +56,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
     try:
-        providers, report, tool_host, agents = _served(args, client_servers=args.allow_client_mcp_servers)
+        served = _served(args, client_servers=args.allow_client_mcp_servers)
     except ConfigError as exc:
         print(f"bbridge serve: {exc}", file=sys.stderr)
         return 2
+    providers, report, tool_host = served.providers, served.report, served.tool_host
     refused = [*report.refused, *(tool_host.refused if tool_host is not None else [])]
     if refused and args.strict_config:
         for refusal in refused:
@@ -76,11 +81,9 @@ def serve(args: argparse.Namespace) -> int:
         record_dir=record_dir,
         record_redactions=redactions if record_dir is not None else (),
         token=token,
-        config=report,
         text_delta_flush_ms=args.flush_ms,
         open_extensions=args.open_extensions,
-        tool_host=tool_host,
-        agents=agents,
+        **served.daemon_options(),
     )
     # Everything made so far (modules, the config, the daemon) lives as long as the process: out of the collector's
     # sight, a full collection while streaming scans only what the threads made, not the imports' objects too (a
@@ -94,7 +97,7 @@ def serve(args: argparse.Namespace) -> int:
     faces = [server.socket_face(args.socket)] if args.socket is not None else []
     faces += [listen_face(settings) for settings in listens]
     try:
-        trio.run(_serving, daemon, faces, tool_host)
+        trio.run(_serving, daemon, faces, tool_host, served.faces())
     finally:
         if tool_host is not None:
             tool_host.close()
@@ -104,10 +107,12 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | None) -> None:
-    """The daemon served on its faces (stdio when none), with the MCP servers of `[mcp_servers]` started first and
-    their tools hosted beside the declared ones (a server that fails to start is refused and logged), stopped after
-    it, as are the servers threads brought."""
+async def _serving(
+    daemon: Daemon, faces: list[server.Face], tool_host: Host | None, rooms: Sequence[server.Face] = ()
+) -> None:
+    """The daemon served on its faces (stdio when none) and its rooms' in-process faces, with the MCP servers of
+    `[mcp_servers]` started first and their tools hosted beside the declared ones (a server that fails to start is
+    refused and logged), stopped after it, as are the servers threads brought."""
     from bbridge.daemon import server
     from bbridge.toolhost.host import warn_refused
     from bbridge.toolhost.mcp import mcp_servers
@@ -117,9 +122,9 @@ async def _serving(daemon: Daemon, faces: list[server.Face], tool_host: Host | N
         if tool_host is not None and configs:
             warn_refused(served.refused, tool_host.extend(served.tools, served.refused))
         if faces:
-            await server.serve(daemon, faces)
+            await server.serve(daemon, [*faces, *rooms])
         else:
-            await server.serve_stdio(daemon)
+            await server.serve_stdio(daemon, rooms)
 
 
 @asynccontextmanager
@@ -132,41 +137,102 @@ async def _hosting(tool_host: Host | None) -> AsyncIterator[None]:
         yield
 
 
-def _served(
-    args: argparse.Namespace, *, client_servers: bool
-) -> tuple[dict[str, ProviderConfig], ConfigReport, Host | None, Agents | None]:
-    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report (the refused `[[agents]]` and
-    `[skills]` entries among its refusals), the tool host and the agent configuration (None without a file) (a
-    `ConfigError` when the file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its
-    thread's MCP servers."""
+class Served(NamedTuple):
+    """What a daemon of `serve` or `acp` runs, from `--config` and `--tools-dir`."""
+
+    providers: dict[str, ProviderConfig]
+    report: ConfigReport  # the file and every refused entry ([[agents]], [skills], [perspectives] too)
+    tool_host: Host | None
+    agents: Agents | None  # [[agents]] and [skills] (None: no file)
+    room: Perspectives | None  # [perspectives] (None: no table)
+
+    def daemon_options(self) -> dict[str, Any]:
+        return {
+            "config": self.report,
+            "tool_host": self.tool_host,
+            "agents": self.agents,
+            "services": [self.room] if self.room is not None else [],
+        }
+
+    def faces(self) -> list[server.Face]:
+        """The in-process faces the configuration needs (the Perspectives room's connection)."""
+        return [room_face(self.room)] if self.room is not None else []
+
+
+def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
+    """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, the tool host (the Perspectives
+    tools among its tools), the agent configuration and the Perspectives room (a `ConfigError` when the file, or
+    `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's MCP servers."""
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
+    from bbridge.perspectives.room import Perspectives
+    from bbridge.perspectives.settings import load_perspectives
 
     path = config_path(args.config)
     providers, report = load_config(path)
-    agents = None
+    agents = room = None
     if path is not None:
         state = args.journal / "agents" if args.journal is not None else None  # else $XDG_STATE_HOME/bbridge/agents
         agents = Agents(load_agents(path), state_dir=state)
         report.refused.extend(agents.refused())
-    return providers, report, _tool_host(path, args.tools_dir, args.journal, client_servers), agents
+        settings, refused = load_perspectives(path)
+        report.refused.extend(refused)
+        room = Perspectives(settings) if settings is not None else None
+    external = room.tools if room is not None else []
+    return Served(
+        providers, report, _tool_host(path, args.tools_dir, args.journal, client_servers, external), agents, room
+    )
 
 
 def _tool_host(
-    config: Path | None, tools_dir: Path | None, journal_dir: Path | None, client_servers: bool = False
+    config: Path | None,
+    tools_dir: Path | None,
+    journal_dir: Path | None,
+    client_servers: bool = False,
+    external: Sequence[ExternalTool] = (),
 ) -> Host | None:
-    """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit] and --tools-dir's bundles), their
-    refusals and shadowings logged once; None when there is nothing to host or report and no client may bring
-    its MCP servers."""
+    """The tools `serve` hosts ([tools.NAME], [[tool_rules]], [tool_audit], --tools-dir's bundles and `external`:
+    a room's), their refusals and shadowings logged once; None when there is nothing to host or report and no
+    client may bring its MCP servers."""
     from bbridge.toolhost.host import load_host, warn_refused
 
-    host = load_host(config, tools_dir, journal_dir, client_servers=client_servers)
+    host = load_host(config, tools_dir, journal_dir, client_servers=client_servers, external=external)
     if not host.offered() and not host.refused and not host.catalog.servers and not client_servers:
         host.close()
         return None
     warn_refused(host.refused, host.shadowed)
     return host
+
+
+@asynccontextmanager
+async def in_process(daemon: Daemon, name: str, queue_bytes: int) -> AsyncIterator[anyio.abc.ByteStream]:
+    """A connection to `daemon` in this process: one end of a socket pair served as one more client (`name`), the
+    other yielded for a `Client.over`; the client connection ends with the block."""
+    import anyio.abc
+
+    from bbridge.daemon import server
+
+    ours, theirs = socket.socketpair()
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.ClientConnection(daemon, stream, stream, name, queue_bytes).run)
+        yield await anyio.abc.UNIXSocketStream.from_socket(ours)
+        nursery.cancel_scope.cancel()
+
+
+def room_face(room: Perspectives) -> server.Face:
+    """The Perspectives room's face: its connection to the daemon, in process, for as long as the daemon serves."""
+    from bbridge.client import Client
+
+    async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
+        async with (
+            in_process(daemon, "perspectives", queue_bytes) as stream,
+            Client.over(stream, token=daemon.token, on_request=room.on_request) as client,
+        ):
+            await room.serve(client, task_status)
+
+    return face
 
 
 def acp(args: argparse.Namespace) -> int:
@@ -223,41 +289,31 @@ async def _acp_remote(
 
 def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: str | None) -> int:
     """The daemon in this process, its one client the ACP face on the other end of a socket pair."""
-    import socket
-
-    import anyio
 
     from bbridge.acp_face.agent import AcpClient, serve_stdio
-    from bbridge.daemon import server
     from bbridge.daemon.config import warn_refused
     from bbridge.daemon.journal import Journal
     from bbridge.daemon.runtime import Daemon
 
     try:
         # the editor is this daemon's one client: the MCP servers it names in `session/new` are its own to start
-        providers, report, tool_host, agents = _served(args, client_servers=True)
+        served = _served(args, client_servers=True)
     except ConfigError as exc:
         print(f"bbridge acp: {exc}", file=sys.stderr)
         return 2
-    warn_refused(report)
-    journal = Journal(args.journal_bound, args.journal)
-    daemon = Daemon(providers, journal=journal, config=report, tool_host=tool_host, agents=agents)
-    ours, theirs = socket.socketpair()
+    warn_refused(served.report)
+    tool_host = served.tool_host
+    daemon = Daemon(served.providers, journal=Journal(args.journal_bound, args.journal), **served.daemon_options())
 
     async def face(daemon: Daemon, queue_bytes: int, task_status: trio.TaskStatus[None]) -> None:
-        stream = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                server.ClientConnection(daemon, stream, stream, "acp", queue_bytes).run
-            )  # a socket (pair)
-            async with AcpClient.over(await anyio.abc.UNIXSocketStream.from_socket(ours)) as client:
-                await serve_stdio(client, index, default_provider)
-            daemon.request_shutdown()  # the editor went away: settle and stop the bridges
+        async with in_process(daemon, "acp", queue_bytes) as stream, AcpClient.over(stream) as client:
+            await serve_stdio(client, index, default_provider)
+        daemon.request_shutdown()  # the editor went away: settle and stop the bridges
 
     try:
         faces: list[server.Face] = [face]
-        trio.run(_serving, daemon, faces, tool_host)
+        trio.run(_serving, daemon, faces, tool_host, served.faces())
     finally:
         if tool_host is not None:
             tool_host.close()

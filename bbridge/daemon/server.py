@@ -203,13 +203,16 @@ async def _watch_signals(daemon: Daemon) -> None:
             return
 
 
-async def serve_stdio(daemon: Daemon, queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+async def serve_stdio(daemon: Daemon, faces: Sequence[Face] = (), queue_bytes: int = DEFAULT_QUEUE_BYTES) -> None:
+    """The daemon with its client on stdio (the process that spawned it) and `faces` in process (a room's)."""
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
     client = ClientConnection(daemon, stdout, stdin, "stdio", queue_bytes, transport="stdio")
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         nursery.start_soon(_watch_signals, daemon)
+        for face in faces:
+            await nursery.start(face, daemon, queue_bytes)
 
         async def client_then_stop() -> None:
             await client.run()

@@ -27,6 +27,7 @@ from bbridge.perspectives.run import Run, Runner
 from bbridge.perspectives.settings import PerspectivesConfig
 from bbridge.perspectives.tuples import Caller, Phases, Providers, TupleError, model_list, resolve, resolve_phases
 from bbridge.seams.tool_host import HostedCall
+from bbridge.toolhost.declarations import Policy, Presentation
 from bbridge.toolhost.results import ToolCallResult, failure, text_result
 from bbridge.wire import rpc
 
@@ -63,12 +64,15 @@ class RoomTool:
     """One of the room's tools as the tool host runs it (`toolhost.host.ExternalTool`): policy `allow` by
     default, its calls decided, audited and redacted like any hosted tool's."""
 
-    presentation = None
-    policy = "allow"
-    source = "perspectives"
+    presentation: Presentation | None = None
+    policy: Policy = "allow"
+    source: str = "perspectives"
 
     def __init__(self, room: Perspectives, name: str, description: str, schema: dict[str, Any]) -> None:
-        self.room, self.name, self.description, self.schema = room, name, description, schema
+        self.room = room
+        self.name: str = name
+        self.description: str = description
+        self.schema: dict[str, Any] = schema
 
     async def invoke(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
         if call.hidden:
@@ -114,9 +118,14 @@ class Perspectives:
         """The room on `client` until it closes: the notification pump and the detached runs."""
         hidden = Hidden(client)
         self._client, self._hidden = client, hidden
+
+        async def pump_then_stop() -> None:
+            await hidden.pump()
+            nursery.cancel_scope.cancel()  # the daemon went away: its runs cannot go on
+
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(hidden.pump)
+            nursery.start_soon(pump_then_stop)
             task_status.started()
 
     async def on_request(self, method: str, params: dict[str, Any]) -> Any:
@@ -272,8 +281,8 @@ class Perspectives:
         return {"ok": False, "code": done.code, "message": done.message}
 
     def report(self) -> dict[str, Any]:
-        counts = {"running": 0, "delivered": 0, "failed": 0}
+        """`daemon/status`'s `perspectives`: the runs kept, by outcome (the listener's `/metrics` counts them)."""
+        counts = {"running": 0, "delivered": 0, "failed": 0, "undelivered": 0}
         for run in self.runs.values():
-            key = "running" if run.outcome is None else "delivered" if run.outcome == "delivered" else "failed"
-            counts[key] += 1
+            counts[run.outcome or "running"] += 1
         return {"runs": counts}

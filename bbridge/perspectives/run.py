@@ -28,7 +28,7 @@ from bbridge.perspectives.tuples import Phases, Resolved
 log = structlog.get_logger("bbridge.perspectives")
 
 Phase = Literal["planning", "panel", "synthesis", "delivering", "done"]
-Outcome = Literal["delivered", "failed", "delivery_failed"]
+Outcome = Literal["delivered", "failed", "undelivered"]  # `undelivered`: the one delivery itself failed
 Deliver = Callable[[str], Awaitable[None]]  # the one message into the calling thread
 
 
@@ -176,7 +176,7 @@ class Runner:
                 log.error(
                     "could not deliver a perspectives result", run=run.run_id, thread=run.thread_id, error=str(exc)
                 )
-                run.outcome = "delivery_failed"
+                run.outcome = "undelivered"
             run.phase = "done"
             for member in run.members:
                 await self.hidden.release(member)
