@@ -39,3 +39,20 @@ class Refusal(msgspec.Struct, frozen=True):
     def line(self) -> str:
         where = self.section if self.key is None else f"{self.section}.{self.key}"
         return f"{where}: {self.error}"
+
+
+def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:
+    """Why `schema` is not a valid JSON Schema (draft 2020-12 unless it names another), or None."""
+    import jsonschema  # here, not at the top: every `bbridge` command imports the CLI
+
+    at = f" at {where}" if where else ""
+    if not isinstance(schema.get("$schema", ""), str):
+        return f"invalid JSON Schema{at}: $schema is not a string"  # validator_for would raise
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"invalid JSON Schema{at}: {exc.message}"
+    except RecursionError:
+        return f"JSON Schema nested too deeply{at}"
+    return None

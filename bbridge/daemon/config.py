@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from bbridge.config_file import ConfigError, read_toml
+from bbridge.config_file import ConfigError, read_toml, schema_fault
 from bbridge.config_file import Refusal as Refusal  # its home is the shared reader; named here for its users
 
 ECHO_PROVIDER = "echo"
@@ -94,23 +94,6 @@ def config_path(given: Path | None) -> Path | None:
 KNOWN_SECTIONS = frozenset(
     {"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp", "perspectives"}
 )
-
-
-def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:
-    """Why `schema` is not a valid JSON Schema (draft 2020-12 unless it names another), or None."""
-    import jsonschema  # here, not at the top: every `bbridge` command imports the CLI
-
-    at = f" at {where}" if where else ""
-    if not isinstance(schema.get("$schema", ""), str):
-        return f"invalid JSON Schema{at}: $schema is not a string"  # validator_for would raise
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        validator.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        return f"invalid JSON Schema{at}: {exc.message}"
-    except RecursionError:
-        return f"JSON Schema nested too deeply{at}"
-    return None
 
 
 def load_config(path: Path | None) -> LoadedConfig:

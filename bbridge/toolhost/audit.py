@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import Refusal
 from bbridge.toolhost.policy import compile_pattern
 from bbridge.toolhost.results import ToolCallResult
 

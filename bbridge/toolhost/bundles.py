@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import Refusal
 from bbridge.toolhost.declarations import NAME, HostedTool, Retry, check_retry, check_schema, no_parameters
 
 MANIFEST = "plugin.json"

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from bbridge.config_file import ConfigError, read_toml
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import ConfigError, Refusal, read_toml
 from bbridge.toolhost.bundles import load_bundles
 from bbridge.toolhost.declarations import HostedTool, declared_tools
 from bbridge.toolhost.mcp import McpServerConfig, mcp_server_configs

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from bbridge.daemon.config import Refusal, schema_fault
+from bbridge.config_file import Refusal, schema_fault
 from bbridge.toolhost.argv import fill
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # bb's rule for a tool's name

@@ -20,9 +20,8 @@ from typing import Any, Protocol
 import structlog
 from msgspec import UNSET, UnsetType
 
-from bbridge.config_file import read_toml
+from bbridge.config_file import Refusal, read_toml
 from bbridge.core import grammar
-from bbridge.daemon.config import Refusal
 from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit, digest, load_audit, shape

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import Refusal
 from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost.declarations import (
     NAME,

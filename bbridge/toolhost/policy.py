@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import Refusal
 from bbridge.toolhost.declarations import Policy
 
 MATCH_CHARS = 4096  # the longest value a condition searches (quadratic patterns stay in milliseconds)

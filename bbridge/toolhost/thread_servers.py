@@ -23,7 +23,7 @@ from typing import Any, Final
 import structlog
 import trio
 
-from bbridge.daemon.config import Refusal
+from bbridge.config_file import Refusal
 from bbridge.seams.tool_host import ThreadToolsRefused
 from bbridge.toolhost.declarations import check_env
 from bbridge.toolhost.mcp import McpServerConfig, McpServers, McpTool, mcp_servers
