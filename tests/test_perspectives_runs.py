@@ -194,3 +194,24 @@ async def test_ai_complete_answers_a_valid_object_or_says_why_not(tmp_path: Path
     assert bad["ok"] is False and bad["code"] == "invalid_response" and "answer" in bad["message"]
     assert "nowhere" in unknown
     assert not any(row.get("hidden") is None and row["threadId"].startswith("thr_hidden") for row in status["threads"])
+
+
+def test_serve_builds_the_room_and_hosts_its_tools_from_the_file(tmp_path: Path) -> None:
+    """`bbridge serve`/`acp` read `[perspectives]` with the rest of the file: the room is a daemon service, its
+    tools are hosted, and its face joins the daemon's; a broken table is a refusal in the config report."""
+    import argparse
+
+    from bbridge.serving import _served
+
+    config = tmp_path / "bbridge.toml"
+    config.write_text(table(), encoding="utf-8")
+    args = argparse.Namespace(config=config, tools_dir=None, journal=None)
+    served = _served(args, client_servers=False)
+    assert served.room is not None and served.daemon_options()["services"] == [served.room]
+    assert served.tool_host is not None
+    assert [tool.name for tool in served.tool_host.offered()] == ["help", "gather_perspectives"]
+    assert len(served.faces()) == 1
+    served.tool_host.close()
+    config.write_text("[perspectives]\nhard_cap_s = -1\n", encoding="utf-8")
+    broken = _served(args, client_servers=False)
+    assert broken.room is None and any(r.section == "perspectives" for r in broken.report.refused)
