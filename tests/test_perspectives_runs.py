@@ -111,6 +111,10 @@ async def test_a_three_lens_panel_delivers_once_with_every_lens(tmp_path: Path) 
         hidden = (await client.request("daemon/status", {"includeHidden": True}))["threads"]
         steers = (await client.request("thread/inputs", {"threadId": run.members[-2].thread_id}))["inputs"]
         tools = {m.thread_id: daemon.registry.hosted_of(m.thread_id) for m in run.members}
+        served = set(daemon.supervisor.bridges["panel"].threads)
+        journal = await client.request("thread/events", {"threadId": run.members[1].thread_id})
+    assert not served & {m.thread_id for m in run.members}  # released when the run ended
+    assert journal["events"]  # their journals stay
     assert message.startswith("Perspectives panel result")
     for finding in ("Finding on alpha", "Finding on beta", "Partial finding on stall so far"):
         assert finding in message

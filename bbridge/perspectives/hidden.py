@@ -45,6 +45,7 @@ class Member:
     lens: str | None = None
     thread_id: str = field(default_factory=lambda: THREAD_PREFIX + secrets.token_hex(8))
     status: Status | Literal["running", "pending"] = "pending"
+    spawned: bool = False  # its construction was asked for (it may exist even if the answer never came)
     provider_thread_id: str | None = None
     turn_id: str | None = None
     requests: set[str] = field(default_factory=set)  # the clientRequestIds of its turn's inputs
@@ -125,6 +126,7 @@ class Hidden:
     async def spawn(self, member: Member, cwd: str, timeout_s: float) -> None:
         """Construct the member's hidden thread (`MemberFailed` when it cannot be, within `timeout_s`)."""
         self.members[member.thread_id] = member
+        member.spawned = True
         params = {
             "providerId": member.resolved.provider_id,
             "threadId": member.thread_id,
@@ -197,7 +199,7 @@ class Hidden:
     async def release(self, member: Member) -> None:
         """Let the member's thread go (its journal stays); best effort, bounded."""
         self.members.pop(member.thread_id, None)
-        if member.provider_thread_id is None:
+        if not member.spawned:
             return
         with trio.move_on_after(10):
             try:

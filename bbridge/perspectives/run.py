@@ -131,6 +131,8 @@ class Runner:
                 run.notes.append(str(exc))
         with trio.CancelScope(shield=True):
             await self._stop_all(run, "timed_out")
+            for member in run.members:
+                await self.hidden.release(member)
         run.phase, run.outcome = "done", "delivered"
         answer = expert.output() if expert is not None else ""
         if not answer.strip():
@@ -177,9 +179,9 @@ class Runner:
                     "could not deliver a perspectives result", run=run.run_id, thread=run.thread_id, error=str(exc)
                 )
                 run.outcome = "undelivered"
-            run.phase = "done"
             for member in run.members:
                 await self.hidden.release(member)
+            run.phase = "done"
 
     async def _panel(self, run: Run, workers: list[Member], planned: Sequence[str], panel_end: float) -> None:
         """Every worker launched at once and given the whole phase; one wrap-up steer at `wrapup_s`; at the phase's
