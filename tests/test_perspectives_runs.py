@@ -194,3 +194,25 @@ async def test_ai_complete_answers_a_valid_object_or_says_why_not(tmp_path: Path
     assert bad["ok"] is False and bad["code"] == "invalid_response" and "answer" in bad["message"]
     assert "nowhere" in unknown
     assert not any(row.get("hidden") is None and row["threadId"].startswith("thr_hidden") for row in status["threads"])
+
+
+async def test_every_hidden_thread_is_released_when_its_run_ends(tmp_path: Path) -> None:
+    """A panel's five threads and help's two are let go of their bridge once the run is over (`thread/stop
+    {intent: release, activeTurnId: null}`: the fake's `panel` mode refuses one without `activeTurnId`, as a
+    bridge's protocol type does), so no agent session outlives its run; the caller's thread stays."""
+
+    async def threads(client: TestClient) -> dict[str, int]:
+        status = await client.request("daemon/status", {})
+        return {p["providerId"]: p.get("threads", 0) for p in status["providers"]}
+
+    async with panel_daemon(tmp_path, table()) as (_, room, client):
+        await call(client, "gather_perspectives", {"question": "Q?", "lenses": ["alpha", "beta"]})
+        await delivered(client, room)
+        await call(client, "help", {"question": "What is the answer?"}, n=3)  # the delivery was the 2nd turn
+        with trio.move_on_after(10):
+            while await threads(client) != {"caller": 1, "panel": 0}:
+                await trio.sleep(0.05)
+        counted = await threads(client)
+        hidden = (await client.request("daemon/status", {"includeHidden": True}))["threads"]
+    assert counted == {"caller": 1, "panel": 0}
+    assert len([row for row in hidden if row.get("hidden")]) == 4 + 2  # planner, 2 workers, synthesis; planner, expert

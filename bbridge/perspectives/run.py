@@ -131,6 +131,8 @@ class Runner:
                 run.notes.append(str(exc))
         with trio.CancelScope(shield=True):
             await self._stop_all(run, "timed_out")
+            if expert is not None:
+                await self.hidden.release(expert)  # the planner was released by `plan`
         run.phase, run.outcome = "done", "delivered"
         answer = expert.output() if expert is not None else ""
         if not answer.strip():
