@@ -219,3 +219,40 @@ def test_serve_builds_the_room_and_hosts_its_tools_from_the_file(tmp_path: Path)
     config.write_text("[perspectives]\nhard_cap_s = -1\n", encoding="utf-8")
     broken = _served(args, client_servers=False)
     assert broken.room is None and any(r.section == "perspectives" for r in broken.report.refused)
+
+
+async def test_every_hidden_thread_is_released_when_its_run_ends(tmp_path: Path) -> None:
+    """A panel's five threads and help's two are let go of their bridge once the run is over (`thread/stop
+    {intent: release, activeTurnId: null}`: the fake's `panel` mode refuses one without `activeTurnId`, as a
+    bridge's protocol type does), so no agent session outlives its run; the caller's thread stays."""
+
+    async def threads(client: TestClient) -> dict[str, int]:
+        status = await client.request("daemon/status", {})
+        return {p["providerId"]: p.get("threads", 0) for p in status["providers"]}
+
+    async with panel_daemon(tmp_path, table()) as (_, room, client):
+        await call(client, "gather_perspectives", {"question": "Q?", "lenses": ["alpha", "beta"]})
+        await delivered(client, room)
+        await call(client, "help", {"question": "What is the answer?"}, n=3)  # the delivery was the 2nd turn
+        with trio.move_on_after(10):
+            while await threads(client) != {"caller": 1, "panel": 0}:
+                await trio.sleep(0.05)
+        counted = await threads(client)
+        hidden = (await client.request("daemon/status", {"includeHidden": True}))["threads"]
+    assert counted == {"caller": 1, "panel": 0}
+    assert len([row for row in hidden if row.get("hidden")]) == 4 + 2  # planner, 2 workers, synthesis; planner, expert
+
+
+def test_a_members_vendor_and_model_names_are_withheld_from_the_synthesizer() -> None:
+    from bbridge.perspectives.run import _names
+    from bbridge.perspectives.tuples import Resolved
+
+    assert _names(Resolved("claude-code", "claude-sonnet-4-5", None, {})) == [
+        "claude-code",
+        "Claude",
+        "Anthropic",
+        "claude-sonnet-4-5",
+    ]
+    assert _names(Resolved("acp-gemini", None, None, {})) == ["acp-gemini", "gemini"]
+    assert _names(Resolved("pi", "scripted/scripted-model", None, {}))[-1] == "scripted-model"
+    assert _names(Resolved("pi", "pi/first", None, {})) == ["pi", "pi/first"]

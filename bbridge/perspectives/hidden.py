@@ -203,7 +203,9 @@ class Hidden:
             return
         with trio.move_on_after(10):
             try:
-                await self.client.request("thread/stop", {"threadId": member.thread_id, "intent": "release"})
+                # `activeTurnId` goes to the bridge as sent: its protocol requires the member (null: no turn)
+                release = {"threadId": member.thread_id, "intent": "release", "activeTurnId": None}
+                await self.client.request("thread/stop", release)
             except DaemonError as exc:
                 log.info("a hidden thread's release was refused", thread=member.thread_id, error=exc.message)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import structlog
 import trio
@@ -213,7 +213,7 @@ class Runner:
         """The synthesis over whatever evidence exists (the rest of the hard cap is its own); the delivery's text,
         or None when it did not finish (its partial text stays on the member)."""
         evidence = [prompts.Evidence(m.resolved.provider_id, m.lens or "", _status(m), m.output()) for m in workers]
-        withheld = {name for m in workers for name in (m.resolved.provider_id, m.resolved.model) if name}
+        withheld = {name for m in workers for name in _names(m.resolved) if name}
         text = prompts.synthesis_prompt(
             run.question,
             run.context,
@@ -260,6 +260,29 @@ class Runner:
             for member in run.members:
                 if not member.done.is_set():
                     nursery.start_soon(self.hidden.interrupt, member, status)
+
+
+# Names a member's answer may give itself away by, beyond its provider id and model id (masked for the synthesizer).
+VENDOR_NAMES: Final[dict[str, tuple[str, ...]]] = {
+    "claude-code": ("Claude", "Anthropic"),
+    "codex": ("OpenAI", "ChatGPT", "GPT"),
+}
+
+
+def _names(resolved: Resolved) -> list[str]:
+    """A member's provider id and model, the vendor names of a known provider, an ACP provider's agent (`acp-gemini`:
+    Gemini) and a model's last path segment when it is distinctive (`scripted/scripted-model`: `scripted-model`, not
+    `pi/first`'s `first`, which would mask an ordinary word)."""
+    provider, model = resolved.provider_id, resolved.model
+    names = [provider, *VENDOR_NAMES.get(provider, ())]
+    if provider.startswith("acp-"):
+        names.append(provider.removeprefix("acp-"))
+    if model:
+        names.append(model)
+        tail = model.rsplit("/", 1)[-1]
+        if tail != model and any(c.isdigit() or c in "-._" for c in tail):
+            names.append(tail)
+    return names
 
 
 def _at(wall: float) -> float:

@@ -45,7 +45,8 @@ Modes change one behaviour each; with none the bridge is well behaved:
                   schema enumerates lenses ("no plan" when FAKE_PLAN=garbage), a finding per worker lens (lens
                   "stall" streams a partial finding and holds its turn open), a synthesis quoting every finding
                   and the thread references it was given, an expert's answer; FAKE_HOLD=synthesis holds the
-                  synthesis's turn open
+                  synthesis's turn open; and refuses a thread/stop without activeTurnId (-32602), as a bridge's
+                  protocol type does (null is its value for a release)
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
@@ -398,6 +399,8 @@ def handle(msg):
             error(msg, -32001, "no active turn")
         else:
             answer(msg, {"steeredTurnId": params.get("expectedTurnId")})
+    elif method == "thread/stop" and "panel" in MODES and "activeTurnId" not in params:
+        error(msg, -32602, 'Invalid params for "thread/stop": Object missing required field `activeTurnId`')
     elif method == "thread/stop":
         if params.get("intent") == "interrupt" and "strict-stop" in MODES and thread not in live:
             error(msg, -32001, f"no active turn for thread {thread}")
