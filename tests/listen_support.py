@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +15,7 @@ from wsproto.events import BytesMessage
 
 from bbridge.daemon.config import ProviderConfig
 from bbridge.daemon.runtime import Daemon
-from bbridge.daemon.server import serve, socket_face
+from bbridge.daemon.server import Face, serve, socket_face
 from bbridge.listen.admission import Address
 from bbridge.listen.face import Bound, ListenSettings, listen_face
 from bbridge.wire.websocket import ClientHandshake, MessageLines
@@ -42,18 +42,20 @@ async def listening(
     *,
     port: int = 0,
     socket: Path | None = None,
+    faces: Sequence[Face] = (),
     **options: Any,
 ) -> AsyncIterator[Listening]:
     """The daemon serving one listener on loopback: a free port, or `port` (a restarted daemon's); `settings`
-    without an address; with `socket`, a Unix socket beside it."""
+    without an address; with `socket`, a Unix socket beside it; `faces` beside them (a room's in-process face,
+    `bbridge.serving.room_face`, with the room among `options`' `services`)."""
     options.setdefault("text_delta_flush_ms", 0)
     options.setdefault("token", TOKEN)
     daemon = Daemon(providers, **options)
     bound = Bound()
     settings = replace(settings or ListenSettings(Address("127.0.0.1", 0)), address=Address("127.0.0.1", port))
     async with trio.open_nursery() as nursery:
-        faces = [listen_face(settings, bound), *([socket_face(socket)] if socket is not None else [])]
-        await nursery.start(serve, daemon, faces)
+        every = [listen_face(settings, bound), *([socket_face(socket)] if socket is not None else []), *faces]
+        await nursery.start(serve, daemon, every)
         try:
             yield Listening(daemon, bound.ports[0], settings.tls is not None)
         finally:

@@ -20,7 +20,7 @@ from bbridge.wire.delta_decoder import decode_line
 TINY = ["--runs", "1", "--turns", "16", "--blasts", "1", "--paced-seconds", "0.05"]
 TINY += ["--idle-threads", "20", "--open-threads", "20", "--latency-runs", "2", "--scale-threads", "12"]
 TINY += ["--scale-bridges", "2", "--scale-clients", "2", "--scale-seconds", "0.5", "--capacity-steps", "6,12"]
-TINY += ["--hosted-calls", "10"]
+TINY += ["--hosted-calls", "10", "--perspectives-runs", "2"]
 TINY += ["--page-events", "0"]  # the page's figure drives Chromium: tests/browser/test_bench_page.py runs it small
 
 
@@ -71,6 +71,7 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> N
     assert daemon["grammar_drops"] == 0 and daemon["rejected_notifications"] == 0
     assert daemon["events_per_run"] >= daemon["stream_deltas"] > 16 * stream.DELTAS_PER_TURN
     check_hosted(result["hosted"], 10)
+    check_perspectives(result["perspectives"], 2)
     number(memory, "idle_threads_10k_mb")
     number(memory, "open_turns_1k_mb")
     assert type(result["coalescing"]["events_per_1000_tokens"]) is int
@@ -153,6 +154,29 @@ def test_bench_only_hosted_times_hosted_tool_calls_through_a_real_tool_host_and_
     assert set(result) == {"machine", "hosted"}
     check_hosted(result["hosted"], 12)
     assert b"the daemon's own cost" in proc.stderr  # the phase's line for the terminal
+
+
+def check_perspectives(figures: dict[str, Any], runs: int) -> None:
+    """Every timed run delivered: seven lenses on nine hidden threads (planner, workers, synthesis); the median run
+    among the runs, its wall time shared out over its hidden threads."""
+    assert (figures["lenses"], figures["hidden_threads"], figures["runs"]) == (7, 9, runs)
+    assert len(figures["gather7_s_runs"]) == runs and figures["gather7_s"] in figures["gather7_s_runs"]
+    assert figures["gather7_s_worst"] == max(figures["gather7_s_runs"])
+    for key in ("per_hidden_thread_ms", "receipt_p50_ms", "cpu_s", "cpu_per_hidden_thread_ms", "planner_s",
+                "slowest_worker_s", "synthesis_s"):  # fmt: skip
+        number(figures, key)
+    assert 0 < figures["receipt_p50_ms"] / 1000 < figures["gather7_s_worst"]  # the receipt comes before the result
+    assert abs(figures["per_hidden_thread_ms"] - figures["gather7_s"] * 1000 / 9) < 0.01
+
+
+def test_bench_only_perspectives_times_seven_lens_panels_on_instant_workers() -> None:
+    command = [sys.executable, "-m", "bbridge", "bench", "--json", "--only", "perspectives", "--perspectives-runs", "3"]
+    proc = subprocess.run(command, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert set(result) == {"machine", "perspectives"}
+    check_perspectives(result["perspectives"], 3)
+    assert b"from the tool call to the delivery" in proc.stderr  # the phase's line for the terminal
 
 
 def test_coalescing_merges_one_token_per_millisecond_into_about_one_event_per_window() -> None:

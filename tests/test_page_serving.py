@@ -17,7 +17,7 @@ import trio
 from bbridge import page
 from bbridge.daemon.config import echo_provider
 from bbridge.daemon.runtime import FORWARDED, OWN_METHODS
-from bbridge.wire.openrpc import CLIENT_REQUESTS, NOTIFICATIONS
+from bbridge.wire.openrpc import CLIENT_REQUESTS, DAEMON_METHODS, NOTIFICATIONS
 from tests.listen_support import TOKEN, http_get, listening, read_all
 
 PROVIDERS = {"echo": echo_provider()}
@@ -115,15 +115,16 @@ def test_every_asset_the_page_names_is_shipped() -> None:
 
 
 def test_every_method_and_notification_the_page_uses_is_the_daemons() -> None:
-    """The page asks only what the daemon answers (its own methods, the bridge methods it forwards) and listens
-    for what it sends (its notifications, its relayed requests): the prompts' text from `thread/inputs` and
-    `thread/input`, for one."""
+    """The page asks only what the daemon answers (its own methods, the bridge methods it forwards, a room's the
+    OpenRPC document names: `perspectives/runs`, -32601 without the room) and listens for what it sends (its
+    notifications, its relayed requests): the prompts' text from `thread/inputs` and `thread/input`, for one."""
     source = "\n".join(module.read_text(encoding="utf-8") for module in STATIC.glob("*.js"))
     asked = set(re.findall(r'request\(\s*"([a-z/]+)"', source))
     heard = set(re.findall(r'(?<![.\w])method === "([a-z/]+)"', source))  # a notification's or request's name
     assert {"thread/inputs", "thread/events", "daemon/status"} <= asked
     assert {"thread/input", "thread/events"} <= heard
-    assert sorted(asked - set(OWN_METHODS) - set(FORWARDED)) == []
+    assert "perspectives/runs" in asked
+    assert sorted(asked - set(OWN_METHODS) - set(FORWARDED) - set(DAEMON_METHODS)) == []
     assert sorted(heard - set(NOTIFICATIONS) - set(CLIENT_REQUESTS)) == []
 
 

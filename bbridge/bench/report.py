@@ -71,6 +71,7 @@ _KNOBS: tuple[tuple[str, type[int] | type[float], float, str], ...] = (
     ("--page-events", int, 10_000, "page: journal events Chromium renders (0: skip the figure)"),
     ("--page-runs", int, 3, "page: renders timed (the median counts)"),
     ("--hosted-calls", int, 500, "hosted: timed tool calls, and as many timed spawns"),
+    ("--perspectives-runs", int, 20, "perspectives: timed 7-lens panels on instant workers (the median counts)"),
 )
 
 
@@ -82,8 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, kind, default, text in _KNOBS:
         parser.add_argument(flag, type=kind, default=default, help=text)
     parser.add_argument(
-        "--only", choices=("scale", "hosted"),
-        help="run only this phase (scale: every transport asked for, with its floor; hosted: hosted tool calls)",
+        "--only", choices=("scale", "hosted", "perspectives"),
+        help="run only this phase (scale: every transport asked for, with its floor; hosted: hosted tool calls; "
+        "perspectives: 7-lens panels on instant workers)",
     )  # fmt: skip
     parser.add_argument(
         "--scale-transport", choices=tuple(SCALE_TRANSPORTS), default="both",
@@ -265,11 +267,29 @@ def hosted_line(hosted: dict[str, Any]) -> str:
     )
 
 
+def run_perspectives_phase(args: argparse.Namespace) -> dict[str, Any]:
+    from bbridge.bench.perspectives import bench_perspectives
+
+    _progress(f"perspectives: {args.perspectives_runs} 7-lens panels on instant workers, one after another")
+    return bench_perspectives(args.perspectives_runs)
+
+
+def perspectives_line(figures: dict[str, Any]) -> str:
+    """The Perspectives phase in one line for the terminal."""
+    return (
+        f"a 7-lens panel on instant workers: {figures['gather7_s']} s from the tool call to the delivery "
+        f"(worst {figures['gather7_s_worst']} s), {figures['per_hidden_thread_ms']} ms per hidden thread; "
+        f"the daemon's CPU {figures['cpu_s']} s a run"
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from bbridge.bench.daemon import bench_daemon  # the daemon stack loads only when benchmarking
 
     if args.only == "hosted":
         return {"machine": machine(), "hosted": run_hosted_phase(args)}
+    if args.only == "perspectives":
+        return {"machine": machine(), "perspectives": run_perspectives_phase(args)}
     if args.only == "scale":
         figures = run_scale_phase(args)
         return {
@@ -295,6 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     daemon["share_of_decode_only_runs"] = [run["share_of_decode_only"] for run in daemon_runs]
     daemon["share_of_decode_only"] = _median(daemon["share_of_decode_only_runs"])
     hosted = run_hosted_phase(args)
+    perspectives = run_perspectives_phase(args)
     figures = run_scale_phase(args)
     _progress("memory")
     memory = {
@@ -331,6 +352,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "core": core,
         "daemon": daemon,
         "hosted": hosted,
+        "perspectives": perspectives,
         **figures,
         "memory": memory,
         "page": page,
@@ -348,5 +370,7 @@ def main(args: argparse.Namespace) -> int:
         _progress("scale phase per transport\n" + scale_table(result["scale_wire"]))
     if "hosted" in result:
         _progress(hosted_line(result["hosted"]))
+    if "perspectives" in result:
+        _progress(perspectives_line(result["perspectives"]))
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
     return 0

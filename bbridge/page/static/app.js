@@ -2,14 +2,18 @@
 // forms that drive an agent, and the daemon view. State lives here; the modules render it.
 // Hidden threads (a room's own: `thread/hidden`, or a `daemon/status` row with `hidden: true`) are never listed;
 // any thread, a hidden one too, opens by its id from the URL (`#thread=ID`), which names the open thread.
+// The open thread's Perspectives runs (a room's `perspectives/runs`; a daemon without the room answers -32601 and is
+// not asked again until the page reconnects) show under its title, each member a link to its hidden thread.
 
 import { h, str } from "./dom.js";
 import { PendingCards } from "./pending.js";
 import { Connection, takeToken } from "./rpc.js";
+import { anyRunning, renderRuns } from "./runs.js";
 import { ThreadList, renderAgentConfig, renderDaemon } from "./threads.js";
 import { Timeline } from "./timeline.js";
 
 const POLL_MS = 2000;
+const METHOD_NOT_FOUND = -32601;
 const TOKEN_LINE = "Open the URL `bbridge serve --listen` printed (it carries #token=…): this page has no valid token.";
 const PROMPTS_KEY = "bbridge.prompts";
 const OPTIONS_KEY = "bbridge.options";
@@ -28,6 +32,7 @@ const ui = {
   threads: $("#threads"),
   title: $("#thread-title"),
   agentConfig: $("#agent-config"),
+  runs: $("#runs"),
   timeline: $("#timeline"),
   pending: $("#pending"),
   daemon: $("#daemon"),
@@ -47,6 +52,8 @@ let current = null; // the open thread's id
 let wanted = takeThread(); // the thread the URL names (`#thread=ID`), opened once connected
 let pollTimer = null;
 let daemonVersion = "0.1.0";
+let roomless = false; // the daemon answered `perspectives/runs` with -32601: it runs no Perspectives room
+let runsShown = { threadId: null, json: "", running: false }; // the open thread's runs as last rendered
 
 function loadJson(key, fallback) {
   try {
@@ -130,6 +137,7 @@ async function opened(init) {
   ui.tokenMissing.hidden = true;
   ui.main.hidden = false;
   fillProviders(init.providers ?? []);
+  roomless = false; // a restarted daemon may run the room now
   await poll();
   await relistPending();
   if (current !== null) {
@@ -186,6 +194,8 @@ async function poll() {
     thread.bridgeAt = row.sinceBridgeS === null || row.sinceBridgeS === undefined ? null : now - row.sinceBridgeS * 1000;
     thread.waiting = new Set((row.waitingOn ?? []).map((w) => w.requestId));
   }
+  const open = current && threads.get(current);
+  if (current !== null && (runsShown.running || openTurnOf(open))) showRuns(current); // a run may start in a turn
   renderThreads();
   renderDaemon(ui.daemon, status);
   for (const option of ui.start.elements.provider.options) {
@@ -222,6 +232,7 @@ function notified(method, params) {
         thread.turnAt = Date.now();
       } else if (event.type === "turn/completed") {
         thread.turnId = null;
+        if (params.threadId === current) showRuns(current); // a run its turn started, or one it was delivered
       } else if (event.type === "thread/name/updated") {
         thread.name = str(event.threadName);
       }
@@ -303,15 +314,36 @@ async function openThread(threadId) {
   for (const request of pending.values()) if (request.threadId === threadId) cards.show(request);
   if (window.matchMedia("(max-width: 800px)").matches) ui.title.scrollIntoView({ block: "start" }); // one column
   ui.agentConfig.hidden = true;
+  renderRuns(ui.runs, []);
+  runsShown = { threadId, json: "", running: false };
   await opening;
   if (connection.ready) await catchUpCards(threadId).catch(() => {});
   if (connection.ready) await showAgentConfig(threadId).catch(() => {});
+  if (connection.ready) await showRuns(threadId);
   ui.timeline.focus({ preventScroll: true });
 }
 
 async function showAgentConfig(threadId) {
   const config = await connection.request("agent/configuration", { threadId });
   if (current === threadId) renderAgentConfig(ui.agentConfig, config);
+}
+
+/** The open thread's Perspectives runs, rendered again only when they changed. */
+async function showRuns(threadId) {
+  if (roomless || !connection.ready) return;
+  let result;
+  try {
+    result = await connection.request("perspectives/runs", { threadId });
+  } catch (error) {
+    if (error.code === METHOD_NOT_FOUND) roomless = true; // no room: not asked again until the page reconnects
+    return;
+  }
+  if (current !== threadId) return;
+  const runs = result.runs ?? [];
+  const json = JSON.stringify(runs);
+  if (runsShown.threadId === threadId && runsShown.json === json) return;
+  runsShown = { threadId, json, running: anyRunning(runs) };
+  renderRuns(ui.runs, runs);
 }
 
 // -- driving: start a thread, prompt, steer, stop ------------------------------------------------------------
