@@ -419,3 +419,13 @@ def test_help_result_is_the_scrubbed_answer_and_its_expert_thread() -> None:
     text = help_result("Yes, see thr_prun_k2_planner and thr_exp.", "thr_exp", hidden_thread_ids=HIDDEN)
     assert text == f"Yes, see {INTERNAL} and {INTERNAL}.\n\nExpert thread: `thr_exp`\n"
     assert help_result("  ", None, hidden_thread_ids=[]) == "(the expert gave no answer)\n"
+
+
+def test_the_scrub_still_finds_an_id_written_with_letters_case_folding_makes_ascii() -> None:
+    """The scrub matches only ids a text can hold (`_present`); that test folds the letters case-insensitive
+    matching folds to ASCII (Kelvin sign, long s, dotted and dotless i), so an id spelt with them is still found."""
+    from bbridge.perspectives.delivery import scrub
+
+    assert scrub("ref thr_\u0130d_\u212aey and thr_\u017fix here", ["thr_id_key", "thr_six"]) == (
+        "ref [internal thread] and [internal thread] here"
+    )
