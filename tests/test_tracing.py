@@ -41,7 +41,8 @@ from bbridge.wire import rpc
 from bbridge.wire.lanes import read_lane
 from tests.otlp import ReceivedSpan, Receiver, otlp_receiver
 from tests.support import FULL, REPO, TestClient, connect, running
-from tests.test_perspectives_runs import CALLER, call, table
+from tests.test_declared_tools import completed
+from tests.test_perspectives_runs import CALLER, call, delivered, table
 
 THREAD = "thr_traced"
 CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -234,7 +235,9 @@ def hosted_call(tool: str, span: Any) -> HostedCall:
 
 async def test_a_perspectives_run_is_a_span_with_its_members_turns_under_it(tmp_path: Path) -> None:
     """`help`: the caller's tool call, the run under it, the planner's and the expert's turns under the run (the room
-    passes its trace context on their turn/starts)."""
+    passes its trace context on their turn/starts). `gather_perspectives`, detached: its run outlives the tool call
+    that launched it, the planner's, each worker's and the synthesis's turns under it, and so is the turn its one
+    delivery starts on the calling thread."""
     with otlp_receiver() as receiver:
         config = tmp_path / "bbridge.toml"
         config.write_text(table() + f'\n[telemetry]\notlp_endpoint = "{receiver.url}"\n', encoding="utf-8")
@@ -258,23 +261,35 @@ async def test_a_perspectives_run_is_a_span_with_its_members_turns_under_it(tmp_
                     start = {"providerId": "caller", "threadId": CALLER, "cwd": str(tmp_path), "options": FULL}
                     await client.request("thread/start", start)
                     answered = await call(client, "help", {"question": "Why is it slow?"})
+                    await call(client, "gather_perspectives", {"question": "Where?", "lenses": ["alpha", "beta"]}, 2)
+                    (message,) = await delivered(client, room)
+                    await client.wait_for(lambda: completed(client, CALLER, 3), timeout=30)
                 daemon.request_shutdown()
         finally:
             host.close()
             tracer.close()
-        run = one(receiver.named("bbridge.perspectives.run"))
+        run, panel = sorted(receiver.named("bbridge.perspectives.run"), key=lambda span: span.start_ns)
         turns = receiver.named("bbridge.turn")
-        help_call = one(receiver.named("bbridge.tool_call"))
-    assert answered["success"] is True
-    caller = one([span for span in turns if span.attributes["bbridge.thread_id"] == CALLER])
-    members = [span for span in turns if span is not caller]
-    assert (help_call.parent_span_id, help_call.attributes["gen_ai.tool.name"]) == (caller.span_id, "help")
-    assert (run.trace_id, run.parent_span_id) == (caller.trace_id, help_call.span_id)
+        help_call, gather_call = sorted(receiver.named("bbridge.tool_call"), key=lambda span: span.start_ns)
+    assert answered["success"] is True and message.startswith("Perspectives panel result")
+    first, second, delivery = sorted(
+        (span for span in turns if span.attributes["bbridge.thread_id"] == CALLER), key=lambda span: span.start_ns
+    )
+    # help: under the caller's first turn's tool call
+    assert (help_call.parent_span_id, help_call.attributes["gen_ai.tool.name"]) == (first.span_id, "help")
+    assert (run.trace_id, run.parent_span_id) == (first.trace_id, help_call.span_id)
     assert run.attributes["bbridge.perspectives.tool"] == "help"
     assert run.attributes["bbridge.perspectives.outcome"] == "delivered" and run.status != 2
+    members = [span for span in turns if span.parent_span_id == run.span_id]
     assert len(members) == 2  # the planner's turn and the expert's
-    assert all((span.trace_id, span.parent_span_id) == (run.trace_id, run.span_id) for span in members)
-    assert {span.attributes["gen_ai.provider.name"] for span in members} == {"panel"}
+    assert all(span.trace_id == run.trace_id and span.attributes["gen_ai.provider.name"] == "panel" for span in members)
+    # gather_perspectives: the run under its tool call, ending after it; the members and the delivery under the run
+    assert (gather_call.parent_span_id, panel.parent_span_id) == (second.span_id, gather_call.span_id)
+    assert panel.end_ns > gather_call.end_ns and panel.attributes["bbridge.perspectives.lenses"] == 2
+    assert panel.attributes["bbridge.perspectives.outcome"] == "delivered"
+    under = [span for span in turns if span.parent_span_id == panel.span_id]
+    assert len(under) == 1 + 2 + 1 + 1  # the planner, two workers, the synthesis, and the delivery's turn
+    assert delivery in under and all(span.trace_id == second.trace_id for span in under)
 
 
 # -- without [telemetry] ---------------------------------------------------------------------------------------------

@@ -236,7 +236,8 @@ class Perspectives:
         return listed
 
     async def _deliver(self, run: Run, call: HostedCall, text: str) -> None:
-        """The run's one message into the calling thread: a steer of its open turn, else a new turn."""
+        """The run's one message into the calling thread: a steer of its open turn, else a new turn (under the run's
+        span when traced)."""
         client = self._ready().client
         turn: dict[str, Any] = {
             "threadId": run.thread_id,
@@ -250,7 +251,8 @@ class Perspectives:
                 return
             except DaemonError as exc:  # the turn ended meanwhile: the message starts one
                 log.info("a perspectives delivery could not steer; starting a turn", run=run.run_id, error=exc.message)
-        await client.request("turn/start", turn)
+        trace = run.span.carrier()  # the turn the delivery starts is the run's, as its members' are
+        await client.request("turn/start", {**turn, **({"_meta": trace} if trace else {})})
 
     async def _open_turn(self, thread_id: str) -> str | None:
         status = await self._ready().client.request("daemon/status", {})
