@@ -205,25 +205,30 @@ async def test_a_root_turn_a_wait_on_a_person_a_client_tool_and_a_failed_turn(tm
 
 
 async def test_an_mcp_tool_call_carries_its_span_in_the_requests_meta(tmp_path: Path) -> None:
-    """The MCP server gets the call's trace context in `tools/call`'s `_meta` (SEP-414's `traceparent`)."""
-    config = TelemetryConfig("http://127.0.0.1:9")  # nothing is exported here: the span is only propagated
-    tracer = OtelTracer(config)
-    server = McpServerConfig(
-        name="tiny", source="test", command=[sys.executable, str(REPO / "tests" / "mcp_server.py")]
-    )
-    try:
-        async with mcp_servers([server]) as served:
-            [meta_tool] = [tool for tool in served.tools if tool.name == "tiny__meta"]
-            span = tracer.start("bbridge.tool_call", {"traceparent": TRACEPARENT}, {})
-            result = await meta_tool.invoke({}, hosted_call("tiny__meta", span))
-            untraced = await meta_tool.invoke({}, hosted_call("tiny__meta", NO_SPAN))
-            span.end()
-    finally:
-        tracer._provider.shutdown()  # nothing to export: no span was sampled into a batch that waits on the network
+    """Through the tool host: an MCP server's tool call is noted `mcp` on its span, and the server gets the span's
+    trace context in `tools/call`'s `_meta` (`traceparent`, `tracestate`: the MCP trace-context keys)."""
+    command = [sys.executable, str(REPO / "tests" / "mcp_server.py")]
+    server = McpServerConfig(name="tiny", source="test", command=command, policy="allow")
+    host = load_host(None, None, None)
+    with otlp_receiver() as receiver:
+        tracer = OtelTracer(TelemetryConfig(receiver.url))
+        try:
+            async with mcp_servers([server]) as served:
+                host.extend(served.tools)
+                span = tracer.start("bbridge.tool_call", {"traceparent": TRACEPARENT, "tracestate": "v=2"}, {})
+                result = await host.call(hosted_call("tiny__meta", span))
+                span.end()
+                untraced = await host.call(hosted_call("tiny__meta", NO_SPAN))
+        finally:
+            host.close()
+            tracer.close()
+        exported = one(receiver.named("bbridge.tool_call"))
     meta = json.loads(result["contentItems"][0]["text"])
-    assert meta["traceparent"] == span.carrier()["traceparent"]
-    assert meta["traceparent"].startswith(f"00-{CLIENT_TRACE}-") and not meta["traceparent"].endswith(CLIENT_SPAN)
-    assert "traceparent" not in json.loads(untraced["contentItems"][0]["text"])
+    assert meta == {"traceparent": f"00-{CLIENT_TRACE}-{exported.span_id}-01", "tracestate": "v=2"}
+    assert exported.parent_span_id == CLIENT_SPAN
+    assert exported.attributes["bbridge.tool.kind"] == "mcp" and exported.attributes["bbridge.tool.status"] == "ok"
+    assert exported.attributes["bbridge.tool.decision"] == "allow"
+    assert json.loads(untraced["contentItems"][0]["text"]) == {}
 
 
 def hosted_call(tool: str, span: Any) -> HostedCall:
