@@ -182,6 +182,9 @@ async def test_a_root_turn_a_wait_on_a_person_a_client_tool_and_a_failed_turn(tm
     declared = {"name": "ask_client", "description": "The client's own", "inputSchema": {"type": "object"}}
     with otlp_receiver() as receiver:
         async with traced(tmp_path, receiver, answer, [declared]) as (daemon, tracer, client):
+            bad = {"threadId": THREAD, "input": [], "clientRequestId": "creq_tracingabz", "_meta": {"traceparent": 5}}
+            with pytest.raises(rpc.RpcError, match=r"\$\._meta\.traceparent"):  # a wrong type is the client's error
+                await client.request("turn/start", bad)
             await turn(client, "approve:command", 1)
             await turn(client, "tool:ask_client", 2, {"traceparent": "00-not-a-trace-01"})
             await turn(client, "fail:it_broke", 3)

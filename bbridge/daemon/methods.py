@@ -366,7 +366,7 @@ def _traced(ctx: RuleContext, call: Call) -> tuple[str | None, Carrier | None]:
     if model is None and call.thread_id is not None and call.thread_id in ctx.registry.records:
         kept = ctx.registry.records[call.thread_id].options or {}
         model = kept.get("model") if isinstance(kept.get("model"), str) else None
-    if meta is UNSET or meta.traceparent is UNSET:
+    if meta is UNSET or meta is None or meta.traceparent is UNSET:
         return model, None
     return model, {"traceparent": meta.traceparent} | (
         {} if meta.tracestate is UNSET else {"tracestate": meta.tracestate}

@@ -115,7 +115,7 @@ class ForwardedParams(Wire, kw_only=True):
     input: list[Any] | UnsetType = UNSET  # turn/start, turn/steer: kept as sent (`thread/inputs`)
     clientRequestId: str | UnsetType = UNSET
     hidden: HiddenThread | UnsetType = UNSET  # a construction's: the daemon's own member, never sent to the bridge
-    meta: TraceMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")  # the daemon's too: trace context
+    meta: TraceMeta | UnsetType | None = msgspec.field(default=UNSET, name="_meta")  # the daemon's too: trace context
 
 
 class ThreadHiddenNotification(Wire, kw_only=True):
