@@ -358,12 +358,14 @@ def _config_check(args: argparse.Namespace) -> int:
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
     from bbridge.perspectives.settings import load_perspectives, unconfigured
+    from bbridge.telemetry.settings import load_telemetry
 
     path = config_path(args.config)
     providers, report = load_config(path)
     agents = Agents(load_agents(path))
     perspectives, perspectives_refused = load_perspectives(path)
-    refused = [*report.refused, *agents.refused(), *perspectives_refused]
+    telemetry, telemetry_refused = load_telemetry(path)
+    refused = [*report.refused, *agents.refused(), *perspectives_refused, *telemetry_refused]
     names = ", ".join(sorted(providers))
     contributions = [contribution.id for contribution in agents.config.contributions]
     roots = list(agents.config.roots)
@@ -376,6 +378,8 @@ def _config_check(args: argparse.Namespace) -> int:
         loaded += "; perspectives" + (f" (panel: {', '.join(perspectives.panel)})" if perspectives.panel else "")
         for warning in unconfigured(perspectives, providers):  # a warning: the tool call is where it fails
             print(f"warning {warning}")
+    if telemetry is not None:
+        loaded += f"; traces to {telemetry.traces_url}"
     if not refused:
         print(f"ok: {len(providers)} providers ({names}){loaded}")
         return 0

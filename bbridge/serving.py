@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
     from bbridge.perspectives.room import Perspectives
+    from bbridge.seams.telemetry import Tracer
     from bbridge.toolhost.host import ExternalTool, Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
 
@@ -101,6 +102,7 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if tool_host is not None:
             tool_host.close()
+        served.tracer.close()  # the spans not yet exported are sent (bounded)
         if record_dir is not None:
             commands = {k: shlex.join(v.command) for k, v in providers.items()}
             ci.finish_serve(record_dir, commands, redactions, ops.version())
@@ -145,6 +147,7 @@ class Served(NamedTuple):
     tool_host: Host | None
     agents: Agents | None  # [[agents]] and [skills] (None: no file)
     room: Perspectives | None  # [perspectives] (None: no table)
+    tracer: Tracer  # [telemetry]'s (`NO_TRACER` without the table: nothing of OpenTelemetry imported); closed last
 
     def daemon_options(self) -> dict[str, Any]:
         return {
@@ -152,6 +155,7 @@ class Served(NamedTuple):
             "tool_host": self.tool_host,
             "agents": self.agents,
             "services": [self.room] if self.room is not None else [],
+            "tracer": self.tracer,
         }
 
     def faces(self) -> list[server.Face]:
@@ -161,28 +165,34 @@ class Served(NamedTuple):
 
 def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
     """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, the tool host (the Perspectives
-    tools among its tools), the agent configuration and the Perspectives room (a `ConfigError` when the file, or
-    `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's MCP servers."""
+    tools among its tools), the agent configuration, the Perspectives room and the tracer (a `ConfigError` when the
+    file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's MCP servers."""
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
     from bbridge.perspectives.room import Perspectives
     from bbridge.perspectives.settings import load_perspectives
+    from bbridge.seams.telemetry import NO_TRACER
+    from bbridge.telemetry import tracer
+    from bbridge.telemetry.settings import load_telemetry
 
     path = config_path(args.config)
     providers, report = load_config(path)
     agents = room = None
+    traced = NO_TRACER
     if path is not None:
         state = args.journal / "agents" if args.journal is not None else None  # else $XDG_STATE_HOME/bbridge/agents
         agents = Agents(load_agents(path), state_dir=state)
         report.refused.extend(agents.refused())
+        telemetry, refused = load_telemetry(path)
+        report.refused.extend(refused)
+        traced = tracer(telemetry) if telemetry is not None else NO_TRACER  # OpenTelemetry imported only here
         settings, refused = load_perspectives(path)
         report.refused.extend(refused)
-        room = Perspectives(settings) if settings is not None else None
+        room = Perspectives(settings, traced) if settings is not None else None
     external = room.tools if room is not None else []
-    return Served(
-        providers, report, _tool_host(path, args.tools_dir, args.journal, client_servers, external), agents, room
-    )
+    host = _tool_host(path, args.tools_dir, args.journal, client_servers, external)
+    return Served(providers, report, host, agents, room, traced)
 
 
 def _tool_host(
@@ -317,6 +327,7 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
     finally:
         if tool_host is not None:
             tool_host.close()
+        served.tracer.close()
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Tools: `echo {text}`, `sleep {seconds}` (answers after them), `gate` (answers once `open` is called, or after 10 s:
 it needs two calls in flight at once), `open`, `fail` (an `isError` result), `resource` (an embedded text
-resource), `die` (exits without answering), `dotted.name` (a name bb maps to `dotted_name`) and one whose name is
-too long to map. Each call runs in a thread of its own; the server exits when its stdin closes. `--broken` writes a reason to stderr and exits before answering `initialize`.
+resource), `die` (exits without answering), `dotted.name` (a name bb maps to `dotted_name`), `meta` (answers the
+request's `_meta` as JSON text: the trace context a traced call carries) and one whose name is too long to map. Each call runs in a thread of its own; the server exits when its stdin closes. `--broken` writes a reason to stderr and exits before answering `initialize`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ TOOLS = [
     {"name": "resource", "inputSchema": {"type": "object"}},
     {"name": "die", "inputSchema": {"type": "object"}},
     {"name": "dotted.name", "inputSchema": {"type": "object"}},
+    {"name": "meta", "inputSchema": {"type": "object"}},
     {"name": LONG, "inputSchema": {"type": "object"}},
 ]
 _lock = threading.Lock()
@@ -37,7 +38,7 @@ def send(message: dict[str, Any]) -> None:
         sys.stdout.flush()
 
 
-def call(request_id: Any, name: str, arguments: dict[str, Any]) -> None:
+def call(request_id: Any, name: str, arguments: dict[str, Any], meta: Any = None) -> None:
     content: list[dict[str, Any]] = []
     error = False
     if name == "echo":
@@ -52,6 +53,8 @@ def call(request_id: Any, name: str, arguments: dict[str, Any]) -> None:
         content = [{"type": "text", "text": "open"}]
     elif name == "fail":
         content, error = [{"type": "text", "text": "it went wrong"}], True
+    elif name == "meta":
+        content = [{"type": "text", "text": json.dumps(meta or {})}]
     elif name == "resource":
         content = [{"type": "resource", "resource": {"uri": "mem://note", "mimeType": "text/plain", "text": "noted"}}]
     elif name == "die":
@@ -81,7 +84,8 @@ def main() -> None:
         elif method == "tools/call":
             params = message["params"]
             arguments = params.get("arguments") or {}
-            threading.Thread(target=call, args=(request_id, params["name"], arguments), daemon=True).start()
+            meta = params.get("_meta")
+            threading.Thread(target=call, args=(request_id, params["name"], arguments, meta), daemon=True).start()
             continue
         elif method == "ping":
             result = {}

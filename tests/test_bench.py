@@ -92,12 +92,13 @@ def test_bench_prints_every_figure_as_json_on_its_last_line(tmp_path: Path) -> N
     assert scale["capacity"]["p99_bound_ms"] == 100.0 and [r["threads"] for r in scale["capacity"]["runs"]][:1] == [6]
     assert scale["transport"] == "socket" and scale["relay"] == "daemon"
     check_scale_wire(result["scale_wire"], ("socket", "ws"))
+    check_tracing(result["scale_tracing"], "socket", 2)
     assert type(result["scale_wire"]["ws_over_socket_cpu_share"]) is float
     assert set(result["targets"]) == {
         "core_share_of_decode_only", "core_assemble_share_of_decode_only", "daemon_share_of_decode_only",
         "first_delta_p99_under_1ms", "idle_threads_10k_at_most_51mb", "scale_daemon_under_half_a_core",
         "scale_first_delta_p99_under_10ms", "scale_rss_under_300mb", "scale_nothing_lost",
-        "scale_daemon_at_most_3x_floor", "scale_ws_at_most_1_3x_socket",
+        "scale_daemon_at_most_3x_floor", "scale_ws_at_most_1_3x_socket", "scale_tracing_at_most_1_05x_untraced",
     }  # fmt: skip
     assert all(type(met) is bool for met in result["targets"].values())
     assert result["machine"]["cpus"] >= 1
@@ -121,6 +122,18 @@ def check_scale_wire(wire: dict[str, Any], transports: tuple[str, ...]) -> None:
         assert len(figures["daemon_over_floor_cpu_s_pairs"]) == len(figures["daemon"]["daemon_cpu_s_runs"])
 
 
+def check_tracing(tracing: dict[str, Any], transport: str, runs: int) -> None:
+    """The daemon traced (`[telemetry]`, spans to the bench's receiver) against untraced, over the first transport:
+    every traced run exported each turn's span and each bridge's start (12 threads on 2 bridges), lost nothing."""
+    assert tracing["transport"] == transport and "OTLP/HTTP" in tracing["exporter"]
+    for side in ("on", "off"):
+        assert len(tracing[side]["daemon_cpu_s_runs"]) == runs and tracing[side]["events_lost_runs"] == [0] * runs
+        for key in ("daemon_cpu_s_median", "daemon_cpu_share_median", "first_delta_p99_ms_median"):
+            number(tracing[side], key)
+    assert tracing["on"]["spans_exported_runs"] == [12 + 2] * runs
+    assert len(tracing["on_over_off_cpu_s_pairs"]) == runs and type(tracing["on_over_off_cpu_s"]) is float
+
+
 def test_bench_only_scale_runs_the_scale_phase_alone_over_one_transport() -> None:
     sizes = ["--latency-runs", "1", "--scale-threads", "12", "--scale-bridges", "2", "--scale-clients", "2"]
     sizes += ["--scale-seconds", "0.5", "--capacity-steps", ""]
@@ -131,9 +144,10 @@ def test_bench_only_scale_runs_the_scale_phase_alone_over_one_transport() -> Non
     assert "core" not in result and "daemon" not in result and "memory" not in result
     assert result["scale"]["transport"] == "ws" and "capacity" not in result["scale"]
     check_scale_wire(result["scale_wire"], ("ws",))
+    check_tracing(result["scale_tracing"], "ws", 1)
     assert "ws_over_socket_cpu_share" not in result["scale_wire"]
     assert "scale_ws_at_most_1_3x_socket" not in result["targets"] and result["targets"]["scale_nothing_lost"]
-    assert b"daemon/floor" in proc.stderr  # the table of the phase per transport
+    assert b"daemon/floor" in proc.stderr and b"traced against" in proc.stderr  # the phase's lines
 
 
 def check_hosted(hosted: dict[str, Any], calls: int) -> None:

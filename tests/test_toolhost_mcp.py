@@ -212,6 +212,7 @@ async def test_tiny_server_names_results_and_concurrent_calls(tmp_path: Path) ->
             "tiny__resource",
             "tiny__die",
             "tiny__dotted_name",
+            "tiny__meta",
         ]
         [refusal] = served.refused
         assert (refusal.section, refusal.key) == ("mcp_servers.tiny", f"tool {'x' * 70!r}")
@@ -259,7 +260,7 @@ async def test_a_server_that_dies_fails_its_calls_clearly(tmp_path: Path) -> Non
 async def test_every_server_is_stopped_on_leaving(tmp_path: Path) -> None:
     configs = [_config("one", TINY, tmp_path), _config("two", TINY, tmp_path)]
     async with mcp_servers(configs) as served:
-        assert len(served.tools) == 16
+        assert len(served.tools) == 18
         running = leftovers([tmp_path])
         assert len(running) == 2 and all(argv[1].endswith("mcp_server.py") for argv in running.values())
     assert leftovers([tmp_path]) == {}
@@ -280,7 +281,7 @@ def test_tools_check_lists_the_servers_tools_and_refusals(tmp_path: Path, capsys
     assert "refused mcp_servers.broken: did not start: " in out and "cannot open the database" in out
     assert "refused mcp_servers.worse.command: expected a non-empty array" in out
     assert f"refused mcp_servers.tiny.tool {'x' * 70!r}: name cannot be mapped" in out
-    assert out.endswith("3 refused; 8 tools would be offered\n")
+    assert out.endswith("3 refused; 9 tools would be offered\n")
 
 
 def test_the_providers_config_leaves_mcp_servers_to_the_tool_host(tmp_path: Path) -> None:

@@ -66,11 +66,15 @@ def timed_runs() -> Iterator[dict[str, int]]:
     runs: dict[str, int] = {}
 
     async def timed(
-        tool: HostedTool, arguments: Mapping[str, Any], cwd: str | None, environ: Mapping[str, str]
+        tool: HostedTool,
+        arguments: Mapping[str, Any],
+        cwd: str | None,
+        environ: Mapping[str, str],
+        trace: Mapping[str, str] | None = None,
     ) -> runner.Run:
         started = time.monotonic_ns()
         try:
-            return await untimed(tool, arguments, cwd, environ)
+            return await untimed(tool, arguments, cwd, environ, trace)
         finally:
             runs[str(arguments.get("n"))] = time.monotonic_ns() - started
 

@@ -50,7 +50,14 @@ TARGETS = {
     # issue 33, judged on `daemon_cpu_s` (the same work in every run; the share's window stretches with slow clients):
     "scale_ws_over_socket_cpu": 1.3,  # the daemon's CPU over WebSocket against the socket
     "scale_daemon_over_floor_cpu": 3.0,  # the daemon's CPU against the floor relay's, per transport
+    # issue 49: the daemon's CPU with `[telemetry]` (spans exported to a receiver) against without, same run
+    "scale_tracing_over_untraced_cpu": 1.05,
 }
+# What the traced scale runs export to (`scale_tracing.exporter`).
+TRACING_EXPORTER = (
+    "OpenTelemetry SDK (BatchSpanProcessor, OTLP/HTTP protobuf exporter) to a real receiver on loopback in the bench's"
+    " process (opentelemetry-proto decodes every body)"
+)
 SCALE_TRANSPORTS = {"socket": ("socket",), "ws": ("ws",), "both": ("socket", "ws")}
 
 
@@ -182,7 +189,8 @@ def _wire_figures(daemon_runs: list[dict[str, Any]], floor_runs: list[dict[str, 
 def run_scale_phase(args: argparse.Namespace) -> dict[str, Any]:
     """The scale phase over each transport asked for, the daemon and its floor relay interleaved run by run (a slow
     stretch of the host hits every kind alike): `scale` is the first transport's daemon figures (with the
-    capacity, over the socket), `scale_wire` each transport's daemon against its floor and the ratio between them."""
+    capacity, over the socket), `scale_wire` each transport's daemon against its floor and the ratio between them,
+    `scale_tracing` the first transport's daemon traced (`[telemetry]`) against the same untraced runs."""
     from bbridge.bench.scale import capacity, run_scale
 
     transports = SCALE_TRANSPORTS[args.scale_transport]
@@ -190,7 +198,7 @@ def run_scale_phase(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for n in range(args.latency_runs):
         for transport in transports:
-            for relay in ("daemon", "floor"):
+            for relay in ("daemon", "traced", "floor") if transport == transports[0] else ("daemon", "floor"):
                 _progress(f"scale: {size[0]} threads, {relay} over {transport}, run {n + 1} of {args.latency_runs}")
                 run = run_scale(*size, transport=transport, relay=relay)
                 runs.setdefault((transport, relay), []).append(run)
@@ -202,14 +210,36 @@ def run_scale_phase(args: argparse.Namespace) -> dict[str, Any]:
         wire["ws_over_socket_cpu_share"] = _ratio(ws["daemon_cpu_share_median"], socket["daemon_cpu_share_median"])
         wire["ws_over_socket_cpu_s"] = _ratio(ws["daemon_cpu_s_median"], socket["daemon_cpu_s_median"])
     scale = dict(wire[transports[0]]["daemon"])
+    tracing = _tracing_figures(runs[(transports[0], "daemon")], runs[(transports[0], "traced")])
     steps = tuple(int(n) for n in args.capacity_steps.split(",") if n.strip())
     if steps:
         _progress(f"capacity: {', '.join(map(str, steps))} threads")
         scale["capacity"] = capacity(args.scale_bridges, args.scale_clients, args.scale_seconds, args.scale_rate, steps)
-    return {"scale": scale, "scale_wire": wire}
+    return {"scale": scale, "scale_wire": wire, "scale_tracing": tracing}
 
 
-def scale_targets(scale: dict[str, Any], wire: dict[str, Any]) -> dict[str, bool]:
+def _tracing_figures(untraced: list[dict[str, Any]], traced: list[dict[str, Any]]) -> dict[str, Any]:
+    """The daemon traced against untraced, runs interleaved: the CPU seconds' medians and their ratio (and each
+    pair's), the share of a core, the p99 first-delta, the spans each traced run exported."""
+    figures: dict[str, Any] = {"exporter": TRACING_EXPORTER, "transport": traced[0]["transport"]}
+    for name, runs in (("off", untraced), ("on", traced)):
+        figures[name] = {
+            "daemon_cpu_s_runs": [run["daemon_cpu_s"] for run in runs],
+            "daemon_cpu_s_median": _median([run["daemon_cpu_s"] for run in runs]),
+            "daemon_cpu_share_median": _median([run["daemon_cpu_share"] for run in runs]),
+            "first_delta_p99_ms_median": _median([run["first_delta_p99_ms"] for run in runs]),
+            "daemon_peak_rss_mb_median": _median([run["daemon_peak_rss_mb"] for run in runs]),
+            "events_lost_runs": [run["events_lost"] for run in runs],
+        }
+    figures["on"]["spans_exported_runs"] = [run["spans_exported"] for run in traced]
+    figures["on_over_off_cpu_s"] = _ratio(figures["on"]["daemon_cpu_s_median"], figures["off"]["daemon_cpu_s_median"])
+    figures["on_over_off_cpu_s_pairs"] = [
+        _ratio(on["daemon_cpu_s"], off["daemon_cpu_s"]) for on, off in zip(traced, untraced, strict=True)
+    ]
+    return figures
+
+
+def scale_targets(scale: dict[str, Any], wire: dict[str, Any], tracing: dict[str, Any]) -> dict[str, bool]:
     every = [wire[transport] for transport in wire["transports"]]
     targets = {
         "scale_daemon_under_half_a_core": scale["daemon_cpu_share_median"] < TARGETS["scale_daemon_cpu_share"],
@@ -224,6 +254,8 @@ def scale_targets(scale: dict[str, Any], wire: dict[str, Any]) -> dict[str, bool
         "scale_daemon_at_most_3x_floor": all(
             (f["daemon_over_floor_cpu_s"] or 0) <= TARGETS["scale_daemon_over_floor_cpu"] for f in every
         ),
+        "scale_tracing_at_most_1_05x_untraced": (tracing["on_over_off_cpu_s"] or 0)
+        <= TARGETS["scale_tracing_over_untraced_cpu"],
     }
     if "ws_over_socket_cpu_share" in wire:
         targets["scale_ws_at_most_1_3x_socket"] = (wire["ws_over_socket_cpu_s"] or 0) <= TARGETS[
@@ -249,6 +281,16 @@ def scale_table(wire: dict[str, Any]) -> str:
             f"ws/socket daemon CPU seconds: {wire['ws_over_socket_cpu_s']} (share: {wire['ws_over_socket_cpu_share']})"
         )
     return "\n".join(rows)
+
+
+def tracing_line(tracing: dict[str, Any]) -> str:
+    """Tracing on against off, in one line for the terminal."""
+    on, off = tracing["on"], tracing["off"]
+    return (
+        f"tracing ({tracing['transport']}): daemon CPU {on['daemon_cpu_s_median']} s traced against "
+        f"{off['daemon_cpu_s_median']} s untraced, {tracing['on_over_off_cpu_s']}× "
+        f"(pairs {tracing['on_over_off_cpu_s_pairs']}); spans exported {on['spans_exported_runs']}"
+    )
 
 
 def run_hosted_phase(args: argparse.Namespace) -> dict[str, Any]:
@@ -296,7 +338,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "machine": machine(),
             "target_values": TARGETS,
             **figures,
-            "targets": scale_targets(figures["scale"], figures["scale_wire"]),
+            "targets": scale_targets(figures["scale"], figures["scale_wire"], figures["scale_tracing"]),
         }
     corpus: Path = args.corpus if args.corpus is not None else default_corpus()
     _progress(f"core over {corpus}")
@@ -342,7 +384,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "daemon_share_of_decode_only": daemon["share_of_decode_only"] >= TARGETS["daemon_share_of_decode_only"],
         "first_delta_p99_under_1ms": daemon["first_delta_p99_ms"] < TARGETS["first_delta_p99_ms"],
         "idle_threads_10k_at_most_51mb": memory["idle_threads_10k_mb"] <= TARGETS["idle_threads_10k_mb"],
-        **scale_targets(figures["scale"], figures["scale_wire"]),
+        **scale_targets(figures["scale"], figures["scale_wire"], figures["scale_tracing"]),
     }
     return {
         "machine": machine(),
@@ -368,6 +410,7 @@ def main(args: argparse.Namespace) -> int:
     result = run(args)
     if "scale_wire" in result:
         _progress("scale phase per transport\n" + scale_table(result["scale_wire"]))
+        _progress(tracing_line(result["scale_tracing"]))
     if "hosted" in result:
         _progress(hosted_line(result["hosted"]))
     if "perspectives" in result:

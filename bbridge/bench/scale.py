@@ -18,7 +18,10 @@ first-delta stayed under a bound with nothing lost.
 `transport` picks how the clients reach it: `socket` (the Unix socket) or `ws` (`--listen 127.0.0.1:PORT`, the
 clients on `ws://…/rpc`, the token in the upgrade's bearer header). `relay="floor"` puts `bbridge.bench.floor` in
 the daemon's place (the same bridges, clients and transport; the bridges' lines forwarded as they are, the clients
-counting them): the floor the daemon's CPU is a multiple of.
+counting them): the floor the daemon's CPU is a multiple of. `relay="traced"` is the daemon with `[telemetry]`: every
+turn a span (the bridges' turns open and close through it; usage, the delivery's notices), made by OpenTelemetry's
+SDK, batched and exported over OTLP/HTTP to a real receiver on loopback in the bench's process (`otlp_sink`, which
+decodes and counts them: `spans_exported`), so the daemon's CPU against the plain daemon's is what tracing costs.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
+from bbridge.bench.otlp_sink import Sink, otlp_sink
 from bbridge.bench.scale_bridge import turn_plan
 
 CAPACITY_P99_MS = 100.0
@@ -68,10 +73,13 @@ def _line(stream: IO[str], expected: str) -> None:
         raise RuntimeError(f"scale client said {got!r}, not {expected!r}")
 
 
-def _config(root: Path, bridges: int) -> Path:
+def _config(root: Path, bridges: int, traces: str | None = None) -> Path:
     command = json.dumps([sys.executable, "-m", "bbridge.bench.scale_bridge"])
     path = root / "bbridge.toml"
-    path.write_text("".join(f"[providers.scale{n}]\ncommand = {command}\n\n" for n in range(bridges)))
+    text = "".join(f"[providers.scale{n}]\ncommand = {command}\n\n" for n in range(bridges))
+    if traces is not None:  # the traced daemon: its spans to the bench's receiver
+        text += f'[telemetry]\notlp_endpoint = "{traces}"\n'
+    path.write_text(text)
     return path
 
 
@@ -92,13 +100,15 @@ def _accepts(socket: Path, port: int | None) -> bool:
     return True
 
 
-def _relay_argv(relay: str, root: Path, bridges: int, socket: Path, port: int | None) -> list[str]:
+def _relay_argv(
+    relay: str, root: Path, bridges: int, socket: Path, port: int | None, traces: str | None = None
+) -> list[str]:
     if relay == "floor":
         where = ["--socket", str(socket)] if port is None else ["--port", str(port)]
         return [sys.executable, "-m", "bbridge.bench.floor", str(bridges), *where]
     token_file = root / "token"
     where = ["--socket", str(socket)] if port is None else ["--listen", f"127.0.0.1:{port}"]
-    config = ["--config", str(_config(root, bridges)), "--token-file", str(token_file)]
+    config = ["--config", str(_config(root, bridges, traces)), "--token-file", str(token_file)]
     return [sys.executable, "-m", "bbridge", "serve", *where, *config, "--log-level", "error"]
 
 
@@ -113,6 +123,25 @@ def run_scale(
     relay: str = "daemon",
 ) -> dict[str, Any]:
     """One run of the phase; every process it starts is stopped before it returns."""
+    with ExitStack() as stack:
+        sink = stack.enter_context(otlp_sink()) if relay == "traced" else None
+        run = _run_scale(threads, bridges, clients, seconds, rate, extra, transport, relay, sink)
+    if sink is not None:  # read once the daemon has exited: its last batch is sent as it stops
+        run["spans_exported"] = sink.spans
+    return run
+
+
+def _run_scale(
+    threads: int,
+    bridges: int,
+    clients: int,
+    seconds: float,
+    rate: float,
+    extra: tuple[str, ...],
+    transport: str,
+    relay: str,
+    sink: Sink | None,
+) -> dict[str, Any]:
     timeout = seconds * 3 + 60 + threads / 100
     before, began = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bbridge-scale-") as tmp:
@@ -122,7 +151,8 @@ def run_scale(
         token_file = root / "token"
         token_file.write_text("bench-token\n")
         token_file.chmod(0o600)
-        serve = subprocess.Popen([*_relay_argv(relay, root, bridges, socket, port), *extra])
+        traces = sink.url if sink is not None else None
+        serve = subprocess.Popen([*_relay_argv(relay, root, bridges, socket, port, traces), *extra])
         target = str(socket) if port is None else f"ws://127.0.0.1:{port}/rpc"
         mode = "count" if relay == "floor" else "check"
         started: list[subprocess.Popen[str]] = []

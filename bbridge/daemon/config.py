@@ -93,6 +93,7 @@ def config_path(given: Path | None) -> Path | None:
 # `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults) and `bbridge.perspectives` (`perspectives`: the panel tools).
 KNOWN_SECTIONS = frozenset(
     {"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp", "perspectives"}
+    | {"telemetry"}  # `bbridge.telemetry`: where the daemon's spans go
 )
 
 

@@ -167,7 +167,7 @@ class Output:
             bridge.guard,
             self._journal.log,
             self._registry.provider_threads,
-            _LIFECYCLE,
+            _LIFECYCLE | self._fanout.tracer.observed,  # and what the tracer reads (a turn's usage), if it traces
             None if checker is None else checker.check,
             CHECKED_TYPES,
         )
@@ -192,6 +192,8 @@ class Output:
                     self._named(thread_id, name)
             for thread_id, event in provider_errors:  # a read's lines went out before its notices are taken
                 self.advise(bridge, thread_id, f"{event['message']}\n{event.get('detail', '')}")
+            if self._fanout.tracer.enabled:  # turn spans start and end here: once per read, never per delta
+                self._fanout.tracer.noticed(bridge.provider_id, noticed)
         if delivery.dropped:
             dropped, delivery.dropped = delivery.dropped, []
             self._counters.grammar_drops += len(dropped)

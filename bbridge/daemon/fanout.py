@@ -1,5 +1,6 @@
-"""Who hears the daemon: the connected clients, what each called itself, and the journal every event goes
-through on its way to them.
+"""Who hears the daemon: the connected clients, what each called itself, the journal every event goes
+through on its way to them, and the tracer (`seams/telemetry.py`: `NO_TRACER` without `[telemetry]`), which the
+parts that make spans reach through here.
 
 Every part that speaks to clients does it here: `broadcast` hands encoded lines to every client in order,
 `publish` journals daemon-made events first (a watchdog's, a dead bridge's settlement). The part owns the client
@@ -16,6 +17,7 @@ import trio
 
 from bbridge.core.events import Event
 from bbridge.daemon.journal import Journal
+from bbridge.seams.telemetry import NO_TRACER, Tracer
 from bbridge.wire.client_api import ClientInfo
 
 
@@ -35,10 +37,11 @@ class ClientSink(Protocol):
 
 
 class Fanout:
-    """The clients, in the order they connected, and the journal in front of them."""
+    """The clients, in the order they connected, the journal in front of them, and the tracer beside it."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, tracer: Tracer = NO_TRACER) -> None:
         self.journal = journal
+        self.tracer = tracer
         self.clients: list[ClientSink] = []
         self.info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
@@ -81,3 +84,5 @@ class Fanout:
     def publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         """Daemon-made events past any bridge's guard (its bridge is gone, or a watchdog speaks): journaled, out."""
         self.broadcast([self.journal.log.record(thread_id, provider_id, events)])
+        if self.tracer.enabled:  # a dead bridge's settlement ends its turns' spans
+            self.tracer.noticed(provider_id, [(thread_id, event) for event in events])

@@ -33,6 +33,7 @@ from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.threads import Cause, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
+from bbridge.seams.telemetry import Carrier
 from bbridge.wire import errors, protocol, rpc
 from bbridge.wire.agent_config import AgentConfiguration
 from bbridge.wire.client_api import ForwardedParams, ToolChoice
@@ -42,7 +43,7 @@ log = structlog.get_logger("bbridge.daemon.methods")
 THREAD_CREATION_TIMEOUT_S = 120.0
 CONSTRUCTIONS: Final = frozenset({"thread/start", "thread/resume", "thread/fork"})
 DAEMON_MADE: Final = frozenset({errors.BRIDGE_EXITED, errors.BRIDGE_TIMEOUT})  # a forwarded request's own failures
-DAEMON_ONLY: Final = frozenset({"hidden"})  # top-level members only the daemon reads: never sent to a bridge
+DAEMON_ONLY: Final = frozenset({"hidden", "_meta"})  # top-level members only the daemon reads: never sent to a bridge
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def viewed(method: str, params: Mapping[str, Any]) -> ForwardedParams:
 
 def outgoing(call: Call, keeps_provider_id: bool, turn_field: str | None) -> dict[str, Any]:
     """The params the bridge receives: the client's, less what only the daemon reads (`providerId` unless the
-    method's own, `hidden`, `options.tools`), with the daemon's changes."""
+    method's own, `hidden`, `_meta`, `options.tools`), with the daemon's changes."""
     sent = {
         key: value
         for key, value in call.params.items()
@@ -294,11 +295,14 @@ class TurnInput(MethodRule):
 
 
 class TurnStart(TurnInput):
-    """`turn/start`: the turn-start watchdog is armed as it is sent, disarmed if it fails; kept as `TurnInput`."""
+    """`turn/start`: the turn-start watchdog is armed as it is sent, disarmed if it fails; the tracer told of the
+    turn to come (its `_meta` trace context, its model); kept as `TurnInput`."""
 
     async def before(self, ctx: RuleContext, call: Call) -> None:
         assert call.thread_id is not None and call.bridge is not None
         call.bridge.turn_dispatched(call.thread_id)
+        if ctx.fanout.tracer.enabled:
+            ctx.fanout.tracer.turn_requested(call.thread_id, call.provider_id, *_traced(ctx, call))
 
     def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
         if call.thread_id is not None and call.bridge is not None:
@@ -353,6 +357,20 @@ class ThreadStop(MethodRule):
             error=exc.message,
         )
         return {"turnAlreadyEnded": True}
+
+
+def _traced(ctx: RuleContext, call: Call) -> tuple[str | None, Carrier | None]:
+    """A turn's model (its `options.model`, else the thread's latest) and the trace context of its `_meta`."""
+    options, meta = call.view.options, call.view.meta
+    model = None if options is UNSET or options.model is UNSET else options.model
+    if model is None and call.thread_id is not None and call.thread_id in ctx.registry.records:
+        kept = ctx.registry.records[call.thread_id].options or {}
+        model = kept.get("model") if isinstance(kept.get("model"), str) else None
+    if meta is UNSET or meta is None or meta.traceparent is UNSET:
+        return model, None
+    return model, {"traceparent": meta.traceparent} | (
+        {} if meta.tracestate is UNSET else {"tracestate": meta.tracestate}
+    )
 
 
 def selected(tools: list[protocol.DynamicTool], configuration: AgentConfiguration | None) -> list[protocol.DynamicTool]:

@@ -9,6 +9,10 @@ or its bridge's exit, the daemon's policy resolves it. The bridge gets exactly o
 
 A call of a tool the daemon hosts (`daemon/offered_tools.py`) is answered by its tool host instead, no client asked
 (`hosted_call`); the host's `ask` is a pending approval opened, relayed and resolved as a bridge's is.
+
+Traced (`seams/telemetry.py`, through the fanout): every tool call is a `bbridge.tool_call` span under its turn (its
+kind, `hosted`, `client` or `mcp`, the decision and who made it, how it ended), and every wait on a person (a bridge's
+approval or question, a hosted call's `ask`) a `bbridge.interaction` span, under its turn or its tool call.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import INTERACTION, TOOL_CALL, Interactions, Pending
 from bbridge.daemon.threads import HostedRun, ThreadRegistry
+from bbridge.seams.telemetry import NO_SPAN, Span
 from bbridge.seams.tool_host import Approval, HostedCall
 from bbridge.wire import client_api, protocol, rpc
 from bbridge.wire.interactions import ToolCallResult
@@ -107,9 +112,8 @@ class Relays:
         """An approval or a question: held pending until a client or the policy answers."""
         params["providerId"] = bridge.provider_id
         thread_id = params.get("threadId")
-        return await self._outcome(
-            self._open(bridge, INTERACTION, params, thread_id if isinstance(thread_id, str) else None)
-        )
+        pending = self._open(bridge, INTERACTION, params, thread_id if isinstance(thread_id, str) else None)
+        return await self._waited(pending, NO_SPAN)
 
     async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
         """Check a call against its thread's declared tools (`daemon/declared_tools.py`), then hold it pending.
@@ -126,6 +130,7 @@ class Relays:
         if not isinstance(found, Refusal):
             params["tool"] = found.name  # `mcp__bb-bridge__<name>` reaches the client as the name it declared
             refusal = await self._checker.check(found, params.setdefault("arguments", {}))
+        hosted = thread_id is not None and params["tool"] in self._registry.hosted_of(thread_id)
         if refusal is not None:
             self._counters.tool_calls_refused += 1
             log.info(
@@ -135,20 +140,35 @@ class Relays:
                 tool=name,
                 reason=refusal.message,
             )
+            span = self._tool_span(bridge, thread_id, params, "hosted" if hosted else "client")
+            _decided(span, "refused", "daemon")
+            span.end(refusal.message)
             return refusal.result()
-        if thread_id is not None and params["tool"] in self._registry.hosted_of(thread_id):
+        if thread_id is not None and hosted:
             if self._agents.serves_skill(thread_id, params["tool"]):
                 self._counters.hosted_calls += 1
-                return self._agents.read_skill(thread_id, params["arguments"])
+                answered = self._agents.read_skill(thread_id, params["arguments"])
+                span = self._tool_span(bridge, thread_id, params, "hosted")
+                _decided(span, "allow", "daemon")
+                _ended(span, answered)
+                return answered
             return await self.hosted_call(bridge, thread_id, params)
         params["providerId"] = bridge.provider_id
         self._counters.tool_calls_relayed += 1
+        span = self._tool_span(bridge, thread_id, params, "client")
         pending = self._open(bridge, TOOL_CALL, params, thread_id)
         try:
             answer = await self._outcome(pending)
-        except rpc.RpcError:
+        except rpc.RpcError as exc:
             self._counters.tool_calls_failed += 1
+            _decided(span, "relayed", str(pending.resolved_by))
+            span.end(exc.message)
             raise
+        except BaseException:
+            span.end("cancelled")
+            raise
+        _decided(span, "relayed", str(pending.resolved_by))
+        _ended(span, answer)
         try:
             msgspec.json.decode(answer, type=ToolCallResult)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -173,6 +193,7 @@ class Relays:
         assert host is not None
         record = self._registry.records[thread_id]
         tool: str = params["tool"]
+        span = self._tool_span(bridge, thread_id, params, "hosted")  # the host says `mcp` for an MCP server's
         call = HostedCall(
             thread_id=thread_id,
             provider_id=bridge.provider_id,
@@ -181,9 +202,10 @@ class Relays:
             tool=tool,
             arguments=params.get("arguments") or {},
             cwd=record.cwd,
-            ask=functools.partial(self._ask, bridge, thread_id, params),
+            ask=functools.partial(self._ask, bridge, thread_id, params, span),
             options=copy.deepcopy(record.options),
             hidden=record.hidden is not None,
+            span=span,
         )
         run = HostedRun()
         record.calls.add(run)
@@ -194,17 +216,21 @@ class Relays:
         except trio.Cancelled:  # from outside: the bridge's connection closed (it exited), nobody takes an answer
             self._counters.hosted_calls_cancelled += 1
             log.info("cancelled a hosted tool call: its bridge went away", threadId=thread_id, tool=tool)
+            span.end("cancelled: its bridge went away")
             raise
         except Exception as exc:  # a fault of the host: the model reads a failed call, the log has the traceback
             self._counters.hosted_calls_failed += 1
             log.exception("the tool host failed a call", threadId=thread_id, tool=tool)
+            span.end(f"the tool host failed: {exc}")
             return failed_tool_result(f'Tool "{tool}" failed in the daemon\'s tool host: {exc}')
         finally:
             record.calls.discard(run)
         if run.scope.cancel_called:
             self._counters.hosted_calls_cancelled += 1
             log.info("cancelled a hosted tool call", threadId=thread_id, tool=tool, reason=run.reason)
+            span.end(f"cancelled: {run.reason}")
             return failed_tool_result(f'Tool "{tool}" was cancelled: {run.reason}')
+        _ended(span, result)
         try:
             answer = msgspec.convert(result, ToolCallResult)
         except msgspec.ValidationError as exc:
@@ -216,7 +242,7 @@ class Relays:
         return result
 
     async def _ask(
-        self, bridge: BridgeProcess, thread_id: str, call: dict[str, Any], details: dict[str, Any]
+        self, bridge: BridgeProcess, thread_id: str, call: dict[str, Any], span: Span, details: dict[str, Any]
     ) -> Approval:
         """A hosted call's approval: a pending `interaction/request` like a bridge's (subject `tool_use`, the
         host's `details` beside the payload), relayed and resolved the same way; anything but an allow denies."""
@@ -243,7 +269,7 @@ class Relays:
         self._counters.hosted_asks += 1
         pending = self._open(bridge, INTERACTION, params, thread_id)
         try:
-            raw = await self._outcome(pending)
+            raw = await self._waited(pending, span)
         except rpc.RpcError:
             raw = msgspec.Raw(b"null")  # a client's error answer declines
         finally:  # a call cancelled while it asks leaves nothing pending
@@ -255,6 +281,51 @@ class Relays:
             self._counters.hosted_asks_allowed += 1
             return Approval(decision, by)
         return Approval("deny", by)
+
+    def _tool_span(self, bridge: BridgeProcess, thread_id: str | None, params: dict[str, Any], kind: str) -> Span:
+        """A tool call's `bbridge.tool_call` span, under the thread's turn (`NO_SPAN` untraced)."""
+        tracer = self._fanout.tracer
+        if not tracer.enabled:
+            return NO_SPAN
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": str(params.get("tool")),
+            "gen_ai.tool.call.id": str(params.get("callId")),
+            "bbridge.tool.kind": kind,
+            "bbridge.provider_id": bridge.provider_id,
+            **({"bbridge.thread_id": thread_id} if thread_id is not None else {}),
+        }
+        turn = params.get("turnId")
+        return tracer.in_turn("bbridge.tool_call", thread_id, turn if isinstance(turn, str) else None, attributes)
+
+    async def _waited(self, pending: Pending, parent: Span) -> msgspec.Raw:
+        """A bridge's approval or question, or a hosted call's `ask`, answered: the wait a `bbridge.interaction`
+        span, under the request's turn (or `parent`, the tool call that asks)."""
+        tracer = self._fanout.tracer
+        if not tracer.enabled:
+            return await self._outcome(pending)
+        attributes = {"bbridge.interaction.kind": pending.kind, "bbridge.request_id": pending.request_id}
+        if parent is not NO_SPAN:
+            span = tracer.start("bbridge.interaction", parent, attributes)
+        else:
+            turn = pending.params.get("turnId")
+            turn = turn if isinstance(turn, str) else None
+            span = tracer.in_turn("bbridge.interaction", pending.thread_id, turn, attributes)
+        try:
+            raw = await self._outcome(pending)
+        except rpc.RpcError as exc:
+            span.set("bbridge.interaction.resolved_by", str(pending.resolved_by))
+            span.end(exc.message)
+            raise
+        except BaseException:
+            span.end("cancelled")
+            raise
+        span.set("bbridge.interaction.resolved_by", str(pending.resolved_by))
+        decision = _decoded(raw).get("decision")
+        if isinstance(decision, str):
+            span.set("bbridge.interaction.decision", decision)
+        span.end()
+        return raw
 
     def _tool_thread(self, bridge: BridgeProcess, params: dict[str, Any]) -> str | None:
         """The bb thread of a tool call on this bridge: its `threadId`, else the one with its `providerThreadId`."""
@@ -377,6 +448,32 @@ RELAYED: dict[str, Callable[[Relays, BridgeProcess, dict[str, Any]], Awaitable[A
     TOOL_CALL: Relays._tool_call,
     INTERACTION: Relays._interaction,
 }
+
+
+def _decoded(answer: Any) -> dict[str, Any]:
+    """An answer (a client's raw JSON, or the daemon's own dict) as a dict; {} when it is none."""
+    if isinstance(answer, msgspec.Raw):
+        try:
+            answer = msgspec.json.decode(answer)
+        except msgspec.DecodeError:
+            return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _decided(span: Span, decision: str, by: str) -> None:
+    """A tool call's decision and who made it: the tool host's policy or a person (a hosted call, noted by the
+    host), `refused` by the daemon (its schema check), `relayed` to a client and answered by it."""
+    span.set("bbridge.tool.decision", decision)
+    span.set("bbridge.tool.decided_by", by)
+
+
+def _ended(span: Span, answer: Any) -> None:
+    """A tool call's span ended with its answer: failed when the result is (`success` false)."""
+    if span is NO_SPAN:
+        return
+    ok = _decoded(answer).get("success") is True
+    span.set("bbridge.tool.success", ok)
+    span.end(None if ok else "the tool call failed")
 
 
 async def _first(*events: trio.Event) -> None:

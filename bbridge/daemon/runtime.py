@@ -2,7 +2,7 @@
 
 `Daemon` is the composition root. Each part owns its state and is handed the few others it uses:
 
-* `fanout.Fanout`: the clients and the journal in front of them (`broadcast`, `publish`);
+* `fanout.Fanout`: the clients and the journal in front of them (`broadcast`, `publish`), and the tracer;
 * `supervisor.Supervisor`: the bridge processes, their exits and watchdogs, and `release`;
 * `delivery.Output`: bridge output to clients (notifications, text flushes, daemon-made events);
 * `relays.Relays`: bridge requests that need a client, held as pending thread state;
@@ -48,6 +48,7 @@ from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.seams.agent_config import AgentConfigurer, AgentContext
 from bbridge.seams.services import Service
+from bbridge.seams.telemetry import NO_TRACER, Tracer
 from bbridge.seams.tool_host import ToolHost
 from bbridge.wire import client_api, errors, protocol, rpc
 from bbridge.wire.agent_config import AgentConfigurationParams
@@ -89,6 +90,7 @@ class Daemon:
         tool_host: ToolHost | None = None,
         agents: AgentConfigurer | None = None,
         services: Sequence[Service] = (),
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -104,7 +106,8 @@ class Daemon:
         self.offered = OfferedTools(tool_host)  # the tools the daemon hosts (None: none), offered to constructions
         self.declarations = Declarations()  # checks a construction's dynamicTools (the record keeps them)
         self.checker = Checker(deadline_s=tool_check_deadline_s, max_argument_bytes=max_tool_argument_bytes)
-        self.fanout = Fanout(self.journal)
+        self.tracer = tracer  # `[telemetry]`'s spans (`seams/telemetry.py`), reached by the parts through the fanout
+        self.fanout = Fanout(self.journal, tracer)
         self.agents = AgentSettings(agents, self.fanout.publish)  # `[[agents]]` resolved before each turn
         self.interactions = Interactions(self.fanout.broadcast, self.registry, self.journal.directory)
         self.inputs = Inputs(self.fanout.broadcast, self.journal.directory)  # what clients asked of each thread

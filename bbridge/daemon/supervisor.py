@@ -115,7 +115,7 @@ class Supervisor:
             )
             self.bridges[provider_id] = bridge
             try:
-                await bridge.start(self._nursery)
+                await self._started(bridge)
             except rpc.RpcError as exc:
                 if self.bridges.get(provider_id) is bridge:
                     del self.bridges[provider_id]
@@ -123,6 +123,20 @@ class Supervisor:
                 raise
             self.start_failures.pop(provider_id, None)
             return bridge
+
+    async def _started(self, bridge: BridgeProcess) -> None:
+        """The bridge spawned and handshaken (`BridgeProcess.start`), a `bbridge.bridge.start` span when traced."""
+        assert self._nursery is not None
+        attributes = {"bbridge.provider_id": bridge.provider_id}
+        span = self._fanout.tracer.start("bbridge.bridge.start", None, attributes)
+        try:
+            await bridge.start(self._nursery)
+        except BaseException as exc:
+            span.end(bridge.reason or str(exc) or type(exc).__name__)
+            raise
+        if bridge.pid is not None:
+            span.set("process.pid", bridge.pid)
+        span.end()
 
     def _unknown_provider(self, provider_id: str) -> str:
         """Why a request names no provider: the configuration refused its section (each refusal line), or the

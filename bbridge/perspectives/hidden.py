@@ -6,7 +6,8 @@ One task (`Hidden.pump`) reads every notification of the room's connection and h
 to its `Member`: the agent's text as it streams (what a member wrote so far is evidence even when it never
 finishes), its turn's end, its token usage. A hidden thread never gets the Perspectives tools (its construction
 excludes them: no recursive panels), and a request one of them makes of a person is declined (`on_request`):
-its work is advisory, nobody is watching it.
+its work is advisory, nobody is watching it. A member's `turn/start` carries its run's trace context in `_meta`
+(`Member.trace`), so the daemon traces its turn under the run's span.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Member:
     ended_at: float | None = None
     accepted: trio.Event = field(default_factory=trio.Event)  # its turn has an id (or it ended)
     done: trio.Event = field(default_factory=trio.Event)  # its turn ended
+    trace: dict[str, str] = field(default_factory=dict)  # its run's W3C trace context, its turns' `_meta` ({}: none)
 
     def output(self) -> str:
         """Everything it has written: its completed messages, then what an open one has streamed so far."""
@@ -155,6 +157,7 @@ class Hidden:
             "input": [{"type": "text", "text": text, "mentions": []}],
             "clientRequestId": request_id,
             "options": member.resolved.options,
+            **({"_meta": member.trace} if member.trace else {}),
         }
         try:
             await self.client.request("turn/start", turn)

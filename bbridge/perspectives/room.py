@@ -6,7 +6,8 @@ A call resolves and checks both phase tuples (`tuples.resolve_phases`: the provi
 `model/list`) before any hidden thread exists: a problem is the tool's error result, naming it. `help` answers
 when its expert has; `gather_perspectives` answers at once with a receipt and runs detached in the room's nursery
 (`Runner.gather`), which ends with one message into the calling thread: a steer of its open turn, else a new turn,
-with the caller's own execution options.
+with the caller's own execution options. With a tracer (`seams/telemetry.py`) each run is a
+`bbridge.perspectives.run` span under the tool call that launched it, its members' turns under it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from bbridge.perspectives.hidden import Hidden, Member
 from bbridge.perspectives.run import Run, Runner
 from bbridge.perspectives.settings import PerspectivesConfig
 from bbridge.perspectives.tuples import Caller, Phases, Providers, TupleError, model_list, resolve, resolve_phases
+from bbridge.seams.telemetry import NO_TRACER, Attribute, Tracer
 from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost.declarations import Policy, Presentation
 from bbridge.toolhost.results import ToolCallResult, failure, text_result
@@ -88,8 +90,9 @@ class Perspectives:
     name = "perspectives"
     methods = frozenset({"ai/complete", "perspectives/runs"})
 
-    def __init__(self, config: PerspectivesConfig) -> None:
+    def __init__(self, config: PerspectivesConfig, tracer: Tracer = NO_TRACER) -> None:
         self.config = config
+        self.tracer = tracer
         self.runs: dict[str, Run] = {}
         self._client: Client | None = None
         self._hidden: Hidden | None = None
@@ -150,7 +153,11 @@ class Perspectives:
             return failure(f"help: {exc} (no thread was created)")
         self._keep(run)
         runner = Runner(hidden, self.config)
-        return text_result(await runner.help(run, phases))
+        self._traced(run, call)
+        try:
+            return text_result(await runner.help(run, phases))
+        finally:
+            _ended(run)
 
     async def gather(self, arguments: dict[str, Any], call: HostedCall) -> ToolCallResult:
         hidden = self._ready()
@@ -163,8 +170,26 @@ class Perspectives:
         self._keep(run)
         assert self._nursery is not None
         runner = Runner(hidden, self.config)
-        self._nursery.start_soon(runner.gather, run, phases, lambda text: self._deliver(run, call, text))
+        self._traced(run, call)
+
+        async def gather() -> None:
+            try:
+                await runner.gather(run, phases, lambda text: self._deliver(run, call, text))
+            finally:
+                _ended(run)
+
+        self._nursery.start_soon(gather)
         return text_result(delivery.receipt(run.run_id, lenses))
+
+    def _traced(self, run: Run, call: HostedCall) -> None:
+        """The run's span, under the tool call that launched it (its members' turns are its children)."""
+        attributes: dict[str, Attribute] = {
+            "bbridge.perspectives.run_id": run.run_id,
+            "bbridge.perspectives.tool": run.tool,
+            "bbridge.perspectives.lenses": len(run.lenses),
+            "bbridge.thread_id": run.thread_id,
+        }
+        run.span = self.tracer.start("bbridge.perspectives.run", call.span, attributes)
 
     def _run(self, call: HostedCall, tool: Any, lenses: tuple[str, ...], arguments: dict[str, Any]) -> Run:
         context = arguments.get("context")
@@ -211,7 +236,8 @@ class Perspectives:
         return listed
 
     async def _deliver(self, run: Run, call: HostedCall, text: str) -> None:
-        """The run's one message into the calling thread: a steer of its open turn, else a new turn."""
+        """The run's one message into the calling thread: a steer of its open turn, else a new turn (under the run's
+        span when traced)."""
         client = self._ready().client
         turn: dict[str, Any] = {
             "threadId": run.thread_id,
@@ -225,7 +251,8 @@ class Perspectives:
                 return
             except DaemonError as exc:  # the turn ended meanwhile: the message starts one
                 log.info("a perspectives delivery could not steer; starting a turn", run=run.run_id, error=exc.message)
-        await client.request("turn/start", turn)
+        trace = run.span.carrier()  # the turn the delivery starts is the run's, as its members' are
+        await client.request("turn/start", {**turn, **({"_meta": trace} if trace else {})})
 
     async def _open_turn(self, thread_id: str) -> str | None:
         status = await self._ready().client.request("daemon/status", {})
@@ -286,3 +313,10 @@ class Perspectives:
         for run in self.runs.values():
             counts[run.outcome or "running"] += 1
         return {"runs": counts}
+
+
+def _ended(run: Run) -> None:
+    """A run's span ends with its outcome and members (failed unless it delivered)."""
+    run.span.set("bbridge.perspectives.outcome", run.outcome or "unfinished")
+    run.span.set("bbridge.perspectives.members", len(run.members))
+    run.span.end(None if run.outcome == "delivered" else f"the run ended {run.outcome or 'unfinished'}")

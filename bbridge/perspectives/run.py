@@ -7,6 +7,9 @@ evidence. The panel phase ends `synthesis_s` before the hard cap, so the synthes
 cap is one cancel scope around the whole run that interrupts every remaining thread. A worker that fails, or whose
 launch fails, cancels nothing else. Whatever happens the run ends in exactly one delivery (`deliver`, shielded):
 a result when the synthesis finished, else a failure holding the partial synthesis and the raw outputs.
+
+A run is a `bbridge.perspectives.run` span when the daemon traces (`Run.span`, under the tool call that launched
+it; the room ends it): every member's turns carry its trace context (`Member.trace`), so they are its children.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from bbridge.perspectives.complete import Completion, complete
 from bbridge.perspectives.hidden import Hidden, Member, MemberFailed, Role
 from bbridge.perspectives.settings import PerspectivesConfig
 from bbridge.perspectives.tuples import Phases, Resolved
+from bbridge.seams.telemetry import NO_SPAN, Span
 
 log = structlog.get_logger("bbridge.perspectives")
 
@@ -48,6 +52,7 @@ class Run:
     started_at: float = field(default_factory=time.time)
     members: list[Member] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    span: Span = NO_SPAN  # its `bbridge.perspectives.run` span (`NO_SPAN` untraced)
 
     def view(self) -> dict[str, Any]:
         return {
@@ -89,7 +94,7 @@ class Runner:
         self.config = config
 
     def member(self, run: Run, role: Role, resolved: Resolved, lens: str | None = None) -> Member:
-        member = Member(run.run_id, role, resolved, lens)
+        member = Member(run.run_id, role, resolved, lens, trace=run.span.carrier())
         run.members.append(member)
         return member
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from bbridge.seams.telemetry import NO_SPAN, Span
 from bbridge.wire import protocol
 
 Decision = Literal["allow_once", "allow_for_session", "deny"]
@@ -55,6 +56,9 @@ class HostedCall:
     # when none was sent.
     options: dict[str, Any] | None = None
     hidden: bool = False  # the calling thread is hidden (a room's own: `thread/start {hidden}`)
+    # The call's `bbridge.tool_call` span (`seams/telemetry.py`; `NO_SPAN` untraced): the host notes its decision, who
+    # made it and how the run ended, and hands the tool its trace context (`TRACEPARENT`, an MCP request's `_meta`)
+    span: Span = NO_SPAN
 
 
 class ToolHost(Protocol):

@@ -5,7 +5,9 @@ tools (the MCP servers' `NAME__tool`, anything satisfying `ExternalTool`); a lat
 shadowed and reported. After them, a thread's own MCP servers' tools (thread_servers.py), offered to that thread
 only, while the host is `serving`. Every call goes through one path: the decision (policy.py), a person's answer when it is
 `ask`, the run (runner.py for a command, `invoke` for an external tool), the redaction of its result, and one
-audit line (audit.py), written however the call ends, cancelled too.
+audit line (audit.py), written however the call ends, cancelled too. What the line says of the decision and the run
+is noted on the call's span too (`HostedCall.span`, a no-op untraced), whose trace context a command gets as
+`TRACEPARENT` (runner.py) and an MCP server in its request's `_meta` (mcp.py).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from msgspec import UNSET, UnsetType
 
 from bbridge.config_file import Refusal, read_toml
 from bbridge.core import grammar
+from bbridge.seams.telemetry import Span
 from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost import runner
 from bbridge.toolhost.audit import Audit, digest, load_audit, shape
 from bbridge.toolhost.catalog import Catalog, Shadowing, load_tools
 from bbridge.toolhost.declarations import HostedTool, Policy, Presentation
+from bbridge.toolhost.mcp import McpTool
 from bbridge.toolhost.policy import Policies, load_rules
 from bbridge.toolhost.results import ToolCallResult, failure
 from bbridge.toolhost.thread_servers import ThreadServers
@@ -155,6 +159,7 @@ class Host:
         finally:
             line["durationMs"] = round((time.monotonic() - started) * 1000, 3)
             self.audit.record(line)
+            _noted(call.span, tool, line)
             log.info(
                 "hosted tool call",
                 tool=tool.name,
@@ -181,7 +186,7 @@ class Host:
             line["status"] = "denied"
             return failure(f"{tool.name}: denied by {by}; the call did not run")
         if isinstance(tool, HostedTool):
-            run = await runner.run(tool, call.arguments, call.cwd, self._environ)
+            run = await runner.run(tool, call.arguments, call.cwd, self._environ, call.span.carrier())
             line.update(status=run.status, exit=run.exit_status, attempts=run.attempts, bytesOut=run.bytes_out)
             return run.result
         line["attempts"] = 1
@@ -221,6 +226,20 @@ class Host:
 
     def close(self) -> None:
         self.audit.close()
+
+
+def _noted(span: Span, tool: Tool, line: Mapping[str, Any]) -> None:
+    """The call's span says what its audit line does: the tool's kind and source, the decision and who made it, how
+    the run ended (its status, a command's exit status and attempts)."""
+    if isinstance(tool, McpTool):
+        span.set("bbridge.tool.kind", "mcp")
+    span.set("bbridge.tool.source", tool.source)
+    span.set("bbridge.tool.decision", line["decision"])
+    span.set("bbridge.tool.decided_by", line["decidedBy"])
+    span.set("bbridge.tool.status", line["status"])
+    span.set("bbridge.tool.attempts", line["attempts"])
+    if line["exit"] is not None:
+        span.set("bbridge.tool.exit_status", line["exit"])
 
 
 def _asked(tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import trio
@@ -113,8 +113,8 @@ class McpTool:
 
     async def invoke(self, arguments: dict[str, Any], call: HostedCall | None = None) -> dict[str, Any]:
         """The call's ToolCallResult; a timeout, a dead server or a protocol error is a failed result naming it. The
-        calling thread (`call`) is not the server's to know."""
-        return await self._server.call(self.remote, arguments)
+        calling thread (`call`) is not the server's to know; its trace context is (the request's `_meta`)."""
+        return await self._server.call(self.remote, arguments, call.span.carrier() if call is not None else {})
 
 
 class McpServers(msgspec.Struct):
@@ -251,14 +251,16 @@ class _Server:
         text = self._stderr.decode(errors="replace").strip()
         return f"; its stderr ends: {text[-500:]}" if text else ""
 
-    async def call(self, remote: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, remote: str, arguments: dict[str, Any], trace: dict[str, str] | None = None) -> dict[str, Any]:
+        """`tools/call`; `trace`, the call's W3C trace context, goes in the request's `_meta` (`traceparent`,
+        `tracestate`: SEP-414's keys)."""
         name = self.config.name
         session = self.session
         if session is None:
             return _failed(f"MCP server {name!r} {self.ended}; restart the daemon (bbridge tools check tests it)")
         with trio.move_on_after(self.config.timeout_s):
             try:
-                result = await session.call_tool(remote, arguments)
+                result = await session.call_tool(remote, arguments, meta=cast(Any, trace) or None)
             except Exception as exc:
                 return _failed(
                     f"MCP server {name!r} failed the call of {remote!r}: {_reason(exc)}{self._tail()}; if it has "

@@ -2,7 +2,8 @@
 
 The argv is the tool's template filled from the arguments (`HostedTool.argv`: an argument is always one argv
 element, and no shell ever reads it). The process leads its own session and process group, runs in the thread's
-working directory with only the variables the tool names (`env`) and stdin on /dev/null. stdout is read to its
+working directory with only the variables the tool names (`env`), beside the call's W3C trace context when it is
+traced (`TRACEPARENT`, `TRACESTATE`: a tool that traces its own work joins the call's trace), and stdin on /dev/null. stdout is read to its
 end but only its first `max_output_bytes` are kept (the rest is counted, and the result says where it was cut);
 stderr keeps a bounded tail. When the leader exits, whatever it left in its group is killed (so a background
 child cannot hold the pipes open); past `timeout_s` the group gets SIGTERM, then SIGKILL after `GRACE_S`. However
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
+from bbridge.seams.telemetry import TRACE_KEYS
 from bbridge.toolhost.declarations import HostedTool
 from bbridge.toolhost.results import ToolCallResult, failure, from_mcp, is_empty, text_result
 from bbridge.wire import process
@@ -47,8 +49,15 @@ class Run:
     bytes_out: int  # stdout bytes written, every attempt, including any past the cap
 
 
-async def run(tool: HostedTool, arguments: Mapping[str, Any], cwd: str | None, environ: Mapping[str, str]) -> Run:
-    """Run `tool` with `arguments` in `cwd` under its retry policy; `environ` is where `env`'s variables come from."""
+async def run(
+    tool: HostedTool,
+    arguments: Mapping[str, Any],
+    cwd: str | None,
+    environ: Mapping[str, str],
+    trace: Mapping[str, str] | None = None,
+) -> Run:
+    """Run `tool` with `arguments` in `cwd` under its retry policy; `environ` is where `env`'s variables come from,
+    `trace` the call's trace context (`{traceparent, tracestate?}`), given as `TRACEPARENT` and `TRACESTATE`."""
     if cwd is None or not os.path.isdir(cwd):
         problem = (
             "the thread has no working directory (give thread/start a cwd), so no tool can run in it"
@@ -57,6 +66,7 @@ async def run(tool: HostedTool, arguments: Mapping[str, Any], cwd: str | None, e
         )
         return Run(failure(f"{tool.name}: {problem}"), "refused", None, 0, 0)
     env = {name: environ[name] for name in tool.env if name in environ}
+    env |= {key.upper(): value for key, value in (trace or {}).items() if key in TRACE_KEYS}
     tries = _values(tool, arguments)
     attempt = await _once(tool, tool.argv(next(tries)), cwd, env)
     attempts, bytes_out = 1, attempt.bytes_out

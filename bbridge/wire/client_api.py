@@ -87,10 +87,19 @@ class ForwardedOptions(Wire, kw_only=True):
     envVars: dict[str, str] | UnsetType = UNSET
 
 
+class TraceMeta(Wire, kw_only=True):
+    """`_meta` on `turn/start`: W3C trace context, as ACP's meta propagation carries it (`traceparent`, `tracestate`).
+    With `[telemetry]` the turn's span is the child of `traceparent` (an invalid one starts a trace of its own); the
+    daemon takes `_meta` out before the bridge sees the params. Other members are ignored."""
+
+    traceparent: str | UnsetType = UNSET
+    tracestate: str | UnsetType = UNSET
+
+
 class ForwardedParams(Wire, kw_only=True):
     """What the daemon reads of a forwarded method's params, decoded once when the request arrives. The bridge
-    receives the client's params as sent but for the daemon's own changes (`runtime.outgoing`): `providerId` and
-    `options.tools` taken out, `providerThreadId` filled in from the thread's record, a bb turn id mapped to the
+    receives the client's params as sent but for the daemon's own changes (`runtime.outgoing`): `providerId`, `hidden`,
+    `_meta` and `options.tools` taken out, `providerThreadId` filled in from the thread's record, a bb turn id mapped to the
     provider's, the hosted tools added to `dynamicTools`, the resolved agent configuration applied. Every other
     member is the bridge's to check, against its protocol type."""
 
@@ -106,6 +115,7 @@ class ForwardedParams(Wire, kw_only=True):
     input: list[Any] | UnsetType = UNSET  # turn/start, turn/steer: kept as sent (`thread/inputs`)
     clientRequestId: str | UnsetType = UNSET
     hidden: HiddenThread | UnsetType = UNSET  # a construction's: the daemon's own member, never sent to the bridge
+    meta: TraceMeta | UnsetType | None = msgspec.field(default=UNSET, name="_meta")  # the daemon's too: trace context
 
 
 class ThreadHiddenNotification(Wire, kw_only=True):
