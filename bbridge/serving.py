@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
+    from bbridge.daemon.usage_config import UsageConfig
     from bbridge.perspectives.room import Perspectives
     from bbridge.toolhost.host import ExternalTool, Host
     from bbridge.toolhost.mcp import McpServerConfig, McpServers
@@ -145,6 +146,7 @@ class Served(NamedTuple):
     tool_host: Host | None
     agents: Agents | None  # [[agents]] and [skills] (None: no file)
     room: Perspectives | None  # [perspectives] (None: no table)
+    spending: UsageConfig | None = None  # [pricing."MODEL"] and [[budgets]]
 
     def daemon_options(self) -> dict[str, Any]:
         return {
@@ -152,6 +154,7 @@ class Served(NamedTuple):
             "tool_host": self.tool_host,
             "agents": self.agents,
             "services": [self.room] if self.room is not None else [],
+            "spending": self.spending,
         }
 
     def faces(self) -> list[server.Face]:
@@ -161,16 +164,19 @@ class Served(NamedTuple):
 
 def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
     """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, the tool host (the Perspectives
-    tools among its tools), the agent configuration and the Perspectives room (a `ConfigError` when the file, or
+    tools among its tools), the agent configuration, the Perspectives room, the prices and budgets (a `ConfigError` when the file, or
     `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's MCP servers."""
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
+    from bbridge.daemon.usage_config import load_usage
     from bbridge.perspectives.room import Perspectives
     from bbridge.perspectives.settings import load_perspectives
 
     path = config_path(args.config)
     providers, report = load_config(path)
+    spending = load_usage(path)
+    report.refused.extend(spending.refused)
     agents = room = None
     if path is not None:
         state = args.journal / "agents" if args.journal is not None else None  # else $XDG_STATE_HOME/bbridge/agents
@@ -180,9 +186,8 @@ def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
         report.refused.extend(refused)
         room = Perspectives(settings) if settings is not None else None
     external = room.tools if room is not None else []
-    return Served(
-        providers, report, _tool_host(path, args.tools_dir, args.journal, client_servers, external), agents, room
-    )
+    host = _tool_host(path, args.tools_dir, args.journal, client_servers, external)
+    return Served(providers, report, host, agents, room, spending)
 
 
 def _tool_host(

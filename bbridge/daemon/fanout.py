@@ -9,6 +9,7 @@ request's timeout policy).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -42,6 +43,8 @@ class Fanout:
         self.clients: list[ClientSink] = []
         self.info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
+        # who else hears of daemon-made events (the usage ledger: a dead bridge's settled turns), after the journal
+        self.published: Callable[[str, str, list[Event]], None] | None = None
 
     def add(self, client: ClientSink) -> None:
         self.clients.append(client)
@@ -81,3 +84,5 @@ class Fanout:
     def publish(self, thread_id: str, provider_id: str, events: list[Event]) -> None:
         """Daemon-made events past any bridge's guard (its bridge is gone, or a watchdog speaks): journaled, out."""
         self.broadcast([self.journal.log.record(thread_id, provider_id, events)])
+        if self.published is not None:
+            self.published(thread_id, provider_id, events)
