@@ -189,6 +189,8 @@ class Perspectives:
                     thread_id=run.thread_id or None, provider_id=provider_id, model=model, run_id=run.run_id
                 )
             except DaemonError as exc:
+                if exc.code == rpc.METHOD_NOT_FOUND:
+                    return  # a daemon older than its budgets: nothing to ask
                 if exc.code != errors.BUDGET_EXCEEDED:
                     raise
                 raise Stopped(exc.message) from None
