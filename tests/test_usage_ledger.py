@@ -284,3 +284,18 @@ async def test_bbridge_usage_prints_the_ledger(tmp_path: Path) -> None:
     assert json.loads(as_json.stdout) == summary
     assert none.stdout.decode() == "no usage booked\n"
     assert wrong.returncode == 2 and b"weekday" in wrong.stderr
+
+
+async def test_a_dead_bridges_settled_turn_is_booked_and_a_fallback_names_the_model(tmp_path: Path) -> None:
+    """The bridge exits after reporting usage, before its turn ends: the daemon's settlement books the turn. With no
+    `options.model`, the model a `provider/modelFallback` fell back to is the booking's."""
+    crashing = fake_provider("usage,crash-at-usage", env={"FAKE_MODEL_FALLBACK": "fallback-9"})
+    async with running(tmp_path, {"fa": crashing}) as (daemon, path), connect(path) as c:
+        await c.request("thread/start", {"providerId": "fa", "threadId": "thr_x", "cwd": "/tmp", "options": {}})
+        await c.request("turn/start", {"threadId": "thr_x", "input": [], "clientRequestId": creq(1)})
+        await c.wait_for(lambda: bool(c.of("thr_x", "turn/completed")))
+        (row,) = (await c.request("usage/summary", {"groupBy": ["model", "thread"]}))["rows"]
+        reported = c.of("thr_x", "thread/tokenUsage/updated")[-1]["tokenUsage"]["total"]
+    assert c.of("thr_x", "turn/completed")[0]["status"] == "failed"
+    assert row["model"] == "fallback-9" and row["turns"] == 1
+    assert {kind: row[kind] for kind in KINDS} == {kind: reported[kind] for kind in KINDS}

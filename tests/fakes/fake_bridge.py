@@ -4,8 +4,9 @@ Usage: python fake_bridge.py MODE[,MODE...]
 Modes change one behaviour each; with none the bridge is well behaved:
   keyed           turns use providerTurnId "pt-<n>" (a keyed-turn provider)
   crash-mid-turn  exits with code 3 after opening a turn and a command item
-  crash-at-open / crash-at-text / crash-at-done
-                  exits with code 3 right after turn.open, after a streamed text delta, or after the boundary
+  crash-at-open / crash-at-text / crash-at-usage / crash-at-done
+                  exits with code 3 right after turn.open, after a streamed text delta, after the usage deltas
+                  (`usage` mode), or after the boundary
   crash-at-start  exits with code 4 before answering initialize (stderr says why)
   garbage         writes non-JSON text on stdout before every answer
   oversize        writes a 65 MiB line on stdout before answering turn/start
@@ -421,6 +422,7 @@ def handle(msg):
         if "usage" in MODES:
             for usage in usage_deltas(thread, tf):
                 delta(thread, usage)
+            crash_at("usage")
         delta(thread, {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage", **tf})
         delta(thread, {"kind": "turn.boundary", "status": "completed", **tf})
         crash_at("done")
