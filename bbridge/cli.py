@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, get_args
 import msgspec
 import trio
 
-from bbridge import ci, ops, serving
+from bbridge import ci, ops, serving, usage_report
 from bbridge.bench import report as bench_report
 from bbridge.config_file import ConfigError
 from bbridge.core.events import encode_lines
@@ -124,8 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     check = config_actions.add_parser(
         "check",
         help="print the refused entries of a bbridge TOML",
-        description="Load the TOML's providers, [[agents]], [skills.roots.NAME] and [perspectives] as `bbridge "
-        "serve` would and print each refused entry (section.key: why), or 'ok: N providers'; a provider that "
+        description='Load the TOML\'s providers, [[agents]], [skills.roots.NAME], [perspectives], [pricing."MODEL"] '
+        "and [[budgets]] as `bbridge serve` would and print each refused entry (section.key: why), or 'ok: N providers'; a provider that "
         "[perspectives] names but the file does not configure is a warning. Exit status: 0 nothing refused, 1 an "
         "entry refused, 2 the file is unusable.",
     )
@@ -222,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
         "1 refused (the reason on stderr), 2 usage error.",
     )
     stop = commands.add_parser("stop", help="stop a thread: interrupt its open turn, or release it (thread/stop)")
-    for ops_command in (status, tail, pending, respond, stop):
+    usage = usage_report.add_parser(commands)
+    for ops_command in (status, tail, pending, respond, stop, usage):
         _daemon_address(ops_command, required=True)
     status.add_argument("--json", action="store_true", help="the raw answer as one JSON line")
     status.add_argument(
@@ -357,6 +358,7 @@ def _config_check(args: argparse.Namespace) -> int:
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
+    from bbridge.daemon.usage_config import load_usage
     from bbridge.perspectives.settings import load_perspectives, unconfigured
     from bbridge.telemetry.settings import load_telemetry
 
@@ -365,13 +367,20 @@ def _config_check(args: argparse.Namespace) -> int:
     agents = Agents(load_agents(path))
     perspectives, perspectives_refused = load_perspectives(path)
     telemetry, telemetry_refused = load_telemetry(path)
-    refused = [*report.refused, *agents.refused(), *perspectives_refused, *telemetry_refused]
+    spending = load_usage(path)
+    refused = [*report.refused, *agents.refused(), *perspectives_refused, *telemetry_refused, *spending.refused]
     names = ", ".join(sorted(providers))
     contributions = [contribution.id for contribution in agents.config.contributions]
     roots = list(agents.config.roots)
+    budgets = [budget.name for budget in spending.budgets]
     loaded = "".join(
         f"; {len(items)} {noun}{'s' if len(items) != 1 else ''} ({', '.join(items)})"
-        for noun, items in (("agent contribution", contributions), ("skill root", roots))
+        for noun, items in (
+            ("agent contribution", contributions),
+            ("skill root", roots),
+            ("priced model", spending.pricing.models()),
+            ("budget", budgets),
+        )
         if items
     )
     if perspectives is not None:
@@ -499,6 +508,8 @@ def _ops(args: argparse.Namespace) -> int:
         return ops.stop_main(where, token, args.thread)
     if args.command == "respond":
         return _respond(args, where, token)
+    if args.command == "usage":
+        return usage_report.main(args, where, token)
     if args.after_seq is not None and args.after_seq < 0:
         print("bbridge tail: --after-seq must be at least 0", file=sys.stderr)
         return 2
@@ -567,7 +578,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return serving.acp(args)
         if args.command == "run":
             return _run(args)
-        if args.command in ("status", "tail", "pending", "respond", "stop"):
+        if args.command in ("status", "tail", "pending", "respond", "stop", "usage"):
             return _ops(args)
         if args.command == "replay":
             return _replay(args)

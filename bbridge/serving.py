@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from bbridge.daemon import server
     from bbridge.daemon.config import ConfigReport, ProviderConfig
     from bbridge.daemon.runtime import Daemon
+    from bbridge.daemon.usage_config import UsageConfig
     from bbridge.perspectives.room import Perspectives
     from bbridge.seams.telemetry import Tracer
     from bbridge.toolhost.host import ExternalTool, Host
@@ -148,6 +149,7 @@ class Served(NamedTuple):
     agents: Agents | None  # [[agents]] and [skills] (None: no file)
     room: Perspectives | None  # [perspectives] (None: no table)
     tracer: Tracer  # [telemetry]'s (`NO_TRACER` without the table: nothing of OpenTelemetry imported); closed last
+    spending: UsageConfig | None = None  # [pricing."MODEL"] and [[budgets]]
 
     def daemon_options(self) -> dict[str, Any]:
         return {
@@ -156,6 +158,7 @@ class Served(NamedTuple):
             "agents": self.agents,
             "services": [self.room] if self.room is not None else [],
             "tracer": self.tracer,
+            "spending": self.spending,
         }
 
     def faces(self) -> list[server.Face]:
@@ -165,11 +168,13 @@ class Served(NamedTuple):
 
 def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
     """What a daemon of `serve` or `acp` runs: `--config`'s providers and report, the tool host (the Perspectives
-    tools among its tools), the agent configuration, the Perspectives room and the tracer (a `ConfigError` when the
-    file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's MCP servers."""
+    tools among its tools), the agent configuration, the Perspectives room, the tracer and the prices and budgets (a
+    `ConfigError` when the file, or `--tools-dir`, cannot be used); `client_servers`: a client may bring its thread's
+    MCP servers."""
     from bbridge.agents.config import load_agents
     from bbridge.agents.resolve import Agents
     from bbridge.daemon.config import config_path, load_config
+    from bbridge.daemon.usage_config import load_usage
     from bbridge.perspectives.room import Perspectives
     from bbridge.perspectives.settings import load_perspectives
     from bbridge.seams.telemetry import NO_TRACER
@@ -178,6 +183,8 @@ def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
 
     path = config_path(args.config)
     providers, report = load_config(path)
+    spending = load_usage(path)
+    report.refused.extend(spending.refused)
     agents = room = None
     traced = NO_TRACER
     if path is not None:
@@ -192,7 +199,7 @@ def _served(args: argparse.Namespace, *, client_servers: bool) -> Served:
         room = Perspectives(settings, traced) if settings is not None else None
     external = room.tools if room is not None else []
     host = _tool_host(path, args.tools_dir, args.journal, client_servers, external)
-    return Served(providers, report, host, agents, room, traced)
+    return Served(providers, report, host, agents, room, traced, spending)
 
 
 def _tool_host(

@@ -177,6 +177,38 @@ def test_client_request_ids_minted_typed_and_a_refusal_s_reason(
     assert isinstance(out["accepted"], str) and CREQ.fullmatch(out["accepted"]), out
 
 
+# The usage ledger and the budgets, typed: a turn of echo's booked by provider, a budgets/check allowed (no budgets).
+USAGE = """import { readFileSync } from "node:fs";
+
+import { Client, ErrorCodes } from "../src/client.js";
+
+const [socket, tokenFile] = process.argv.slice(2) as [string, string];
+const client = await Client.connect(socket, { token: readFileSync(tokenFile, "utf8").trim() });
+const options = { permissionMode: "full", permissionScope: "full", approvalReviewer: null, permissionEscalation: null } as const;
+const { providerThreadId } = await client.request("thread/start", { providerId: "echo", threadId: "thr_usage", cwd: "/tmp", options });
+await client.request("turn/start", { providerId: "echo", threadId: "thr_usage", providerThreadId, input: [{ type: "text", text: "hello usage", mentions: [] }], options: { ...options, envVars: {} } });
+for await (const { event } of client.events("thr_usage")) if (event.type === "turn/completed") break;
+const summary = await client.usageSummary(["provider"], { since: 0 });
+const rows = summary.rows.map((row) => ({ provider: row.provider ?? null, turns: row.turns, total: row.totalTokens }));
+const check = await client.budgetsCheck({ threadId: "thr_usage" });
+const status = await client.status();
+client.close();
+console.log(JSON.stringify({ rows, allowed: check.allowed, warned: check.warned ?? [], budgets: status.budgets ?? [], code: ErrorCodes.BUDGET_EXCEEDED }));
+"""
+
+
+def test_usage_summary_and_budgets_check_typed(tools: None, tmp_path: Path, daemon: tuple[Path, Path]) -> None:
+    root = tmp_path / "ts"
+    compiled = build(root, exported_openrpc(tmp_path / "schema"), extra={"examples/usage.ts": USAGE})
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    socket, token = daemon
+    out = run_node(root / "dist" / "examples" / "usage.js", str(socket), str(token))
+    assert out["allowed"] is True and out["warned"] == [] and out["budgets"] == [] and out["code"] == -32023
+    rows = out["rows"]
+    assert isinstance(rows, list) and [row["provider"] for row in rows] == ["echo"], rows
+    assert rows[0]["turns"] == 1 and rows[0]["total"] > 0, rows
+
+
 @pytest.mark.parametrize("modules", ["absent", "dangling link"])
 def test_npm_run_build_without_the_tools_says_what_to_run(modules: str, tmp_path: Path) -> None:
     """No `make ts-client` yet (or its cache gone): the build stops at once, naming the two ways to install."""

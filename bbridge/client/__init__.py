@@ -14,9 +14,9 @@
   itself, not in an exception group: `OSError` when nothing listens, `DaemonError` when `initialize` or the
   WebSocket upgrade is refused (`errors.UNAUTHORIZED`: a wrong or missing token) or a call inside the block is.
 * Calls are typed with the daemon's own wire types (`bbridge.wire.client_api`): `initialize`, `status` (hidden
-  threads with `include_hidden`), `thread_events`, `pending`, `respond`, `agent_configuration`, and the methods a
-  Perspectives room serves (`bbridge.wire.perspectives`): `ai_complete`, `perspectives_runs`; any other method
-  through `request`. A refusal is a `DaemonError`
+  threads with `include_hidden`), `thread_events`, `pending`, `respond`, `agent_configuration`, the usage ledger
+  and budgets (`bbridge.wire.usage`): `usage_summary`, `budgets_check`, and the methods a Perspectives room serves
+  (`bbridge.wire.perspectives`): `ai_complete`, `perspectives_runs`; any other method through `request`. A refusal is a `DaemonError`
   carrying the daemon's code (`bbridge.wire.errors`), its message and, in its text, the reason the error's
   `data` gives (a -32602's `[{path, message}]`); a call on a connection that has ended fails at once with
   `Disconnected`; an answer this client cannot read (a line over the daemon's own line bound, `max_line`) fails
@@ -67,6 +67,7 @@ from bbridge.wire.perspectives import (
     PerspectivesRunsResult,
     ai_complete_result,
 )
+from bbridge.wire.usage import BudgetsCheckResult, UsageGroup, UsageSummaryResult
 from bbridge.wire.websocket import HandshakeError
 
 __all__ = [
@@ -296,6 +297,30 @@ class Client:
         given = {"threadId": thread_id, "cwd": cwd, "providerId": provider_id, "model": model}
         params = {key: value for key, value in given.items() if value is not None}
         return msgspec.convert(await self.request("agent/configuration", params), AgentConfiguration)
+
+    async def usage_summary(
+        self, group_by: Sequence[UsageGroup] = (), *, since: float | None = None, until: float | None = None
+    ) -> UsageSummaryResult:
+        """The usage ledger's booked turns summed by `group_by` (provider, model, thread, client, day, run), those
+        booked in [`since`, `until`) (seconds since the epoch)."""
+        params: dict[str, Any] = {"groupBy": list(group_by)}
+        params |= {key: value for key, value in (("since", since), ("until", until)) if value is not None}
+        return msgspec.convert(await self.request("usage/summary", params), UsageSummaryResult)
+
+    async def budgets_check(
+        self,
+        *,
+        thread_id: str | None = None,
+        provider_id: str | None = None,
+        model: str | None = None,
+        run_id: str | None = None,
+    ) -> BudgetsCheckResult:
+        """The `[[budgets]]` as a `turn/start` with these keys meets them: a `DaemonError` with
+        `errors.BUDGET_EXCEEDED` (its `data` the budget, spent and limit) when one refuses; an `ask` budget waits for
+        its approval first."""
+        given = {"threadId": thread_id, "providerId": provider_id, "model": model, "runId": run_id}
+        params = {key: value for key, value in given.items() if value is not None}
+        return msgspec.convert(await self.request("budgets/check", params), BudgetsCheckResult)
 
     async def ai_complete(
         self,

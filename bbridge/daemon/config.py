@@ -90,10 +90,12 @@ def config_path(given: Path | None) -> Path | None:
 
 # The file's top-level sections: `providers` is read here, the rest by `bbridge.toolhost` (hosted tools: `tools`,
 # `tool_rules`, `tool_audit`, `mcp_servers`), `bbridge.agents` (`agents`, `skills`: the agents' configuration) and
-# `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults) and `bbridge.perspectives` (`perspectives`: the panel tools).
+# `bbridge.acp_face` (`acp`: `bbridge acp`'s defaults) and `bbridge.perspectives` (`perspectives`: the panel tools),
+# `usage_config` (`pricing`, `budgets`: what tokens cost and the limits on them).
 KNOWN_SECTIONS = frozenset(
     {"providers", "tools", "tool_rules", "tool_audit", "mcp_servers", "agents", "skills", "acp", "perspectives"}
     | {"telemetry"}  # `bbridge.telemetry`: where the daemon's spans go
+    | {"pricing", "budgets"}
 )
 
 

@@ -25,6 +25,8 @@ from bbridge.daemon.counters import Counters, TurnDurations
 from bbridge.daemon.extensions import CHECKED_TYPES, ExtensionChecker
 from bbridge.daemon.fanout import Fanout
 from bbridge.daemon.journal import append_record, beside, latest_beside
+from bbridge.daemon.ledger import OBSERVED_TYPES as LEDGER_TYPES
+from bbridge.daemon.ledger import Ledger
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.daemon.watchdog import Watchdogs
@@ -34,8 +36,9 @@ log = structlog.get_logger("bbridge.daemon.runtime")
 
 NAMED = "thread/name/updated"  # a thread's name, for `daemon/status` (rare: one set lookup per event, as the rest)
 NAMES = "names"  # `<thread>.names.ndjson`: a journaled thread's names, read back at a restart
-# the events the delivery collects for `_take_notices`; the rest pass the tracker and watchdogs untouched
-_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES | {NAMED}
+# the events the delivery collects for `_take_notices` (token usage for the ledger: a few per turn, never per delta);
+# the rest pass the tracker, watchdogs and ledger untouched
+_LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES | {NAMED} | LEDGER_TYPES
 
 
 class ThreadParams(msgspec.Struct):
@@ -78,6 +81,7 @@ class Output:
         counters: Counters,
         turn_durations: TurnDurations,
         noted: mistakes.Mistakes,
+        ledger: Ledger | None = None,
     ) -> None:
         self._fanout = fanout
         self._journal = fanout.journal
@@ -88,6 +92,7 @@ class Output:
         self._counters = counters
         self._turn_durations = turn_durations
         self._mistakes = noted
+        self._ledger = ledger
         self._flush_wake = trio.Event()
         self._flusher_idle = False  # the flusher waits for `_flush_wake`: no bridge has a flush queued
         self._flushing = False  # a flusher runs (`flusher`); without one, queued flushes are dropped
@@ -173,8 +178,8 @@ class Output:
         )
 
     def _take_notices(self, bridge: BridgeProcess, now: float) -> None:
-        """What the bridge's delivery collected: lifecycle events for the tracker and watchdogs (and a thread's name
-        for its record), the guard's
+        """What the bridge's delivery collected: lifecycle events for the tracker, watchdogs and usage ledger (and a
+        thread's name for its record), the guard's
         drops (counted and logged) and the extension check's replacements (counted)."""
         delivery = bridge.delivery
         if delivery.noticed:
@@ -186,6 +191,8 @@ class Output:
                 if (closed := watchdogs.observe(thread_id, event, now)) is not None:
                     self._turn_durations.observe(bridge.provider_id, now - closed.started)
                 kind = event["type"]
+                if kind in LEDGER_TYPES and self._ledger is not None:
+                    self._ledger.observe(bridge.provider_id, thread_id, event)
                 if kind == "provider/error":
                     provider_errors.append((thread_id, event))
                 elif kind == NAMED and isinstance(name := event.get("threadName"), str):

@@ -10,6 +10,7 @@ request's timeout policy).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -45,6 +46,8 @@ class Fanout:
         self.clients: list[ClientSink] = []
         self.info: dict[ClientSink, dict[str, str]] = {}  # what each client called itself in initialize
         self.changed = trio.Event()  # replaced (after being set) whenever a client comes or goes
+        # who else hears of daemon-made events (the usage ledger: a dead bridge's settled turns), after the journal
+        self.published: Callable[[str, str, list[Event]], None] | None = None
 
     def add(self, client: ClientSink) -> None:
         self.clients.append(client)
@@ -86,3 +89,5 @@ class Fanout:
         self.broadcast([self.journal.log.record(thread_id, provider_id, events)])
         if self.tracer.enabled:  # a dead bridge's settlement ends its turns' spans
             self.tracer.noticed(provider_id, [(thread_id, event) for event in events])
+        if self.published is not None:
+            self.published(thread_id, provider_id, events)

@@ -105,6 +105,16 @@ class Inputs:
             return {"inputs": list(held)}
         return {"inputs": [record for record in held if record.get("sentAt", 0) > after_sent_at]}
 
+    def client_of(self, thread_id: str, client_request_id: str | None) -> dict[str, str] | None:
+        """Who sent the thread's input `client_request_id` (None: its latest `turn/start`'s sender), if kept."""
+        for record in reversed(self._of(thread_id, keep=False)):
+            if record.get("clientRequestId") == client_request_id or (
+                client_request_id is None and record.get("method") == "turn/start"
+            ):
+                client = record.get("client")
+                return client if isinstance(client, dict) else None
+        return None
+
     def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:
         """The thread's inputs, read from its journal first after a restart; `keep`: held from now on even if none
         (a question about a thread that has none holds nothing)."""

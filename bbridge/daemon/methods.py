@@ -25,6 +25,7 @@ from msgspec import UNSET
 
 from bbridge.daemon.agent_settings import AgentSettings
 from bbridge.daemon.bridge import BridgeProcess
+from bbridge.daemon.budgets import Budgets
 from bbridge.daemon.declared_tools import DeclarationError, Declarations, Tool
 from bbridge.daemon.delivery import ThreadParams, decode
 from bbridge.daemon.fanout import ClientSink, Fanout
@@ -49,8 +50,8 @@ DAEMON_ONLY: Final = frozenset({"hidden", "_meta"})  # top-level members only th
 @dataclass(frozen=True)
 class RuleContext:
     """What a method rule may use: the thread records, the tool declarations and offers, the open work, the
-    kept inputs, the clients' names, the agent configuration, the hidden marks, and two actions of other parts (a
-    thread's pending requests resolved before its stop; a thread let go from its bridge)."""
+    kept inputs, the clients' names, the agent configuration, the hidden marks, two actions of other parts (a
+    thread's pending requests resolved before its stop; a thread let go from its bridge), and the budgets."""
 
     registry: ThreadRegistry
     declarations: Declarations
@@ -62,6 +63,7 @@ class RuleContext:
     hidden: HiddenThreads
     resolve_thread: Callable[[str, str], Awaitable[None]]  # `Relays.resolve_thread`
     release: Callable[[str, BridgeProcess, Cause], object]  # `Supervisor.release`
+    budgets: Budgets | None = None  # checked before every turn input (`TurnInput.prepare`)
 
 
 @dataclass
@@ -276,12 +278,18 @@ class Construction(MethodRule):
 
 
 class TurnInput(MethodRule):
-    """`turn/start` and `turn/steer`: the agent configuration resolved again (options ride every turn; the
+    """`turn/start` and `turn/steer`: the budgets checked (`budgets.py`: a refusal, or an approval waited for,
+    before any bridge is asked) and the agent configuration resolved again (options ride every turn; the
     instructions apply at the next construction, protocol.md §4.4); an input the bridge accepted is kept as thread
     state (`inputs.py`: the canonical events keep no prompt text), and its options on the thread's record; a refused
     one keeps neither."""
 
     async def prepare(self, ctx: RuleContext, call: Call) -> None:
+        if ctx.budgets is not None and ctx.budgets.budgets:
+            options, signature = call.view.options, ctx.fanout.signature(call.client)
+            model = None if options is UNSET or options.model is UNSET else options.model
+            client = signature.get("name") or signature["connection"]
+            await ctx.budgets.gate(ctx.budgets.request(call.method, call.thread_id, call.provider_id, model, client))
         call.configure(ctx.agents)
 
     def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:

@@ -79,6 +79,7 @@ class Relays:
         self._warn = warn
         self._agents = agents  # answers the `skill` tool
         self._nursery: trio.Nursery | None = None
+        self._budget_asks = 0
 
     def start(self, nursery: trio.Nursery) -> None:
         """Where the relays and timeouts of pending requests run from now on (the daemon's nursery)."""
@@ -112,7 +113,7 @@ class Relays:
         """An approval or a question: held pending until a client or the policy answers."""
         params["providerId"] = bridge.provider_id
         thread_id = params.get("threadId")
-        pending = self._open(bridge, INTERACTION, params, thread_id if isinstance(thread_id, str) else None)
+        pending = self._open(bridge.provider_id, INTERACTION, params, thread_id if isinstance(thread_id, str) else None)
         return await self._waited(pending, NO_SPAN)
 
     async def _tool_call(self, bridge: BridgeProcess, params: dict[str, Any]) -> Any:
@@ -156,7 +157,7 @@ class Relays:
         params["providerId"] = bridge.provider_id
         self._counters.tool_calls_relayed += 1
         span = self._tool_span(bridge, thread_id, params, "client")
-        pending = self._open(bridge, TOOL_CALL, params, thread_id)
+        pending = self._open(bridge.provider_id, TOOL_CALL, params, thread_id)
         try:
             answer = await self._outcome(pending)
         except rpc.RpcError as exc:
@@ -267,20 +268,56 @@ class Relays:
             "providerId": bridge.provider_id,
         }
         self._counters.hosted_asks += 1
-        pending = self._open(bridge, INTERACTION, params, thread_id)
+        pending = self._open(bridge.provider_id, INTERACTION, params, thread_id)
+        answer = await self._answer(pending, "the hosted tool call was cancelled", span)
+        approval = _approval(answer, str(pending.resolved_by))
+        if approval.decision != "deny":
+            self._counters.hosted_asks_allowed += 1
+        return approval
+
+    async def ask_budget(
+        self, provider_id: str, thread_id: str | None, method: str, reason: str, budget: dict[str, Any]
+    ) -> Approval:
+        """A budget's approval (`budgets.py`): pending like a hosted call's (subject `tool_use`, the request's method;
+        the `BudgetRefusal` beside the payload), relayed and resolved the same way, but declined after the provider's
+        `interaction_timeout_s` whether or not a client is connected: a client's request waits on it."""
+        self._budget_asks += 1
+        subject = {
+            "kind": "tool_use",
+            "itemId": f"budget-{self._budget_asks}",
+            "tool": method,
+            "presentation": {
+                "label": {"pending": "Over budget", "completed": "Over budget"},
+                "icon": {"glyph": "Gauge"},
+                "detail": f"budget {budget.get('budget')}",
+            },
+        }
+        params: dict[str, Any] = {
+            "threadId": thread_id,
+            "providerThreadId": self._registry.provider_threads.get(thread_id) if thread_id is not None else None,
+            "turnId": None,
+            "payload": {
+                "kind": "approval",
+                "subject": subject,
+                "reason": reason,
+                "availableDecisions": list(DECISIONS),
+            },
+            "providerId": provider_id,
+            "budget": budget,
+        }
+        pending = self._open(provider_id, INTERACTION, params, thread_id, always_expires=True)
+        return _approval(await self._answer(pending, "the budgeted request was cancelled"), str(pending.resolved_by))
+
+    async def _answer(self, pending: Pending, cancelled: str, span: Span = NO_SPAN) -> Any:
+        """A daemon-made approval's answer as JSON (a client's error answer declines; a cancelled wait leaves
+        nothing pending); its wait traced under `span` (a hosted call's ask: its tool call)."""
         try:
             raw = await self._waited(pending, span)
         except rpc.RpcError:
-            raw = msgspec.Raw(b"null")  # a client's error answer declines
-        finally:  # a call cancelled while it asks leaves nothing pending
-            self._by_policy(pending, "the hosted tool call was cancelled", "daemon:call-cancelled")
-        answer = msgspec.json.decode(raw)
-        decision = answer.get("decision") if isinstance(answer, dict) else None
-        by = str(pending.resolved_by)
-        if decision == "allow_once" or decision == "allow_for_session":
-            self._counters.hosted_asks_allowed += 1
-            return Approval(decision, by)
-        return Approval("deny", by)
+            raw = msgspec.Raw(b"null")
+        finally:
+            self._by_policy(pending, cancelled, "daemon:call-cancelled")
+        return msgspec.json.decode(raw)
 
     def _tool_span(self, bridge: BridgeProcess, thread_id: str | None, params: dict[str, Any], kind: str) -> Span:
         """A tool call's `bbridge.tool_call` span, under the thread's turn (`NO_SPAN` untraced)."""
@@ -338,16 +375,18 @@ class Relays:
 
     # -- pending requests -----------------------------------------------------------------------------------
 
-    def _open(self, bridge: BridgeProcess, method: str, params: dict[str, Any], thread_id: str | None) -> Pending:
-        pending = self._interactions.add(method, bridge.provider_id, params, thread_id)
+    def _open(
+        self, provider_id: str, method: str, params: dict[str, Any], thread_id: str | None, always_expires: bool = False
+    ) -> Pending:
+        pending = self._interactions.add(method, provider_id, params, thread_id)
         self._counters.interactions_opened += 1
         assert self._nursery is not None
         client = self._answering_client(pending.thread_id)
         if client is not None:
             self._nursery.start_soon(self._relay, client, pending)
-        config = self._providers.get(bridge.provider_id)
+        config = self._providers.get(provider_id)
         timeout = config.interaction_timeout_s if config is not None else 300.0
-        self._nursery.start_soon(self._expire, pending, timeout)
+        self._nursery.start_soon(self._expire, pending, timeout, always_expires)
         return pending
 
     def _answering_client(self, thread_id: str | None) -> ClientSink | None:
@@ -386,8 +425,13 @@ class Relays:
         else:
             log.info("an answer came after the request was resolved", requestId=pending.request_id, by=client.name)
 
-    async def _expire(self, pending: Pending, timeout: float) -> None:
-        """With no client connected for `timeout` seconds, the daemon's policy answers."""
+    async def _expire(self, pending: Pending, timeout: float, always: bool = False) -> None:
+        """With no client connected for `timeout` seconds (`always`: after `timeout` seconds), the policy answers."""
+        if always:
+            with trio.move_on_after(timeout):
+                await pending.done.wait()
+            self._by_policy(pending, f"no client answered within {timeout:g}s", "daemon:timeout")
+            return
         while not pending.done.is_set():
             changed = self._fanout.changed
             if self._fanout.clients:
@@ -474,6 +518,14 @@ def _ended(span: Span, answer: Any) -> None:
     ok = _decoded(answer).get("success") is True
     span.set("bbridge.tool.success", ok)
     span.end(None if ok else "the tool call failed")
+
+
+def _approval(answer: Any, by: str) -> Approval:
+    """An approval's answer: an allow as given, anything else a deny."""
+    decision = answer.get("decision") if isinstance(answer, dict) else None
+    if decision == "allow_once" or decision == "allow_for_session":
+        return Approval(decision, by)
+    return Approval("deny", by)
 
 
 async def _first(*events: trio.Event) -> None:

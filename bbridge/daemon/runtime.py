@@ -8,7 +8,8 @@
 * `relays.Relays`: bridge requests that need a client, held as pending thread state;
 * `status.Status`: `daemon/status`, read from all of them;
 * `threads.ThreadRegistry`: every thread's record, shared by the others;
-* `hidden.HiddenThreads`: the marks of the threads rooms run for themselves, kept and told to clients.
+* `hidden.HiddenThreads`: the marks of the threads rooms run for themselves, kept and told to clients;
+* `ledger.Ledger`: each turn's tokens, booked once (`usage/summary`); `budgets.Budgets`: the limits on them.
 
 Client requests come here (`handle`): the daemon's own methods (`OWN`), bridge methods, forwarded with what each
 method's rule (`methods.METHODS`) does before and after, given a `methods.RuleContext`, and the methods of the
@@ -27,6 +28,7 @@ import trio
 from msgspec import UNSET
 
 from bbridge.daemon.agent_settings import AgentSettings
+from bbridge.daemon.budgets import Budgets
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import CLIENT_PROTOCOL_VERSION, DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.declared_tools import CHECK_DEADLINE_S, MAX_ARGUMENT_BYTES, Checker, Declarations
@@ -36,6 +38,7 @@ from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.hidden import HiddenThreads
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
+from bbridge.daemon.ledger import Ledger
 from bbridge.daemon.methods import DAEMON_MADE, FORWARDED, METHODS, Call, RuleContext, outgoing, viewed
 from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
@@ -46,11 +49,12 @@ from bbridge.daemon.status import SECTIONS, Status
 from bbridge.daemon.supervisor import Spawning, Supervisor
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.tracker import Tracker
+from bbridge.daemon.usage_config import UsageConfig
 from bbridge.seams.agent_config import AgentConfigurer, AgentContext
 from bbridge.seams.services import Service
 from bbridge.seams.telemetry import NO_TRACER, Tracer
 from bbridge.seams.tool_host import ToolHost
-from bbridge.wire import client_api, errors, protocol, rpc
+from bbridge.wire import client_api, errors, protocol, rpc, usage
 from bbridge.wire.agent_config import AgentConfigurationParams
 from bbridge.wire.redact import Pattern
 
@@ -91,6 +95,7 @@ class Daemon:
         agents: AgentConfigurer | None = None,
         services: Sequence[Service] = (),
         tracer: Tracer = NO_TRACER,
+        spending: UsageConfig | None = None,
     ) -> None:
         self.providers = providers
         self.config = config or ConfigReport()  # the file and its refused entries, for `daemon/status`
@@ -112,6 +117,9 @@ class Daemon:
         self.interactions = Interactions(self.fanout.broadcast, self.registry, self.journal.directory)
         self.inputs = Inputs(self.fanout.broadcast, self.journal.directory)  # what clients asked of each thread
         self.hidden = HiddenThreads(self.registry, self.fanout.broadcast, self.journal.directory)
+        self.spending = spending or UsageConfig()  # [pricing."MODEL"] and [[budgets]]
+        self.ledger = Ledger(self.registry, self.inputs, self.journal.directory)  # each turn's tokens, booked once
+        self.fanout.published = self.ledger.published  # a dead bridge's settled turns are booked too
         self.services = Services(services, {*OWN, *FORWARDED}, SECTIONS)  # rooms' client methods
         extensions = {
             pid: ExtensionChecker(pid, cfg.extension_kinds, allow_undeclared=open_extensions)
@@ -127,6 +135,7 @@ class Daemon:
             self.counters,
             self.turn_durations,
             self.mistakes,
+            self.ledger,
         )
         self.relays = Relays(
             providers,
@@ -140,6 +149,7 @@ class Daemon:
             self.output.deliver_warning,
             self.agents,
         )
+        self.budgets = Budgets(self.spending, self.ledger, self.registry, self.relays.ask_budget, self.fanout.publish)
         spawning = Spawning(
             record_dir, tuple(record_redactions), text_delta_flush_ms, entropy_prefix, self.agents.skill_roots
         )
@@ -169,6 +179,7 @@ class Daemon:
             self.agents,
             self.hidden,
             self.services,
+            self.budgets,
         )
         self.rules = RuleContext(
             self.registry,
@@ -181,6 +192,7 @@ class Daemon:
             self.hidden,
             self.relays.resolve_thread,
             self.supervisor.release,
+            self.budgets,
         )
         self.shutdown_requested = trio.Event()
         self.stopped = trio.Event()
@@ -199,6 +211,7 @@ class Daemon:
             await self.supervisor.stop_all()
             await self.checker.aclose()
             nursery.cancel_scope.cancel()
+        self.ledger.close()  # the turns still open booked with what they reported
         self.journal.close()
         self.stopped.set()
 
@@ -209,6 +222,27 @@ class Daemon:
     def status(self, include_hidden: bool = False) -> dict[str, Any]:
         """`daemon/status` (also read by the listener's plain routes); hidden threads' rows only when asked."""
         return self.view.status(include_hidden)
+
+    def usage_summary(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`usage/summary {groupBy?, since?, until?}`: the ledger's bookings summed (also read by `/metrics`)."""
+        asked = _decoded("usage/summary", params, usage.UsageSummaryParams)
+        since = None if asked.since is UNSET else asked.since
+        until = None if asked.until is UNSET else asked.until
+        groups = list(dict.fromkeys(asked.groupBy))  # a key named twice is one key
+        return {"rows": self.ledger.summary(groups, since, until, self.spending.pricing)}
+
+    async def _budgets_check(self, client: ClientSink, params: dict[str, Any]) -> dict[str, Any]:
+        """`budgets/check {threadId?, providerId?, model?, runId?}`: the budgets as a `turn/start` with those keys
+        meets them (a refusal is `BUDGET_EXCEEDED`); the `warn` budgets it went past."""
+        asked = _decoded("budgets/check", params, usage.BudgetsCheckParams)
+        thread, provider = _given(asked.threadId), _given(asked.providerId)
+        signature = self.fanout.signature(client)
+        client_key = signature.get("name") or signature["connection"]
+        request = self.budgets.request(
+            "budgets/check", thread, provider, _given(asked.model), client_key, _given(asked.runId)
+        )
+        warned = await self.budgets.gate(request)
+        return {"allowed": True, "warned": msgspec.to_builtins(warned)}
 
     # -- client → daemon requests --------------------------------------------
 
@@ -336,6 +370,10 @@ class Daemon:
         return msgspec.Raw(raw)
 
 
+def _given(value: str | msgspec.UnsetType) -> str | None:
+    return None if isinstance(value, msgspec.UnsetType) else value
+
+
 def _decoded(method: str, params: dict[str, Any], kind: type[_P]) -> _P:
     """A daemon method's params as their `client_api` type, or the client's error naming what is wrong."""
     try:  # through JSON, not `convert`: a `msgspec.Raw` field (an answer's `result`) keeps the bytes as sent
@@ -355,6 +393,8 @@ OWN: dict[str, Callable[[Daemon, ClientSink, dict[str, Any]], Awaitable[Any]]] =
     "thread/pending": lambda daemon, client, params: _now(daemon._thread_pending(params)),
     "interaction/respond": lambda daemon, client, params: _now(daemon._respond(client, params)),
     "agent/configuration": lambda daemon, client, params: _now(daemon._agent_configuration(params)),
+    "usage/summary": lambda daemon, client, params: _now(daemon.usage_summary(params)),
+    "budgets/check": Daemon._budgets_check,
     "shutdown": Daemon._shutdown,
 }
 OWN_METHODS = tuple(OWN)

@@ -4,7 +4,7 @@ on (pending approvals, questions and tool calls, each with its age), the clients
 state. A thread's live part is read from its record (`ThreadRegistry.liveness`); a row that names no bridge (no
 client constructed the thread, or its provider has no bridge running) shows no turn and no pending start. A hidden
 thread (`hidden.py`) has a row only when asked (`include_hidden`), marked with its run and role; the rooms' services
-report under their own names."""
+report under their own names; each `[[budgets]]` entry with what is spent against it is under `budgets`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import trio
 
 from bbridge.core import native
 from bbridge.daemon.agent_settings import AgentSettings
+from bbridge.daemon.budgets import Budgets
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.fanout import Fanout
@@ -43,6 +44,7 @@ SECTIONS: Final = frozenset(
         "turnDurations",
         "hostedTools",
         "agentConfig",
+        "budgets",
     }
 )
 
@@ -66,6 +68,7 @@ class Status:
         agents: AgentSettings,
         hidden: HiddenThreads,
         services: Services,
+        budgets: Budgets | None = None,
     ) -> None:
         self._providers = providers
         self._config = config
@@ -82,6 +85,7 @@ class Status:
         self._agents = agents
         self._hidden = hidden
         self._services = services
+        self._budgets = budgets
         self._started_at = time.time()
 
     def status(self, include_hidden: bool = False) -> dict[str, Any]:
@@ -118,6 +122,7 @@ class Status:
             "turnDurations": self._turn_durations.view(),
             "hostedTools": self._offered.status(),
             **({} if (agents := self._agents.report()) is None else {"agentConfig": agents}),
+            "budgets": [] if self._budgets is None else self._budgets.status(),
             **self._services.report(),
         }
 

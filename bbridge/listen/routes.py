@@ -8,7 +8,8 @@ gauges for what is (threads, open turns, pending interactions, clients by transp
 for what happened (events delivered, refused notifications and tool calls, journal write errors) and a histogram of
 turn durations per provider. `bbridge_threads` counts the threads `daemon/status` lists (hidden ones apart:
 `bbridge_hidden_threads`); a Perspectives room's runs (its report, `wire.perspectives.PerspectivesStatus`, under
-`perspectives`) are counted by outcome, those running a gauge.
+`perspectives`) are counted by outcome, those running a gauge. `bbridge_tokens_total{provider,model,kind}` counts the
+usage ledger's booked tokens (`usage/summary` by provider and model, `Daemon.usage_summary`; `model=""`: unknown).
 """
 
 from __future__ import annotations
@@ -69,15 +70,27 @@ def not_ready(daemon: Daemon) -> str | None:
 
 def metrics(daemon: Daemon) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(daemon.status()))
+    usage = daemon.usage_summary({"groupBy": ["provider", "model"]})
+    registry.register(_Snapshot(daemon.status(), usage["rows"]))
     return generate_latest(registry)
 
 
-class _Snapshot(Collector):
-    """One scrape's metrics, from one `daemon/status` result."""
+# each token kind's label and its field in a `usage/summary` row
+TOKEN_KINDS = (
+    ("input", "inputTokens"),
+    ("cached_input", "cachedInputTokens"),
+    ("output", "outputTokens"),
+    ("reasoning_output", "reasoningOutputTokens"),
+    ("total", "totalTokens"),
+)
 
-    def __init__(self, status: dict[str, Any]) -> None:
+
+class _Snapshot(Collector):
+    """One scrape's metrics, from one `daemon/status` result and the usage ledger's rows by provider and model."""
+
+    def __init__(self, status: dict[str, Any], usage: list[dict[str, Any]]) -> None:
         self._status = status
+        self._usage = usage
 
     def collect(self) -> Iterator[Metric]:
         status = self._status
@@ -128,6 +141,15 @@ class _Snapshot(Collector):
             buckets = [(_le(bound), float(count)) for bound, count in histogram["buckets"]]
             turns.add_metric([provider], buckets, histogram["sumS"])
         yield turns
+        tokens = CounterMetricFamily(
+            "bbridge_tokens",
+            "Tokens the usage ledger booked, by provider, model and kind.",
+            labels=["provider", "model", "kind"],
+        )
+        for row in self._usage:
+            for kind, field in TOKEN_KINDS:
+                tokens.add_metric([str(row["provider"]), row["model"] or "", kind], row[field])
+        yield tokens
         yield from _perspectives(status.get("perspectives"))
 
 

@@ -3,7 +3,9 @@ tool host, `ai/complete` and `perspectives/runs` served to the daemon's clients,
 one connection of the daemon's client API (in process, a socket pair's end, as `bbridge acp`'s face).
 
 A call resolves and checks both phase tuples (`tuples.resolve_phases`: the providers the daemon serves, their
-`model/list`) before any hidden thread exists: a problem is the tool's error result, naming it. `help` answers
+`model/list`) and asks the daemon's `[[budgets]]` (`budgets/check`, once per provider and model the run would use,
+with the run's id: an `ask` budget's allowance covers the run) before any hidden thread exists: a problem, or a
+budget's refusal, is the tool's error result, naming it. `help` answers
 when its expert has; `gather_perspectives` answers at once with a receipt and runs detached in the room's nursery
 (`Runner.gather`), which ends with one message into the calling thread: a steer of its open turn, else a new turn,
 with the caller's own execution options. With a tracer (`seams/telemetry.py`) each run is a
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import structlog
@@ -24,14 +26,23 @@ from bbridge.client import LEAVE, Client, DaemonError
 from bbridge.perspectives import delivery, prompts
 from bbridge.perspectives.complete import complete
 from bbridge.perspectives.hidden import Hidden, Member
-from bbridge.perspectives.run import Run, Runner
+from bbridge.perspectives.run import Run, Runner, Stopped
 from bbridge.perspectives.settings import PerspectivesConfig
-from bbridge.perspectives.tuples import Caller, Phases, Providers, TupleError, model_list, resolve, resolve_phases
+from bbridge.perspectives.tuples import (
+    Caller,
+    Phases,
+    Providers,
+    Resolved,
+    TupleError,
+    model_list,
+    resolve,
+    resolve_phases,
+)
 from bbridge.seams.telemetry import NO_TRACER, Attribute, Tracer
 from bbridge.seams.tool_host import HostedCall
 from bbridge.toolhost.declarations import Policy, Presentation
 from bbridge.toolhost.results import ToolCallResult, failure, text_result
-from bbridge.wire import rpc
+from bbridge.wire import errors, rpc
 
 log = structlog.get_logger("bbridge.perspectives")
 
@@ -149,10 +160,11 @@ class Perspectives:
         run, hidden = self._run(call, "help", (), arguments), self._ready()
         try:
             phases = await self._phases(call, 0)
-        except TupleError as exc:
+            await self.check_budgets(run, [phases.planner, *phases.workers[:1]])
+        except (TupleError, Stopped) as exc:
             return failure(f"help: {exc} (no thread was created)")
         self._keep(run)
-        runner = Runner(hidden, self.config)
+        runner = Runner(hidden, self.config, self.check_budgets)
         self._traced(run, call)
         try:
             return text_result(await runner.help(run, phases))
@@ -164,12 +176,13 @@ class Perspectives:
         try:
             lenses = prompts.check_lenses(arguments.get("lenses") or [])
             phases = await self._phases(call, len(lenses))
-        except (ValueError, TupleError) as exc:
+            run = self._run(call, "gather_perspectives", lenses, arguments)
+            await self.check_budgets(run, [phases.planner, *phases.workers])
+        except (ValueError, TupleError, Stopped) as exc:
             return failure(f"gather_perspectives: {exc} (no thread was created)")
-        run = self._run(call, "gather_perspectives", lenses, arguments)
         self._keep(run)
         assert self._nursery is not None
-        runner = Runner(hidden, self.config)
+        runner = Runner(hidden, self.config, self.check_budgets)
         self._traced(run, call)
 
         async def gather() -> None:
@@ -190,6 +203,22 @@ class Perspectives:
             "bbridge.thread_id": run.thread_id,
         }
         run.span = self.tracer.start("bbridge.perspectives.run", call.span, attributes)
+
+    async def check_budgets(self, run: Run, tuples: Sequence[Resolved]) -> None:
+        """The daemon's budgets for what the run would use next (each provider and model once, the calling thread's
+        and the run's): `Stopped`, with the daemon's words, when one refuses."""
+        client = self._ready().client
+        for provider_id, model in dict.fromkeys((t.provider_id, t.model) for t in tuples):
+            try:
+                await client.budgets_check(
+                    thread_id=run.thread_id or None, provider_id=provider_id, model=model, run_id=run.run_id
+                )
+            except DaemonError as exc:
+                if exc.code == rpc.METHOD_NOT_FOUND:
+                    return  # a daemon older than its budgets: nothing to ask
+                if exc.code != errors.BUDGET_EXCEEDED:
+                    raise
+                raise Stopped(exc.message) from None
 
     def _run(self, call: HostedCall, tool: Any, lenses: tuple[str, ...], arguments: dict[str, Any]) -> Run:
         context = arguments.get("context")

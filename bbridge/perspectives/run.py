@@ -5,8 +5,10 @@ The budgets are phase boundaries, not a quorum: every worker gets the whole pane
 once to wrap up (`wrapup_s` into the panel) and at the phase's end its output so far is taken as `partial`
 evidence. The panel phase ends `synthesis_s` before the hard cap, so the synthesis always has its time; the hard
 cap is one cancel scope around the whole run that interrupts every remaining thread. A worker that fails, or whose
-launch fails, cancels nothing else. Whatever happens the run ends in exactly one delivery (`deliver`, shielded):
-a result when the synthesis finished, else a failure holding the partial synthesis and the raw outputs.
+launch fails, cancels nothing else. The daemon's `[[budgets]]` are asked again before the panel and before the
+synthesis (`check`, the room's `budgets/check`): one that refuses stops the run there (`Stopped`). Whatever happens
+the run ends in exactly one delivery (`deliver`, shielded): a result when the synthesis finished, else a failure
+holding the partial synthesis and the raw outputs.
 
 A run is a `bbridge.perspectives.run` span when the daemon traces (`Run.span`, under the tool call that launched
 it; the room ends it): every member's turns carry its trace context (`Member.trace`), so they are its children.
@@ -34,6 +36,15 @@ log = structlog.get_logger("bbridge.perspectives")
 Phase = Literal["planning", "panel", "synthesis", "delivering", "done"]
 Outcome = Literal["delivered", "failed", "undelivered"]  # `undelivered`: the one delivery itself failed
 Deliver = Callable[[str], Awaitable[None]]  # the one message into the calling thread
+Check = Callable[["Run", Sequence[Resolved]], Awaitable[None]]  # the budgets before a phase; `Stopped` refuses
+
+
+class Stopped(Exception):
+    """A budget refused the run's next phase; the message is the daemon's (the budget, spent and limit)."""
+
+
+async def _unchecked(run: Run, tuples: Sequence[Resolved]) -> None:
+    """No budgets to ask."""
 
 
 @dataclass
@@ -89,9 +100,10 @@ def _member_view(member: Member) -> dict[str, Any]:
 class Runner:
     """Runs help and panels on the room's hidden threads."""
 
-    def __init__(self, hidden: Hidden, config: PerspectivesConfig) -> None:
+    def __init__(self, hidden: Hidden, config: PerspectivesConfig, check: Check = _unchecked) -> None:
         self.hidden = hidden
         self.config = config
+        self.check = check
 
     def member(self, run: Run, role: Role, resolved: Resolved, lens: str | None = None) -> Member:
         member = Member(run.run_id, role, resolved, lens, trace=run.span.carrier())
@@ -129,6 +141,7 @@ class Runner:
             run.phase = "panel"
             expert = self.member(run, "expert", phases.workers[0])
             try:
+                await self._checked(run, phases.workers[:1])
                 await self.hidden.spawn(expert, run.cwd, self.config.spawn_timeout_s)
                 budget = self.config.hard_cap_s - (time.time() - run.started_at)
                 await self.hidden.answer(expert, prompts.expert_prompt(planned, run.question, run.context), budget)
@@ -156,17 +169,21 @@ class Runner:
         try:
             with trio.move_on_after(self.config.hard_cap_s):
                 planned = await self.plan(run, phases.planner, run.lenses)
+                await self._checked(run, phases.workers)
                 run.phase = "panel"
                 workers = [
                     self.member(run, "worker", r, lens) for r, lens in zip(phases.workers, run.lenses, strict=True)
                 ]
                 panel_end = run.started_at + self.config.hard_cap_s - self.config.synthesis_s
                 await self._panel(run, workers, planned, panel_end)
+                await self._checked(run, [phases.planner])
                 run.phase = "synthesis"
                 synthesis = self.member(run, "synthesis", phases.planner)
                 message = await self._synthesize(run, workers, synthesis)
                 if message is None:
                     reason = synthesis.error or "the synthesis did not finish"
+        except Stopped as exc:
+            reason = f"a budget stopped it: {exc}"
         except Exception as exc:  # a fault of the pipeline: still one delivery, saying so
             log.exception("a perspectives run failed", run=run.run_id)
             reason = f"the run failed unexpectedly ({type(exc).__name__}: {exc})"
@@ -187,6 +204,15 @@ class Runner:
             for member in run.members:
                 await self.hidden.release(member)
             run.phase = "done"
+
+    async def _checked(self, run: Run, tuples: Sequence[Resolved]) -> None:
+        """The budgets before a phase (`Stopped` when one refuses it); help's expert fails as a member would."""
+        try:
+            await self.check(run, tuples)
+        except Stopped as exc:
+            if run.tool == "help":
+                raise MemberFailed(f"a budget stopped it: {exc}") from None
+            raise
 
     async def _panel(self, run: Run, workers: list[Member], planned: Sequence[str], panel_end: float) -> None:
         """Every worker launched at once and given the whole phase; one wrap-up steer at `wrapup_s`; at the phase's

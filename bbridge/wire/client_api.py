@@ -10,7 +10,8 @@ requests, as msgspec types; `bbridge.wire.openrpc` describes the API from them. 
   `interaction/resolved` (a `Resolution`).
 
 A call of a tool the daemon hosts asks through the same path: an `interaction/request` (payload `approval`,
-subject `tool_use`, decisions `allow_once | allow_for_session | deny`) with `hostedTool` beside the payload.
+subject `tool_use`, decisions `allow_once | allow_for_session | deny`) with `hostedTool` beside the payload; so
+does an `ask` budget (`[[budgets]]`, subject `tool_use` naming the method it holds), with `budget` beside it.
 
 Turn inputs (the canonical events keep no prompt text):
 
@@ -34,6 +35,7 @@ from msgspec import UNSET, UnsetType
 
 from bbridge.core.scalars import NonEmpty, Wire
 from bbridge.wire import interactions, protocol
+from bbridge.wire.usage import BudgetRefusal, BudgetState
 
 RequestMethod = Literal["interaction/request", "item/tool/call"]
 HiddenRole = Literal["planner", "worker", "synthesis", "expert"]  # what a hidden thread does in its run
@@ -255,6 +257,9 @@ class DaemonStatus(Wire, kw_only=True):
     # per provider: cumulative `buckets` ([upper bound in s, or null for +Inf; count]), `count` and `sumS`
     turnDurations: dict[str, Any] = msgspec.field(default_factory=dict)
     hostedTools: HostedToolsStatus | UnsetType = UNSET
+    budgets: list[BudgetState] = msgspec.field(
+        default_factory=list
+    )  # each [[budgets]] entry and what is spent against it
 
 
 class InputClient(Wire, kw_only=True):
@@ -353,6 +358,7 @@ class RelayedInteraction(interactions.InteractionRequestParams, kw_only=True):
     providerId: str
     requestId: str
     hostedTool: HostedToolAsk | UnsetType = UNSET  # an approval a call of a tool the daemon hosts asks for
+    budget: BudgetRefusal | UnsetType = UNSET  # an approval an `ask` budget past its limit asks for
 
 
 class RelayedToolCall(interactions.ToolCallParams, kw_only=True):

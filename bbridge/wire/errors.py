@@ -13,3 +13,6 @@ SHUTTING_DOWN = -32019
 ALREADY_RESOLVED = -32020  # interaction/respond to a request another client (or the daemon's policy) resolved first
 UNKNOWN_REQUEST = -32021  # interaction/respond naming no request the daemon knows
 SKILLS_REFUSED = -32022  # a bridge refused `skills/configure` with changed skill roots (at a construction)
+BUDGET_EXCEEDED = (
+    -32023
+)  # a `[[budgets]]` entry refused a turn/start, turn/steer or budgets/check (data: who, how much)

@@ -19,7 +19,7 @@ import msgspec
 
 from bbridge.core.grammar import ThreadDeltaParams
 from bbridge.core.scalars import ClientRequestId
-from bbridge.wire import agent_config, client_api, errors, interactions, perspectives, protocol
+from bbridge.wire import agent_config, client_api, errors, interactions, perspectives, protocol, usage
 from bbridge.wire.schema import Schema, components, ecma_patterns
 
 OPENRPC_VERSION = "1.2.6"
@@ -34,6 +34,8 @@ DAEMON_METHODS: dict[str, tuple[Any, Any, str]] = {
     "thread/inputs": (client_api.ThreadInputsParams, client_api.ThreadInputsResult, "The turn inputs (`turn/start`, `turn/steer`) a thread's bridge accepted, oldest first, each with its `clientRequestId` (the `turn/input/accepted` event names it), its `input` as sent and who sent it: the canonical events keep no prompt text."),
     "interaction/respond": (client_api.InteractionRespondParams, client_api.InteractionRespondResult, "Answer a pending request; the first answer wins."),
     "agent/configuration": (agent_config.AgentConfigurationParams, agent_config.AgentConfiguration, "The agent configuration (`[[agents]]` of bbridge.toml) that resolves for a thread (the context its latest construction or turn gave), or for `{cwd, providerId, model?}`: each contribution applied or not and why, the composed instructions, the hosted-tool selection, the skills and the `BB_*` variables."),
+    "usage/summary": (usage.UsageSummaryParams, usage.UsageSummaryResult, "The usage ledger: each turn's tokens, booked once, summed by the keys of `groupBy` (provider, model, thread, client, day, run) over the turns booked in [`since`, `until`) (seconds since the epoch), with `usd` where `[pricing.\"MODEL\"]` prices a model."),
+    "budgets/check": (usage.BudgetsCheckParams, usage.BudgetsCheckResult, "The `[[budgets]]` as a `turn/start` with these keys meets them (a Perspectives run asks before it launches and between its phases): refused with -32023 (`BUDGET_EXCEEDED`, `data` a BudgetRefusal) by a `deny` budget or a declined `ask`; the `warn` budgets past their limit in `warned`."),
     "shutdown": (client_api.Empty, client_api.Empty, "Settle and stop every bridge, then answer."),
     "ai/complete": (perspectives.AiCompleteParams, (perspectives.AiCompleteOk, perspectives.AiCompleteError), "Served by a Perspectives room ([perspectives] in bbridge.toml): one helper inference on a hidden thread, its answer a JSON value valid against `outputSchema` (`ok: true`), or `ok: false` with a code a caller can act on."),
     "perspectives/runs": (perspectives.PerspectivesRunsParams, perspectives.PerspectivesRunsResult, "Served by a Perspectives room ([perspectives] in bbridge.toml): its runs (those called from `threadId`), each with its phase, outcome and hidden members."),

@@ -4,8 +4,9 @@ Usage: python fake_bridge.py MODE[,MODE...]
 Modes change one behaviour each; with none the bridge is well behaved:
   keyed           turns use providerTurnId "pt-<n>" (a keyed-turn provider)
   crash-mid-turn  exits with code 3 after opening a turn and a command item
-  crash-at-open / crash-at-text / crash-at-done
-                  exits with code 3 right after turn.open, after a streamed text delta, or after the boundary
+  crash-at-open / crash-at-text / crash-at-usage / crash-at-done
+                  exits with code 3 right after turn.open, after a streamed text delta, after the usage deltas
+                  (`usage` mode), or after the boundary
   crash-at-start  exits with code 4 before answering initialize (stderr says why)
   garbage         writes non-JSON text on stdout before every answer
   oversize        writes a 65 MiB line on stdout before answering turn/start
@@ -47,6 +48,9 @@ Modes change one behaviour each; with none the bridge is well behaved:
                   and the thread references it was given, an expert's answer; FAKE_HOLD=synthesis holds the
                   synthesis's turn open; and refuses a thread/stop without activeTurnId (-32602), as a bridge's
                   protocol type does (null is its value for a release)
+  usage           reports its turns' token usage as codex does: two requests per turn, each a usage delta with the
+                  request's `last` and the thread's running `total` (from zero in each bridge process), then the
+                  second again unchanged (a repeat); FAKE_MODEL_FALLBACK=M also reports a fallback to model M
 Requests seen are logged to stderr as `seen <method> <params-json>`.
 """
 
@@ -63,6 +67,7 @@ if "ignore-term" in MODES:
 out = sys.stdout
 turns = 0
 live: dict[str, str] = {}  # threadId -> provider turn id
+usage_totals: dict[str, list[int]] = {}  # threadId -> its running token total (`usage` mode)
 request_id = 0
 
 
@@ -106,6 +111,31 @@ def send(obj):
 
 def delta(thread, *deltas):
     send({"jsonrpc": "2.0", "method": "thread/delta", "params": {"threadId": thread, "deltas": list(deltas)}})
+
+
+def request_usage(turn):
+    """`usage` mode: the breakdowns [total, input, cached, output, reasoning] of a turn's two requests."""
+    first_input, first_output = 1000 * turn + 7, 50 + turn
+    return [
+        [first_input + first_output, first_input, 100 * turn, first_output, 5],
+        [320, 300, 250, 20, 0],
+    ]
+
+
+def usage_deltas(thread, tf):
+    """`usage` mode: a turn's usage deltas, codex's shape (a running total, each request's last, a repeat)."""
+    names = ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
+    total = usage_totals.setdefault(thread, [0, 0, 0, 0, 0])
+    deltas = []
+    for last in request_usage(turns):
+        total[:] = [a + b for a, b in zip(total, last, strict=True)]
+        deltas.append({"kind": "usage", "total": dict(zip(names, total, strict=True)), "last": dict(zip(names, last, strict=True)),
+                       "modelContextWindow": 200000, **tf})  # fmt: skip
+    deltas.append(dict(deltas[-1]))
+    if os.environ.get("FAKE_MODEL_FALLBACK"):
+        fallback = {"originalModel": "fake-1", "fallbackModel": os.environ["FAKE_MODEL_FALLBACK"]}
+        deltas.insert(0, {"kind": "provider.modelFallback", **fallback, "reason": "provider", "message": "fell back"})
+    return deltas
 
 
 def answer(msg, result):
@@ -390,6 +420,10 @@ def handle(msg):
             {"kind": "item.textDelta", "key": {"channel": "a"}, "channel": "agentMessage", "text": text, **tf},
         )
         crash_at("text")
+        if "usage" in MODES:
+            for usage in usage_deltas(thread, tf):
+                delta(thread, usage)
+            crash_at("usage")
         delta(thread, {"kind": "item.textClose", "key": {"channel": "a"}, "channel": "agentMessage", **tf})
         delta(thread, {"kind": "turn.boundary", "status": "completed", **tf})
         crash_at("done")

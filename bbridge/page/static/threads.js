@@ -122,6 +122,7 @@ export function renderDaemon(root, status) {
   );
   const refused = status.config?.refused ?? [];
   const journal = status.journal ?? {};
+  const budgets = status.budgets ?? [];
   root.replaceChildren(
     h("h2", {}, "Daemon"),
     h(
@@ -135,6 +136,7 @@ export function renderDaemon(root, status) {
       journal.dir ? ` in ${str(journal.dir)}` : " (in memory)",
     ),
     providers,
+    budgets.length ? budgetTable(budgets) : null,
     h("h3", {}, "Refused configuration"),
     refused.length
       ? h(
@@ -145,6 +147,41 @@ export function renderDaemon(root, status) {
       : h("p", { class: "refused-none" }, status.config?.path ? `None (${str(status.config.path)})` : "None (no config file)"),
     h("details", { class: "counters-box" }, h("summary", {}, "Counters"), counters),
   );
+}
+
+/** `daemon/status`'s `budgets`: each `[[budgets]]` entry, what its key nearest the limit spent and the limit. */
+function budgetTable(budgets) {
+  const amount = (spend) =>
+    [spend?.tokens === undefined ? null : `${spend.tokens} tokens`, spend?.usd === undefined ? null : `$${Number(spend.usd).toFixed(2)}`]
+      .filter(Boolean)
+      .join(", ");
+  return h(
+    "table",
+    { class: "budgets" },
+    h("caption", {}, "Budgets"),
+    h("thead", {}, h("tr", {}, ...["Budget", "Scope", "Window", "Spent", "Limit", "Action"].map((t) => h("th", { scope: "col" }, t)))),
+    h(
+      "tbody",
+      {},
+      ...budgets.map((b) =>
+        h(
+          "tr",
+          { "data-budget": str(b.name), "data-over": String(isOver(b)) },
+          h("th", { scope: "row" }, str(b.name)),
+          h("td", {}, b.scope === "all" ? "all" : `${str(b.scope)} ${str(b.match)}`, b.key ? h("div", { class: "reason" }, str(b.key)) : null),
+          h("td", {}, str(b.window)),
+          h("td", {}, amount(b.spent)),
+          h("td", {}, amount(b.limit)),
+          h("td", {}, str(b.action)),
+        ),
+      ),
+    ),
+  );
+}
+
+function isOver(budget) {
+  const { spent = {}, limit = {} } = budget;
+  return (limit.tokens !== undefined && spent.tokens >= limit.tokens) || (limit.usd !== undefined && spent.usd >= limit.usd);
 }
 
 /** A thread's resolved agent configuration (`agent/configuration`): each `[[agents]]` contribution applied or not

@@ -364,6 +364,19 @@ export class Client {
     return this.request("agent/configuration", asked);
   }
 
+  /** The usage ledger's booked turns summed by `groupBy` (provider, model, thread, client, day, run), those booked
+   * in [`since`, `until`) (seconds since the epoch), with `usd` where `[pricing."MODEL"]` prices a model. */
+  usageSummary(groupBy: Params<"usage/summary">["groupBy"] = [], range: { since?: number; until?: number } = {}): Promise<Result<"usage/summary">> {
+    return this.request("usage/summary", { groupBy, ...range });
+  }
+
+  /** The `[[budgets]]` as a `turn/start` with these keys meets them: rejects with `DaemonError` code
+   * `BUDGET_EXCEEDED` (-32023, its `data` the budget, spent and limit) when one refuses; an `ask` budget waits for
+   * its approval first. */
+  budgetsCheck(params: Params<"budgets/check"> = {}): Promise<Result<"budgets/check">> {
+    return this.request("budgets/check", params);
+  }
+
   /** One helper inference, its answer valid against `outputSchema` (`ok: false` with a code when it fails); served
    * by a Perspectives room (`-32601` without one). */
   aiComplete(params: Params<"ai/complete">): Promise<Result<"ai/complete">> {
