@@ -256,3 +256,13 @@ def test_a_members_vendor_and_model_names_are_withheld_from_the_synthesizer() ->
     assert _names(Resolved("acp-gemini", None, None, {})) == ["acp-gemini", "gemini"]
     assert _names(Resolved("pi", "scripted/scripted-model", None, {}))[-1] == "scripted-model"
     assert _names(Resolved("pi", "pi/first", None, {})) == ["pi", "pi/first"]
+
+
+async def test_the_typed_status_keeps_the_rooms_section(tmp_path: Path) -> None:
+    """`Client.status()` decodes `daemon/status` into `DaemonStatus`: the Perspectives room's section is kept."""
+    from bbridge.client import Client
+
+    async with panel_daemon(tmp_path, table()) as (_, _, _):
+        async with Client.connect(tmp_path / "bbridge.sock") as typed:
+            status = await typed.status()
+    assert status.perspectives == {"runs": {"running": 0, "delivered": 0, "failed": 0, "undelivered": 0}}

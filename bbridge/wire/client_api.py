@@ -260,6 +260,8 @@ class DaemonStatus(Wire, kw_only=True):
     budgets: list[BudgetState] = msgspec.field(
         default_factory=list
     )  # each [[budgets]] entry and what is spent against it
+    agentConfig: dict[str, Any] | UnsetType = UNSET  # `[[agents]]`: contributions and roots loaded, refusals, errors
+    perspectives: dict[str, Any] | UnsetType = UNSET  # the Perspectives room's report (`{runs: {outcome: n}}`)
 
 
 class InputClient(Wire, kw_only=True):
