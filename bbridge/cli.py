@@ -354,71 +354,6 @@ def _parity_cases(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _config_check(args: argparse.Namespace) -> int:
-    from bbridge.agents.config import load_agents
-    from bbridge.agents.resolve import Agents
-    from bbridge.daemon.config import config_path, load_config
-    from bbridge.daemon.usage_config import load_usage
-    from bbridge.perspectives.settings import load_perspectives, unconfigured
-    from bbridge.telemetry.settings import load_telemetry
-
-    path = config_path(args.config)
-    providers, report = load_config(path)
-    agents = Agents(load_agents(path))
-    perspectives, perspectives_refused = load_perspectives(path)
-    telemetry, telemetry_refused = load_telemetry(path)
-    spending = load_usage(path)
-    refused = [*report.refused, *agents.refused(), *perspectives_refused, *telemetry_refused, *spending.refused]
-    names = ", ".join(sorted(providers))
-    contributions = [contribution.id for contribution in agents.config.contributions]
-    roots = list(agents.config.roots)
-    budgets = [budget.name for budget in spending.budgets]
-    loaded = "".join(
-        f"; {len(items)} {noun}{'s' if len(items) != 1 else ''} ({', '.join(items)})"
-        for noun, items in (
-            ("agent contribution", contributions),
-            ("skill root", roots),
-            ("priced model", spending.pricing.models()),
-            ("budget", budgets),
-        )
-        if items
-    )
-    if perspectives is not None:
-        loaded += "; perspectives" + (f" (panel: {', '.join(perspectives.panel)})" if perspectives.panel else "")
-        for warning in unconfigured(perspectives, providers):  # a warning: the tool call is where it fails
-            print(f"warning {warning}")
-    if telemetry is not None:
-        loaded += f"; traces to {telemetry.traces_url}"
-    if not refused:
-        print(f"ok: {len(providers)} providers ({names}){loaded}")
-        return 0
-    for refusal in refused:
-        print(f"refused {refusal.line()}")
-    print(f"{len(refused)} refused; {len(providers)} providers would serve ({names}){loaded}")
-    return 1
-
-
-def _config_explain(args: argparse.Namespace) -> int:
-    from bbridge.agents.config import load_agents
-    from bbridge.agents.explain import explain
-    from bbridge.agents.resolve import Agents
-    from bbridge.daemon.config import config_path
-    from bbridge.seams.agent_config import AgentContext
-
-    agents = Agents(load_agents(config_path(args.config)))
-    context = AgentContext(
-        provider_id=args.provider, cwd=os.path.abspath(args.cwd), thread_id=args.thread, model=args.model
-    )
-    configuration = agents.resolve(context)
-    if args.json:
-        print(msgspec.json.encode(configuration).decode())
-        return 0
-    print(explain(agents, context, configuration), end="")
-    for refusal in agents.refused():
-        print(f"refused {refusal.line()}")
-    return 0
-
-
 def _schema(args: argparse.Namespace) -> int:
     from bbridge.wire.export import write_schemas
 
@@ -589,7 +524,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "bench":
             return bench_report.main(args)
         if args.command == "config":
-            return _config_explain(args) if args.action == "explain" else _config_check(args)
+            return serving.config_explain(args) if args.action == "explain" else serving.config_check(args)
         if args.command == "tools":
             return serving.tools_check(args)
         if args.command == "golden":

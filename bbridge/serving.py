@@ -1,6 +1,6 @@
 """The commands that run a daemon: `bbridge serve` (on stdio, a Unix socket, listeners) and `bbridge acp` (an ACP
-agent on stdio in front of its own daemon or a running one), the tools either hosts (`bbridge tools check`), and
-the MCP servers they start."""
+agent on stdio in front of its own daemon or a running one), what their configuration gives (`bbridge config check`,
+`bbridge config explain`, `bbridge tools check`), and the MCP servers they start."""
 
 from __future__ import annotations
 
@@ -335,6 +335,73 @@ def _acp_in_process(args: argparse.Namespace, index: Index, default_provider: st
         if tool_host is not None:
             tool_host.close()
         served.tracer.close()
+    return 0
+
+
+def config_check(args: argparse.Namespace) -> int:
+    """`bbridge config check`: every section of the file loaded as `serve` would, each refusal printed."""
+    from bbridge.agents.config import load_agents
+    from bbridge.agents.resolve import Agents
+    from bbridge.daemon.config import config_path, load_config
+    from bbridge.daemon.usage_config import load_usage
+    from bbridge.perspectives.settings import load_perspectives, unconfigured
+    from bbridge.telemetry.settings import load_telemetry
+
+    path = config_path(args.config)
+    providers, report = load_config(path)
+    agents = Agents(load_agents(path))
+    perspectives, perspectives_refused = load_perspectives(path)
+    telemetry, telemetry_refused = load_telemetry(path)
+    spending = load_usage(path)
+    refused = [*report.refused, *agents.refused(), *perspectives_refused, *telemetry_refused, *spending.refused]
+    names = ", ".join(sorted(providers))
+    contributions = [contribution.id for contribution in agents.config.contributions]
+    roots = list(agents.config.roots)
+    budgets = [budget.name for budget in spending.budgets]
+    loaded = "".join(
+        f"; {len(items)} {noun}{'s' if len(items) != 1 else ''} ({', '.join(items)})"
+        for noun, items in (
+            ("agent contribution", contributions),
+            ("skill root", roots),
+            ("priced model", spending.pricing.models()),
+            ("budget", budgets),
+        )
+        if items
+    )
+    if perspectives is not None:
+        loaded += "; perspectives" + (f" (panel: {', '.join(perspectives.panel)})" if perspectives.panel else "")
+        for warning in unconfigured(perspectives, providers):  # a warning: the tool call is where it fails
+            print(f"warning {warning}")
+    if telemetry is not None:
+        loaded += f"; traces to {telemetry.traces_url}"
+    if not refused:
+        print(f"ok: {len(providers)} providers ({names}){loaded}")
+        return 0
+    for refusal in refused:
+        print(f"refused {refusal.line()}")
+    print(f"{len(refused)} refused; {len(providers)} providers would serve ({names}){loaded}")
+    return 1
+
+
+def config_explain(args: argparse.Namespace) -> int:
+    """`bbridge config explain`: the `[[agents]]` contributions resolved for one context, as a turn would."""
+    from bbridge.agents.config import load_agents
+    from bbridge.agents.explain import explain
+    from bbridge.agents.resolve import Agents
+    from bbridge.daemon.config import config_path
+    from bbridge.seams.agent_config import AgentContext
+
+    agents = Agents(load_agents(config_path(args.config)))
+    context = AgentContext(
+        provider_id=args.provider, cwd=os.path.abspath(args.cwd), thread_id=args.thread, model=args.model
+    )
+    configuration = agents.resolve(context)
+    if args.json:
+        print(msgspec.json.encode(configuration).decode())
+        return 0
+    print(explain(agents, context, configuration), end="")
+    for refusal in agents.refused():
+        print(f"refused {refusal.line()}")
     return 0
 
 
