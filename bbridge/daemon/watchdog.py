@@ -83,6 +83,7 @@ class Slot(Protocol):
 
     thread_id: str
     watch: Watch | None
+    idle_since: float | None  # since when nothing is dispatched or open on it (idle reaping, protocol.md §4.7)
 
     @property
     def pending(self) -> Mapping[str, Pending]: ...
@@ -142,9 +143,18 @@ class Watchdogs:
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
         self._arm(thread_id).start = PendingStart(now)
+        self._threads.record(thread_id).idle_since = None
 
-    def dispatch_failed(self, thread_id: str) -> None:
+    def dispatch_failed(self, thread_id: str, now: float | None = None) -> None:
         self._disarm(thread_id)
+        self._idle(thread_id, now)
+
+    def _idle(self, thread_id: str, now: float | None) -> None:
+        """Nothing is dispatched or open on the thread any more: its session is idle from `now` (protocol.md §4.7's
+        idle-since: set after a construction, a turn's end, a provider error that will not be retried)."""
+        record = self._threads.get(thread_id)
+        if record is not None and record.watch is None and now is not None:
+            record.idle_since = now
 
     def forget(self, thread_id: str) -> None:
         """This bridge no longer sweeps the thread (a release: `ThreadRegistry.let_go` clears its watch)."""
@@ -157,12 +167,16 @@ class Watchdogs:
             scope = event["scope"]
             turn_id = scope["turnId"] if scope["kind"] == "turn" else None
             if kind == "turn/completed" or turn_id is None:
-                return self._disarm(thread_id, turn_id)
+                closed = self._disarm(thread_id, turn_id)
+                self._idle(thread_id, now)
+                return closed
             watch = self._arm(thread_id)
             watch.start = None
             watch.turns[turn_id] = OpenTurn(turn_id, now, now)
+            self._threads.record(thread_id).idle_since = None
         elif kind == "provider/error" and event.get("willRetry") is not True:
             self._disarm(thread_id)
+            self._idle(thread_id, now)
         return None
 
     def sweep(self, now: float) -> list[Event]:
