@@ -42,6 +42,11 @@ What each way of letting a thread go clears is `LETS_GO`: the record's part here
 A hidden thread (a construction's `hidden {runId, role}`: one a room runs for itself) carries its mark on its record
 (`hidden`, kept by `hidden.HiddenThreads`, read back after a restart): a release keeps it, as it keeps the name.
 
+An idle release (`Cause.IDLE`: the daemon's own `thread/stop {intent: "release"}` of a thread idle past its provider's
+`idle_release_s`, `idle.Reaper`) lets go what a client's release does; the record remembers it (`parked`, until the
+next construction), with what a resume needs (`construction`, the latest construction's params) and what the reaping
+reads (`idle_since`, `restorable`), so the thread's next turn resumes it first.
+
 A `thread/discard` and a `session/replaced` notice let nothing go here: the bridge drops or replaces its session,
 and the daemon forwards them as any other method or notice.
 """

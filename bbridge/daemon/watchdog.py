@@ -9,7 +9,10 @@ at all: the bridge's assembler notes each thread's latest notification on the th
 reaches anyway (`Assembler.heard_at`), and a sweep or a live read brings the open turns up to it (nothing per
 delta). A thread no client
 constructed (a `turn/start` on a thread the daemon never constructed, a thread learnt from `thread/identity`) gets
-its record made here when it is armed (`ThreadRegistry.record`). Times are seconds on the daemon's clock.
+its record made here when it is armed (`ThreadRegistry.record`). Since the watchdogs see every dispatch and turn
+event, they also keep a thread's idle-since for idle reaping (`Slot.idle_since`, protocol.md §4.7: cleared by a
+dispatch and a `turn/started`; set when a turn completes, a provider error will not be retried or a dispatch fails
+and nothing is left armed). Times are seconds on the daemon's clock.
 """
 
 from __future__ import annotations
