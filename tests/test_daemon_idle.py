@@ -159,11 +159,15 @@ async def test_an_idle_bridge_is_stopped_and_the_next_request_starts_another(tmp
             await client.wait_for(lambda: client.settled(THREAD, 1))
             first = daemon.supervisor.bridges["fake"].pid
             assert list(bridges(tmp_path)) == [first]
+            proc = daemon.supervisor.bridges["fake"]._proc
+            assert proc is not None and proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            pipes = [proc.stdin, proc.stdout, proc.stderr]
             status = await client.request("daemon/status", {})
             assert status["providers"][0]["idleS"] is None  # it serves the thread
 
             await until(lambda: "fake" not in daemon.supervisor.bridges)
             assert daemon.counters.idle_bridge_stops == 1 and bridges(tmp_path) == {}
+            await until(lambda: all(pipe.fileno() == -1 for pipe in pipes))  # closed, not left to the collector
             status = await client.request("daemon/status", {})
             assert status["providers"][0]["state"] == "idle"
 
