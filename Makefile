@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SHARED ?= ../shared
 
-.PHONY: install run test lint docs parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
+.PHONY: install run test lint docs parity bench clean acp-agents acp-parity claude-parity codex-parity pi-parity soak soak-daemon live-agents openrpc-meta ts-client browser mcp-servers acpx junit-schema
 
 # Two stamps: `run` needs the package and its dependencies (.installed); `test`, `lint` and the rest of `install`
 # also need the dev tools (.installed-dev), installed beside them without rebuilding anything. The package install
@@ -224,6 +224,15 @@ SOAK_FUZZ_ROUNDS ?= 3000
 soak: install
 	timeout 6h $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --hypothesis-profile=soak --hypothesis-show-statistics tests/test_properties*.py
 	BBRIDGE_FUZZ_ROUNDS=$(SOAK_FUZZ_ROUNDS) timeout 1h $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+
+# The daemon's resource soak (RELIABILITY.md, tools/soak_daemon.py), outside `make test`: 30 minutes of threads
+# constructed, used, released idle and resumed, hosted tool calls, a bridge stopped idle and started again and
+# WebSocket clients coming and going, the daemon's RSS, descriptors and child processes sampled every 10 s; it fails
+# when their slopes over the last 20 minutes are not flat or anything outlives the daemon. SOAK_DAEMON_S=120 for a
+# short run; the report (one JSON object) is also written to .cache/soak-daemon.json.
+soak-daemon: install
+	mkdir -p .cache
+	timeout 2h $(PY) -m tools.soak_daemon --strict --out .cache/soak-daemon.json
 
 parity: install
 	$(PY) -m bbridge parity recordings $(SHARED)/recordings --golden $(SHARED)/golden

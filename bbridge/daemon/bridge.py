@@ -209,6 +209,8 @@ class BridgeProcess:
         )
         self.threads: set[str] = set()
         self.started_at = trio.current_time()
+        self.inflight = 0  # its requests not yet answered
+        self.last_used = self.started_at  # when it was last handed out, answered a request or let a thread go
         self.stopping = False
         self._proc: trio.Process | None = None
         self._conn: rpc.Connection | None = None
@@ -443,6 +445,7 @@ class BridgeProcess:
         if Piece.MEMBERSHIP in pieces:
             self.threads.discard(thread_id)
             self.assembler.depart(thread_id)
+            self.last_used = trio.current_time()
 
     def turn_dispatched(self, thread_id: str) -> None:
         """A `turn/start` is sent: the turn-start watchdog is armed for the thread."""
@@ -450,7 +453,7 @@ class BridgeProcess:
 
     def dispatch_failed(self, thread_id: str) -> None:
         """The `turn/start` failed: nothing is dispatched."""
-        self.watchdogs.dispatch_failed(thread_id)
+        self.watchdogs.dispatch_failed(thread_id, trio.current_time())
 
     def provider_turn(self, thread_id: str, turn_id: str) -> str:
         """A bb turn id of the thread as the provider knows it (itself when the assembler minted none for it)."""
@@ -495,6 +498,7 @@ class BridgeProcess:
         response is read, before the bridge's later notifications (`rpc.Connection.request_raw`)."""
         if self._conn is None or self.state != "ready":
             raise rpc.RpcError(errors.BRIDGE_EXITED, f"Provider {self.provider_id!r} is not running")
+        self.inflight += 1
         try:
             return await self._conn.request_raw(method, params, timeout=timeout, on_result=on_result)
         except rpc.RequestTimeout:
@@ -509,6 +513,9 @@ class BridgeProcess:
                 f"Provider {self.provider_id!r} exited unexpectedly ({status}) with {method} in flight"
                 + self._what_it_said(),
             ) from None
+        finally:
+            self.inflight -= 1
+            self.last_used = trio.current_time()
 
 
 def quoted(lines: list[str]) -> str:

@@ -41,6 +41,9 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True):
     turn_stall_timeout_s: float = 600.0
     interaction_timeout_s: float = 300.0  # a pending request with no client connected, then the policy answers
     stop_grace_s: float = 5.0  # a stopped bridge's SIGTERM to SIGKILL of its group (protocol.md §9.4)
+    idle_release_s: float = 1800.0  # a thread idle this long is released (protocol.md §4.7; `idle.py`); 0: never
+    bridge_idle_exit_s: float = 0.0  # a bridge with no live thread this long is stopped; 0: never
+    prestart: bool = False  # spawned and handshaken at the daemon's start, not at the first request
     extension_kinds: dict[str, ExtensionKind] = {}
 
     def __post_init__(self) -> None:
@@ -238,6 +241,12 @@ def _check_seconds(value: float) -> str | None:
     return None
 
 
+def _check_off_or_seconds(value: float) -> str | None:
+    if not math.isfinite(value) or value < 0:
+        return f"expected 0 (off) or a positive, finite number of seconds, got {value}"
+    return None
+
+
 def _check_extension_kinds(kinds: dict[str, ExtensionKind]) -> str | None:
     """Schemas are checked here so that a bad one refuses its provider instead of the daemon's start."""
 
@@ -257,5 +266,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "stop_grace_s": _check_seconds,
     "turn_stall_timeout_s": _check_seconds,
     "interaction_timeout_s": _check_seconds,
+    "idle_release_s": _check_off_or_seconds,
+    "bridge_idle_exit_s": _check_off_or_seconds,
     "extension_kinds": _check_extension_kinds,
 }

@@ -32,6 +32,9 @@ class Counters:
     hosted_calls_cancelled: int = 0  # cancelled by a thread/stop, the thread's release or its bridge's exit
     hosted_asks: int = 0  # approvals a hosted call asked for (pending interaction/request)
     hosted_asks_allowed: int = 0  # of those, answered allow_once or allow_for_session
+    idle_releases: int = 0  # threads the daemon released idle (`idle_release_s`)
+    idle_resumes: int = 0  # of those, resumed by their next turn
+    idle_bridge_stops: int = 0  # bridges stopped with no live thread (`bridge_idle_exit_s`)
 
 
 TURN_BUCKETS_S: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)

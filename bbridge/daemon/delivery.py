@@ -44,11 +44,13 @@ _LIFECYCLE = Tracker.OBSERVED_TYPES | Watchdogs.OBSERVED_TYPES | {NAMED} | LEDGE
 class ThreadParams(msgspec.Struct):
     threadId: str | None = None
     providerThreadId: str | None = None
+    sessionRestorable: bool | None = None  # a construction's answer: whether the session can be resumed later
 
 
 class _Identity(msgspec.Struct):
     threadId: str
     providerThreadId: str
+    sessionRestorable: bool | None = None
 
 
 class _Replaced(msgspec.Struct):
@@ -348,7 +350,7 @@ class Output:
         """`thread/identity`: the thread's provider thread id, and the bridge serves it."""
         identity = decode(raw, _Identity)
         if identity is not None:
-            self._registry.identify(identity.threadId, identity.providerThreadId)
+            self._registry.identify(identity.threadId, identity.providerThreadId, identity.sessionRestorable)
             bridge.serves(identity.threadId)
 
     def _on_replaced(self, bridge: BridgeProcess, raw: msgspec.Raw | None) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import msgspec
 import structlog
+import trio
 from msgspec import UNSET
 
 from bbridge.daemon.agent_settings import AgentSettings
@@ -32,7 +33,7 @@ from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.hidden import HiddenThreads
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.offered_tools import OfferedTools
-from bbridge.daemon.threads import Cause, ThreadRegistry
+from bbridge.daemon.threads import Cause, Session, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
 from bbridge.seams.telemetry import Carrier
 from bbridge.wire import errors, protocol, rpc
@@ -205,7 +206,8 @@ class Construction(MethodRule):
     (`options.tools` taken out: bridges do not know it) before the bridge is asked; once it is chosen, the tools of
     the MCP servers the construction brings for its thread (`options.tools.mcpServers`) added too, then the thread
     recorded (its provider, owner and bridge, and its `hidden` mark, told to every client) before it is sent; its
-    tools, `cwd`, options and provider thread id kept from the answer. A failed construction stops the servers it
+    tools, `cwd`, options and provider thread id kept from the answer (and, for idle reaping, its params and
+    `sessionRestorable`: `idle.py`). A failed construction stops the servers it
     brought."""
 
     constructs = True
@@ -268,7 +270,8 @@ class Construction(MethodRule):
         assert call.thread_id is not None
         result = decode(raw, ThreadParams)
         provider_thread_id = None if result is None else result.providerThreadId
-        ctx.registry.constructed(call.thread_id, call.declared, provider_thread_id, call.hosted, call.cwd)
+        session = Session(dict(call.params), None if result is None else result.sessionRestorable, trio.current_time())
+        ctx.registry.constructed(call.thread_id, call.declared, provider_thread_id, call.hosted, call.cwd, session)
         ctx.registry.configured(call.thread_id, call.client_options)
         ctx.agents.constructed(call.thread_id, call.configuration)
 

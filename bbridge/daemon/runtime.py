@@ -18,6 +18,7 @@ rooms above the daemon that it was handed as `seams.services.Service`s.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from bbridge.daemon.delivery import Output
 from bbridge.daemon.extensions import ExtensionChecker
 from bbridge.daemon.fanout import ClientSink, Fanout
 from bbridge.daemon.hidden import HiddenThreads
+from bbridge.daemon.idle import Reaper
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal, entries_json
 from bbridge.daemon.ledger import Ledger
@@ -181,6 +183,16 @@ class Daemon:
             self.services,
             self.budgets,
         )
+        # idle threads released and resumed, idle bridges stopped, bridges started with the daemon
+        self.reaper = Reaper(
+            providers,
+            self.supervisor,
+            self.registry,
+            self.tracker,
+            self.interactions,
+            self.relays.resolve_thread,
+            self.counters,
+        )
         self.rules = RuleContext(
             self.registry,
             self.declarations,
@@ -204,6 +216,8 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             self.supervisor.start(nursery)
             self.relays.start(nursery)
+            nursery.start_soon(self.reaper.prestart)
+            nursery.start_soon(self.reaper.run)
             if self.text_delta_flush_ms > 0:
                 nursery.start_soon(self.output.flusher)
             task_status.started()
@@ -329,6 +343,17 @@ class Daemon:
         return self.relays.respond(client, answer)
 
     async def _forward(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
+        """A bridge method; one naming a thread is in flight on it until answered (no idle release meanwhile), and
+        waits for a release or resume of it in flight; a turn on a thread released idle resumes it first
+        (`idle.Reaper.ready`)."""
+        thread_id = params.get("threadId")
+        if not isinstance(thread_id, str):
+            return await self._send(client, method, params)
+        with self.reaper.in_flight(thread_id):
+            await self.reaper.ready(thread_id, method, functools.partial(self._send, client, "thread/resume"))
+            return await self._send(client, method, params)
+
+    async def _send(self, client: ClientSink, method: str, params: dict[str, Any]) -> Any:
         """A bridge method, with what its rule (`methods.METHODS`) does before and after."""
         rule, ctx = METHODS[method], self.rules
         call = Call(client, method, params, viewed(method, params))

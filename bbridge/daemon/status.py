@@ -23,6 +23,7 @@ from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.counters import DAEMON_INFO, Counters, TurnDurations
 from bbridge.daemon.fanout import Fanout
 from bbridge.daemon.hidden import HiddenThreads
+from bbridge.daemon.idle import blockers, bridge_idle_s
 from bbridge.daemon.mistakes import Mistakes
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.pending import Interactions
@@ -102,6 +103,7 @@ class Status:
                     capabilities=msgspec.to_builtins(bridge.capabilities),
                     uptimeS=round(now - bridge.started_at, 3),
                     threads=len(bridge.threads),
+                    idleS=None if (idle := bridge_idle_s(bridge, self._interactions, now)) is None else round(idle, 3),
                 )
             providers.append(entry)
         return {
@@ -143,6 +145,9 @@ class Status:
             live = self._registry.liveness(thread_id, now)
             turn_age, silence = (live.turn_age_s, live.silence_s) if bridge else (None, None)
             owner = self._registry.owner_of(thread_id)
+            kept = self._registry.get(thread_id)
+            idle_since = None if kept is None else kept.idle_since
+            config = self._providers.get(provider_id) if provider_id else None
             yield {
                 "threadId": thread_id,
                 "providerId": provider_id,
@@ -162,5 +167,11 @@ class Status:
                 "bridgeMistakes": self._mistakes.of_thread(thread_id),
                 "agentConfig": self._agents.thread_view(thread_id),
                 "lastSeq": last_seq,
+                "idleS": None if idle_since is None else round(now - idle_since, 3),  # idle reaping (`idle.py`)
+                "notReapable": (
+                    ["not constructed by a client"]
+                    if kept is None
+                    else blockers(thread_id, kept, bridge, self._registry, self._tracker, config)
+                ),
                 **({} if hidden is None else {"hidden": True, "runId": hidden.runId, "role": hidden.role}),
             }

@@ -100,6 +100,7 @@ class Supervisor:
         async with lock:
             current = self.bridges.get(provider_id)
             if current is not None and current.state == "ready":
+                current.last_used = trio.current_time()  # handed out: not idle (`idle.py`)
                 return current
             assert self._nursery is not None
             spawning = self._spawning
@@ -159,6 +160,15 @@ class Supervisor:
             return {"state": bridge.state, **({"reason": bridge.reason} if bridge.reason else {})}
         reason = self.start_failures.get(provider_id)
         return {"state": "failed", "reason": reason} if reason is not None else {"state": "idle"}
+
+    async def stop_idle(self, bridge: BridgeProcess, still_idle: Callable[[BridgeProcess], bool]) -> bool:
+        """Stop an idle bridge (its usual stop: `BridgeProcess.terminate`) if it is still the provider's and still
+        idle; a request for the provider meanwhile waits, then starts another. Whether it was stopped."""
+        async with self._starting.setdefault(bridge.provider_id, trio.Lock()):
+            if self.bridges.get(bridge.provider_id) is not bridge or bridge.state != "ready" or not still_idle(bridge):
+                return False
+            await bridge.terminate()
+            return True
 
     def close(self) -> None:
         """Shutdown is asked for: no bridge starts any more."""

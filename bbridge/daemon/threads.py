@@ -42,6 +42,11 @@ What each way of letting a thread go clears is `LETS_GO`: the record's part here
 A hidden thread (a construction's `hidden {runId, role}`: one a room runs for itself) carries its mark on its record
 (`hidden`, kept by `hidden.HiddenThreads`, read back after a restart): a release keeps it, as it keeps the name.
 
+An idle release (`Cause.IDLE`: the daemon's own `thread/stop {intent: "release"}` of a thread idle past its provider's
+`idle_release_s`, `idle.Reaper`) lets go what a client's release does; the record remembers it (`parked`, until the
+next construction), with what a resume needs (`construction`, the latest construction's params) and what the reaping
+reads (`idle_since`, `restorable`), so the thread's next turn resumes it first.
+
 A `thread/discard` and a `session/replaced` notice let nothing go here: the bridge drops or replaces its session,
 and the daemon forwards them as any other method or notice.
 """
@@ -67,6 +72,7 @@ class Cause(enum.Enum):
     """Why a thread is let go."""
 
     RELEASED = "released"  # its bridge answered a `thread/stop` with intent `release`
+    IDLE = "released idle"  # the daemon released it, idle past its provider's `idle_release_s` (`idle.Reaper`)
     BRIDGE_EXITED = "bridge exited"  # its bridge process ended; its open work is settled as failed
 
 
@@ -85,6 +91,9 @@ LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
     # A released thread may be resumed later (a construction declares its tools again); the daemon keeps its
     # record and open work, and the bridge stops counting it.
     Cause.RELEASED: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS}),
+    # An idle release is a release the daemon asked for: the same pieces, and the record remembers it (`parked`), so
+    # the thread's next turn resumes it first.
+    Cause.IDLE: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS}),
     # A dead bridge's guard and members go with its process; its threads keep their tools for the next process,
     # but nobody can use the answer of a hosted call it asked for.
     Cause.BRIDGE_EXITED: frozenset({Piece.TRACKER, Piece.WATCHDOGS, Piece.HOSTED_CALLS}),
@@ -122,6 +131,23 @@ class ThreadRecord:
     # its latest construction's or turn's `options` as the client sent them, less the daemon's `tools` (what a hosted
     # tool's call is told of its caller)
     options: dict[str, Any] | None = None
+    # idle reaping (`idle.py`, protocol.md §4.7): since when its session has had no dispatched or open turn (None: it
+    # has one, or no session yet), whether its session can be restored (its latest construction's or identity's
+    # `sessionRestorable`; None: not said), its latest construction's params as the client sent them (what resumes it)
+    # and whether the daemon released it idle (its next turn resumes it first)
+    idle_since: float | None = None
+    restorable: bool | None = None
+    construction: dict[str, Any] | None = None
+    parked: bool = False
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a construction's answer tells idle reaping (`ThreadRegistry.constructed`)."""
+
+    params: dict[str, Any]  # the construction's params as the client sent them
+    restorable: bool | None  # its `sessionRestorable` (None: not said)
+    now: float  # when it was answered (the daemon's clock)
 
 
 @dataclass(frozen=True)
@@ -145,6 +171,7 @@ class ThreadRegistry:
     def __init__(self, tool_host: ToolHost | None = None) -> None:
         self.records: dict[str, ThreadRecord] = {}
         self.provider_threads: dict[str, str] = {}  # bb thread → provider thread; shared with every `Delivery`
+        self.busy: dict[str, int] = {}  # the requests in flight on each thread (`idle.Reaper.in_flight`)
         self._tool_host = tool_host
 
     # -- learning a thread ----------------------------------------------------------------------------------
@@ -164,18 +191,29 @@ class ThreadRegistry:
         provider_thread_id: str | None,
         hosted: frozenset[str] = frozenset(),
         cwd: str | None = None,
+        session: Session | None = None,
     ) -> None:
         """A construction's answer: its declared tools win (`None`: the request carried no declaration check), with
-        the hosted ones among them and its `cwd`, and the provider thread id it names is recorded."""
+        the hosted ones among them and its `cwd`, and the provider thread id it names is recorded; with `session`,
+        what idle reaping keeps (the params, `sessionRestorable`, and the session idle from now unless a turn is
+        already dispatched or open)."""
         record = self.records.get(thread_id)
         if tools is not None and record is not None:
             record.tools, record.hosted, record.cwd = tools, hosted, cwd
         if provider_thread_id:
             self.provider_threads[thread_id] = provider_thread_id
+        if session is not None and record is not None:
+            record.construction, record.restorable, record.parked = session.params, session.restorable, False
+            if record.watch is None:
+                record.idle_since = session.now
 
-    def identify(self, thread_id: str, provider_thread_id: str) -> None:
-        """A provider thread id learnt before or outside an answer (a resume's, a `thread/identity` notice)."""
+    def identify(self, thread_id: str, provider_thread_id: str, restorable: bool | None = None) -> None:
+        """A provider thread id learnt before or outside an answer (a resume's, a `thread/identity` notice, with the
+        session's `sessionRestorable` when it says it: a replacement session says it again, protocol.md §4.3)."""
         self.provider_threads[thread_id] = provider_thread_id
+        record = self.records.get(thread_id)
+        if restorable is not None and record is not None:
+            record.restorable = restorable
 
     def record(self, thread_id: str) -> ThreadRecord:
         """The thread's record; one with no provider for a thread no client constructed, made on first use (a
@@ -297,6 +335,8 @@ class ThreadRegistry:
             record.tools, record.hosted = {}, frozenset()
             if self._tool_host is not None:
                 self._tool_host.forget(thread_id)
+        if cause is Cause.IDLE:
+            record.parked = True
         self.drop_if_empty(thread_id)
 
     def cancel_calls(self, thread_id: str, reason: str) -> int:

@@ -9,7 +9,10 @@ at all: the bridge's assembler notes each thread's latest notification on the th
 reaches anyway (`Assembler.heard_at`), and a sweep or a live read brings the open turns up to it (nothing per
 delta). A thread no client
 constructed (a `turn/start` on a thread the daemon never constructed, a thread learnt from `thread/identity`) gets
-its record made here when it is armed (`ThreadRegistry.record`). Times are seconds on the daemon's clock.
+its record made here when it is armed (`ThreadRegistry.record`). Since the watchdogs see every dispatch and turn
+event, they also keep a thread's idle-since for idle reaping (`Slot.idle_since`, protocol.md §4.7: cleared by a
+dispatch and a `turn/started`; set when a turn completes, a provider error will not be retried or a dispatch fails
+and nothing is left armed). Times are seconds on the daemon's clock.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ class Slot(Protocol):
 
     thread_id: str
     watch: Watch | None
+    idle_since: float | None  # since when nothing is dispatched or open on it (idle reaping, protocol.md §4.7)
 
     @property
     def pending(self) -> Mapping[str, Pending]: ...
@@ -142,9 +146,18 @@ class Watchdogs:
 
     def turn_dispatched(self, thread_id: str, now: float) -> None:
         self._arm(thread_id).start = PendingStart(now)
+        self._threads.record(thread_id).idle_since = None
 
-    def dispatch_failed(self, thread_id: str) -> None:
+    def dispatch_failed(self, thread_id: str, now: float | None = None) -> None:
         self._disarm(thread_id)
+        self._idle(thread_id, now)
+
+    def _idle(self, thread_id: str, now: float | None) -> None:
+        """Nothing is dispatched or open on the thread any more: its session is idle from `now` (protocol.md §4.7's
+        idle-since: set after a construction, a turn's end, a provider error that will not be retried)."""
+        record = self._threads.get(thread_id)
+        if record is not None and record.watch is None and now is not None:
+            record.idle_since = now
 
     def forget(self, thread_id: str) -> None:
         """This bridge no longer sweeps the thread (a release: `ThreadRegistry.let_go` clears its watch)."""
@@ -157,12 +170,16 @@ class Watchdogs:
             scope = event["scope"]
             turn_id = scope["turnId"] if scope["kind"] == "turn" else None
             if kind == "turn/completed" or turn_id is None:
-                return self._disarm(thread_id, turn_id)
+                closed = self._disarm(thread_id, turn_id)
+                self._idle(thread_id, now)
+                return closed
             watch = self._arm(thread_id)
             watch.start = None
             watch.turns[turn_id] = OpenTurn(turn_id, now, now)
+            self._threads.record(thread_id).idle_since = None
         elif kind == "provider/error" and event.get("willRetry") is not True:
             self._disarm(thread_id)
+            self._idle(thread_id, now)
         return None
 
     def sweep(self, now: float) -> list[Event]:

@@ -140,10 +140,14 @@ class StderrTail:
             self.add(line.decode("utf-8", errors="replace"))
 
     async def pump(self, stream: trio.abc.ReceiveStream) -> None:
-        """Read `stream` to its end (or until it breaks or is closed) into the tail."""
+        """Read `stream` to its end (or until it breaks or is closed) into the tail, then close it: a finished pipe's
+        descriptor is not left for the garbage collector to close (a process object in a reference cycle holds it
+        until a full collection, and a daemon that stops idle bridges all day would pile them up meanwhile)."""
         try:
             while data := await stream.receive_some():
                 self.feed(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        finally:
+            await trio.aclose_forcefully(stream)
         self.close()

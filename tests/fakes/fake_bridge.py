@@ -42,6 +42,11 @@ Modes change one behaviour each; with none the bridge is well behaved:
                   reports the answer it got (result or error) as the turn's text; other turns are plain
   ignore-term     ignores SIGTERM (a bridge that only SIGKILL stops)
   skills          answers skills/configure {"ok": true} (without it: -32601, a bridge that declares no skills)
+  restorable      declares sessionRestore and answers every construction with sessionRestorable true (its
+                  thread/identity says it too); keeps its sessions: a release drops one, and a turn/start on a
+                  thread with none is refused -32000 "unknown thread" (a released thread must be resumed first),
+                  and a thread/resume of any providerThreadId but its own ("prov-<threadId>") is refused -32002
+  unrestorable    as restorable, but each session says sessionRestorable false
   panel           answers a Perspectives thread's prompt (`panel_text`): a plan for an ai/complete prompt whose
                   schema enumerates lenses ("no plan" when FAKE_PLAN=garbage), a finding per worker lens (lens
                   "stall" streams a partial finding and holds its turn open), a synthesis quoting every finding
@@ -68,6 +73,8 @@ out = sys.stdout
 turns = 0
 live: dict[str, str] = {}  # threadId -> provider turn id
 usage_totals: dict[str, list[int]] = {}  # threadId -> its running token total (`usage` mode)
+sessions: set[str] = set()  # restorable/unrestorable: the threads with a session
+SESSIONS = bool(MODES & {"restorable", "unrestorable"})
 request_id = 0
 
 
@@ -234,15 +241,25 @@ def handle(msg):
             print("fake bridge: cannot start (crash-at-start)", file=sys.stderr, flush=True)
             sys.exit(4)
         caps = {"grammarVersions": [2, 2] if "grammar-2" in MODES else [3, 3], "fork": "tip"}
+        if SESSIONS:
+            caps["sessionRestore"] = True
         answer(msg, {"protocolVersion": 1 if "old-protocol" in MODES else 2, "capabilities": caps})
     elif method == "thread/start" and "needs-env" in MODES and not os.environ.get("BB_FAKE_EXECUTABLE"):
         error(msg, -32000, "fake could not find its CLI: set BB_FAKE_EXECUTABLE to its full path, then restart bb.")
+    elif method == "thread/resume" and SESSIONS and params.get("providerThreadId") != f"prov-{thread}":
+        error(msg, -32002, f"session {params.get('providerThreadId')} cannot be restored")
     elif method in ("thread/start", "thread/resume", "thread/fork"):
         ptid = f"prov-{thread}"
-        send({"jsonrpc": "2.0", "method": "thread/identity", "params": {"threadId": thread, "providerThreadId": ptid}})
+        identity = {"threadId": thread, "providerThreadId": ptid}
+        if SESSIONS:
+            identity["sessionRestorable"] = "restorable" in MODES
+            sessions.add(thread)
+        send({"jsonrpc": "2.0", "method": "thread/identity", "params": identity})
         delta(thread, {"kind": "session.reset"})
-        answer(msg, {"providerThreadId": ptid})
+        answer(msg, {key: value for key, value in identity.items() if key != "threadId"})
         delta(thread, {"kind": "thread.started"}, {"kind": "thread.identity", "providerThreadId": ptid})
+    elif method == "turn/start" and SESSIONS and thread not in sessions:
+        error(msg, -32000, f"unknown thread {thread}: resume it first")
     elif method == "turn/start":
         if "never-answer" in MODES:
             return
@@ -436,6 +453,8 @@ def handle(msg):
     elif method == "thread/stop" and "panel" in MODES and "activeTurnId" not in params:
         error(msg, -32602, 'Invalid params for "thread/stop": Object missing required field `activeTurnId`')
     elif method == "thread/stop":
+        if params.get("intent") == "release":
+            sessions.discard(thread)
         if params.get("intent") == "interrupt" and "strict-stop" in MODES and thread not in live:
             error(msg, -32001, f"no active turn for thread {thread}")
         elif params.get("intent") == "interrupt":

@@ -1,0 +1,47 @@
+"""The daemon's resource soak (tools/soak_daemon.py, `make soak-daemon`), run for a few seconds: the load reaches
+every part it is there for (threads released idle and resumed, hosted tool calls, a bridge stopped idle, WebSocket
+clients), the samples are taken, and nothing is left after the daemon's shutdown; its slopes are least squares."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+from tools.soak_daemon import FLAT, Sample, slope, trend
+
+
+def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    argv = [sys.executable, "-m", "tools.soak_daemon", "--seconds", "6", "--sample-s", "1", "--threads", "4",
+            "--pace-s", "0.1", "--idle-release-s", "0.5", "--bridge-idle-exit-s", "1", "--burst-s", "3",
+            "--ws-s", "0.5", "--mcp-every", "3", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert json.loads(done.stdout.splitlines()[-1]) == report and report["problems"] == []
+    counters, tally = report["counters"], report["tally"]
+    assert counters["idle_releases"] > 0 and counters["idle_resumes"] > 0 and counters["idle_bridge_stops"] > 0
+    assert counters["hosted_calls"] > 0 and counters["hosted_calls_failed"] == 0
+    assert tally["turns"] > 0 and tally["tool_turns"] > 0 and tally["burst_threads"] > 0
+    assert tally["ws_status"] > 0 and tally["ws_listeners"] > 0 and tally["ws_drops"] > 0
+    assert len(report["samples"]) >= 5 and all(s["rss_kib"] > 0 and s["fds"] > 0 for s in report["samples"])
+    assert max(s["children"] for s in report["samples"]) >= 1  # its bridges (and the thread's MCP servers)
+    after = report["afterShutdown"]
+    assert after["descendantsSeen"] > 0 and after["descendantsAlive"] == [] and after["processesInWorkDir"] == {}
+    assert after["socketFileGone"] and after["portClosed"] and report["daemonExit"] == 0
+    assert set(FLAT) <= set(report["trend"]) and report["budgets"]
+
+
+def test_the_slopes_are_least_squares_over_the_window() -> None:
+    assert slope([(0, 1), (1, 3), (2, 5)]) == 2.0 and slope([(0, 4)]) == 0.0
+    samples = [Sample(t, 1000 + (t if t >= 100 else 0) * 72, 20, 3, 0.0, 0, {}) for t in range(0, 201, 10)]
+    got = trend(samples, window_s=100)
+    assert got["windowS"] == 100 and got["samples"] == 11
+    assert got["rssKiB"]["slopePerHour"] == 72 * 3600 and not got["rssKiB"]["flat"]  # 7,200 KiB over the window
+    assert got["fds"] == {**got["fds"], "slopePerHour": 0.0, "flat": True} and got["children"]["flat"]
