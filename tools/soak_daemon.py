@@ -27,7 +27,11 @@ Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
 gives each series' least-squares slope over the last `--window-s` (20 minutes; the whole run after the first
 sample when shorter), projected over that window, and calls it flat when the projection stays within
-`FLAT` (an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). At the end the daemon gets SIGTERM; then
+`FLAT` (an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). What the memory that grew is made of:
+the daemon runs through a bootstrap (`BOOT`) that, on SIGUSR1, appends a census of its heap (after a full
+collection: `sys.getallocatedblocks()` and the count of every type the collector tracks) to a file; the soak takes
+one as the window starts and one at the end and reports the blocks and the types that grew, per turn too
+(`census`). At the end the daemon gets SIGTERM; then
 no process it started may be alive (every descendant seen in a sample, and any process whose working directory is
 the soak's directory), its socket file must be gone and its port closed.
 
@@ -66,6 +70,21 @@ REPO = Path(__file__).resolve().parent.parent
 MCP_SERVER = REPO / "tests" / "mcp_server.py"
 FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may change over the window to be flat
+# The daemon is `bbridge serve` run through this bootstrap: on SIGUSR1 it appends a census of its heap to the file
+# `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()` and the count of each type the collector
+# tracks), which the soak takes at the window's start and at the end, to say what the memory that grew is made of.
+BOOT = """
+import collections, gc, json, os, runpy, signal, sys
+def census(signum, frame):
+    gc.collect()
+    types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+    with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
+        out.write(json.dumps({"blocks": sys.getallocatedblocks(), "types": dict(types)}) + "\\n")
+signal.signal(signal.SIGUSR1, census)
+sys.argv = ["bbridge", *sys.argv[1:]]
+runpy.run_module("bbridge", run_name="__main__", alter_sys=True)
+"""
+CENSUS_TOP = 12
 TURN_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
@@ -460,11 +479,46 @@ async def sample(pid: int, client: Client, born: float, seen: dict[int, int]) ->
     )
 
 
-async def drive(args: argparse.Namespace, soak: Soak, pid: int, born: float) -> tuple[list[Sample], dict[int, int]]:
+async def take_census(pid: int, path: Path, turns: int, t: float) -> dict[str, Any] | None:
+    """The daemon's census (`BOOT`), asked with SIGUSR1 and read back (None: none came within 10 s)."""
+    before = path.read_text(encoding="utf-8").count("\n") if path.exists() else 0
+    os.kill(pid, signal.SIGUSR1)
+    with trio.move_on_after(10):
+        while not path.exists() or path.read_text(encoding="utf-8").count("\n") <= before:
+            await trio.sleep(0.05)
+        taken: dict[str, Any] = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])
+        return {"t": t, "turns": turns, **taken}
+    return None
+
+
+def census_diff(first: dict[str, Any] | None, last: dict[str, Any] | None) -> dict[str, Any]:
+    """What grew between two censuses: allocated blocks, and the types whose count grew most (per turn too)."""
+    if first is None or last is None:
+        return {"taken": False}
+    turns = max(1, last["turns"] - first["turns"])
+    grown = Counter(last["types"])
+    grown.subtract(first["types"])
+    return {
+        "fromS": first["t"],
+        "toS": last["t"],
+        "turns": last["turns"] - first["turns"],
+        "allocatedBlocks": [first["blocks"], last["blocks"]],
+        "blocksPerTurn": round((last["blocks"] - first["blocks"]) / turns, 2),
+        "grownTypes": [[name, n, last["types"].get(name, 0)] for name, n in grown.most_common(CENSUS_TOP) if n > 0],
+        "shrunkTypes": [[name, n] for name, n in sorted(grown.items(), key=lambda kv: kv[1])[:5] if n < 0],
+    }
+
+
+async def drive(
+    args: argparse.Namespace, soak: Soak, pid: int, born: float, census_path: Path
+) -> tuple[list[Sample], dict[int, int], dict[str, Any]]:
     samples: list[Sample] = []
     seen: dict[int, int] = {}
+    first: dict[str, Any] | None = None
     async with Client.connect(soak.socket, token=soak.token) as client:
-        until = trio.current_time() + args.seconds
+        start = trio.current_time()
+        until = start + args.seconds
+        window_from = max(start + args.sample_s, until - args.window_s)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(soak.follow, client)
             async with trio.open_nursery() as load:
@@ -484,11 +538,14 @@ async def drive(args: argparse.Namespace, soak: Soak, pid: int, born: float) -> 
                         file=sys.stderr,
                         flush=True,
                     )
+                    if first is None and trio.current_time() >= window_from:
+                        first = await take_census(pid, census_path, soak.tally.turns, last.t)
                     if trio.current_time() >= until:
                         break
                     await trio.sleep(min(args.sample_s, max(0.0, until - trio.current_time())))
+            last_census = await take_census(pid, census_path, soak.tally.turns, samples[-1].t)
             nursery.cancel_scope.cancel()
-    return samples, seen
+    return samples, seen, census_diff(first, last_census)
 
 
 def stop_daemon(daemon: subprocess.Popen[bytes]) -> int | None:
@@ -533,22 +590,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         token_file.chmod(0o600)
         port = free_port()
         argv = [
-            sys.executable, "-m", "bbridge", "serve", "--socket", str(socket_path), "--listen", f"127.0.0.1:{port}",
+            sys.executable, "-c", BOOT, "serve", "--socket", str(socket_path), "--listen", f"127.0.0.1:{port}",
             "--token-file", str(token_file), "--config", str(config), "--journal-bound", "256",
             "--allow-client-mcp-servers", "--log-format", "json", "--log-level", "warning",
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        census_path = work / "census.ndjson"
+        env = {**os.environ, "PYTHONPATH": str(REPO), "SOAK_CENSUS": str(census_path)}
         with (work / "daemon.log").open("wb") as log:
             born = time.monotonic()
             daemon = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             soak = Soak(args, work, socket_path, port, token)
             samples: list[Sample] = []
             seen: dict[int, int] = {}
+            census: dict[str, Any] = {"taken": False}
             try:
                 deadline = time.monotonic() + 30
                 while not socket_path.exists() and time.monotonic() < deadline and daemon.poll() is None:
                     time.sleep(0.05)
-                samples, seen = trio.run(drive, args, soak, daemon.pid, born)
+                samples, seen, census = trio.run(drive, args, soak, daemon.pid, born, census_path)
             except Exception as exc:  # the daemon is stopped and the failure reported either way
                 soak.tally.fail(f"the soak's driver failed: {exc!r}")
             finally:
@@ -563,6 +622,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "sampleS": args.sample_s,
             "daemonExit": code,
             "trend": trend(samples, args.window_s),
+            "census": census,
             "tally": asdict(soak.tally),
             "counters": samples[-1].counters if samples else {},
             "budgets": "exercised" if budgets_hook() else "not on this tree (no [[budgets]] section): budgets_hook",
@@ -618,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{series['last']} min {series['min']} max {series['max']}",
                 file=sys.stderr,
             )
+    print(f"soak census: {json.dumps(report['census'])}", file=sys.stderr)
     print(f"soak tally: {json.dumps(report['tally'])}", file=sys.stderr)
     print(f"soak after shutdown: {json.dumps(report['afterShutdown'])}", file=sys.stderr)
     for problem in problems:
