@@ -18,7 +18,7 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     out = tmp_path / "soak.json"
     argv = [sys.executable, "-m", "tools.soak_daemon", "--seconds", "6", "--sample-s", "1", "--threads", "4",
             "--pace-s", "0.1", "--idle-release-s", "0.5", "--bridge-idle-exit-s", "1", "--burst-s", "3",
-            "--ws-s", "0.5", "--mcp-every", "3", "--out", str(out)]  # fmt: skip
+            "--ws-s", "0.5", "--budget-s", "0.5", "--mcp-every", "3", "--out", str(out)]  # fmt: skip
     done = subprocess.run(
         argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180
     )
@@ -35,7 +35,9 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     after = report["afterShutdown"]
     assert after["descendantsSeen"] > 0 and after["descendantsAlive"] == [] and after["processesInWorkDir"] == {}
     assert after["socketFileGone"] and after["portClosed"] and report["daemonExit"] == 0
-    assert set(FLAT) <= set(report["trend"]) and report["budgets"]
+    assert set(FLAT) <= set(report["trend"]) and report["census"]["turns"] > 0
+    if report["budgets"] == "exercised":  # this tree has [[budgets]]: each pool thread's first turn spends, then trips
+        assert tally["budget_turns"] > 0 and tally["budget_trips"] > 0
 
 
 def test_the_slopes_are_least_squares_over_the_window() -> None:

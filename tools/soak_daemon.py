@@ -20,8 +20,9 @@ stopped when idle (`bridge_idle_exit_s`) and started with the daemon (`prestart`
 * WebSocket clients on the listener, one every `--ws-s`, in turn: one that connects, reads `daemon/status` and
   closes; one that stays a few seconds taking every broadcast, then closes; one that completes the upgrade and drops
   its TCP connection without a close frame;
-* budgets tripping, when this tree has them (`[[budgets]]` among the configuration's sections: `budgets_hook`);
-  without them the report says `budgets: not on this tree`.
+* budgets tripping (`budgets_hook`, when the configuration knows `[[budgets]]`): a turn every `--budget-s` on a pool
+  of four threads under a `deny` budget of one token per thread, so each thread's first turn spends and every later
+  one is refused naming the budget.
 
 Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/PID/fd) and its descendant processes
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
@@ -65,6 +66,7 @@ import trio
 
 from bbridge.client import Client, DaemonError, Disconnected
 from bbridge.daemon.config import KNOWN_SECTIONS
+from bbridge.wire import errors
 
 REPO = Path(__file__).resolve().parent.parent
 MCP_SERVER = REPO / "tests" / "mcp_server.py"
@@ -85,6 +87,7 @@ sys.argv = ["bbridge", *sys.argv[1:]]
 runpy.run_module("bbridge", run_name="__main__", alter_sys=True)
 """
 CENSUS_TOP = 12
+BUDGET = "soak-tiny"  # the budget `budgets_hook` configures
 TURN_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
@@ -136,6 +139,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bridge-idle-exit-s", type=float, default=3.0, help="bridge_idle_exit_s of the second")
     parser.add_argument("--burst-s", type=float, default=10.0, help="between two threads on the second provider")
     parser.add_argument("--ws-s", type=float, default=3.0, help="between two WebSocket clients")
+    parser.add_argument("--budget-s", type=float, default=15.0, help="between two turns under the tripping budget")
     parser.add_argument(
         "--mcp-every", type=int, default=4, help="every Nth construction brings an MCP server (0: none)"
     )
@@ -150,13 +154,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def budgets_hook() -> str:
-    """`[[budgets]]` for the soak when this tree's configuration has the section (issue 49 item 2): a thread budget of
-    one token that denies, on the `soak-budget-*` threads `budget_worker` runs two turns on (the second trips it).
-    Without the section, nothing: the report says budgets are not on this tree."""
+    """`[[budgets]]` for the soak when this tree's configuration has the section (issue 49 item 2): a `deny` budget
+    of one token per thread on the `soak-budget-*` threads `budget_worker` runs turns on (each thread's first turn
+    spends, every later one trips it). Without the section, nothing: the report says budgets are not on this tree."""
     if "budgets" not in KNOWN_SECTIONS:
         return ""
     return (
-        '\n[[budgets]]\nname = "soak-tiny"\nscope = "thread"\nmatch = "soak-budget-*"\nwindow = "thread"\n'
+        f'\n[[budgets]]\nname = "{BUDGET}"\nscope = "thread"\nmatch = "soak-budget-*"\nwindow = "thread"\n'
         'tokens = 1\naction = "deny"\n'
     )
 
@@ -332,26 +336,29 @@ class Soak:
             self.changed.set()
             self.changed = trio.Event()
 
-    async def turn(self, client: Client, thread_id: str, text: str) -> bool:
-        """One turn, waited for to its end: whether it completed."""
+    async def turn(self, client: Client, thread_id: str, text: str, refusal: str | None = None) -> str | None:
+        """One turn, waited for to its end: "completed", "refused" (a budget named `refusal` refused it), or None
+        (a failure, tallied)."""
         before = self.completed[thread_id]
         params = {"threadId": thread_id, "input": [{"type": "text", "text": text}], "options": FULL}
         try:
             await client.request("turn/start", params)
         except DaemonError as exc:
+            if refusal is not None and exc.code == errors.BUDGET_EXCEEDED and refusal in exc.message:
+                return "refused"
             self.tally.fail(f"turn/start {thread_id}: {exc}")
-            return False
+            return None
         with trio.move_on_after(TURN_TIMEOUT_S) as waited:
             while self.completed[thread_id] <= before:
                 await self.changed.wait()
         if waited.cancelled_caught:
             self.tally.fail(f"turn on {thread_id} did not complete within {TURN_TIMEOUT_S:g}s")
-            return False
+            return None
         if self.turn_status.get(thread_id) != "completed":
             self.tally.fail(f"turn on {thread_id} ended {self.turn_status.get(thread_id)}")
-            return False
+            return None
         self.tally.turns += 1
-        return True
+        return "completed"
 
     def construction(self, provider: str, thread_id: str, servers: bool) -> dict[str, Any]:
         options: dict[str, Any] = dict(FULL)
@@ -378,7 +385,7 @@ class Soak:
             if thread_id in started:
                 if step % 2:
                     text = f'tool:soak_stamp args:{{"text":"n{step}"}}'
-                    if await self.turn(client, thread_id, text):
+                    if await self.turn(client, thread_id, text) == "completed":
                         self.tally.tool_turns += 1
                 else:
                     await self.turn(client, thread_id, f"soak step {step}")
@@ -399,22 +406,23 @@ class Soak:
             await trio.sleep(self.args.burst_s)
 
     async def budget_worker(self, client: Client, until: float) -> None:
-        """Budgets tripping (`budgets_hook`): two turns on a fresh thread under a one-token budget."""
+        """Budgets tripping (`budgets_hook`): a turn every `--budget-s` on a pool of four threads under a `deny`
+        budget of one token per thread: a thread's first turn spends (its usage is booked), every later one is
+        refused, naming the budget."""
         n = 0
         while trio.current_time() < until:
             n += 1
-            thread_id = f"soak-budget-{n}"
+            thread_id = f"soak-budget-{n % 4}"
             try:
                 await client.request("thread/start", self.construction("soak", thread_id, False))
-                await self.turn(client, thread_id, "spend")
-                self.tally.budget_turns += 1
-                await client.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": "x"}]})
             except DaemonError as exc:
-                if "soak-tiny" in exc.message:
-                    self.tally.budget_trips += 1
-                else:
-                    self.tally.fail(f"budget {thread_id}: {exc}")
-            await trio.sleep(15)
+                self.tally.fail(f"budget thread/start {thread_id}: {exc}")
+            outcome = await self.turn(client, thread_id, "spend", refusal=BUDGET)
+            if outcome == "refused":
+                self.tally.budget_trips += 1
+            elif outcome == "completed":
+                self.tally.budget_turns += 1
+            await trio.sleep(self.args.budget_s)
 
     async def ws_worker(self, until: float) -> None:
         """WebSocket clients connecting and dropping, three kinds in turn."""
