@@ -9,6 +9,7 @@ internals, use the same one, and say what they refused alike (`Refusal`).
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,25 @@ def schema_fault(schema: dict[str, Any], where: str = "") -> str | None:
     except RecursionError:
         return f"JSON Schema nested too deeply{at}"
     return None
+
+
+class Refused(Exception):
+    """A value a section's key reader does not take; the message is the reason (`read_keys` names the key)."""
+
+
+def read_keys(
+    table: Mapping[str, Any], readers: Mapping[str, Callable[[str, Any], Any]]
+) -> tuple[dict[str, Any], list[str]]:
+    """A table refused whole (`[perspectives]`, `[telemetry]`) read key by key: the values its readers made, and one
+    `KEY: why` per key that is unknown or that its reader refused (`Refused`)."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in table.items():
+        reader = readers.get(key)
+        try:
+            if reader is None:
+                raise Refused(f"unknown key (known: {', '.join(readers)})")
+            values[key] = reader(key, value)
+        except Refused as exc:
+            problems.append(f"{key}: {exc}")
+    return values, problems

@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, Literal, cast, get_args
 
-from bbridge.config_file import Refusal, read_toml
+from bbridge.config_file import Refusal, read_keys, read_toml
+from bbridge.config_file import Refused as _Refused
 from bbridge.wire.protocol import ReasoningLevel
 
 SECTION: Final = "perspectives"
@@ -64,10 +65,6 @@ BUDGETS: Final = tuple(f.name for f in fields(PerspectivesConfig) if f.name.ends
 KEYS: Final = tuple(f.name for f in fields(PerspectivesConfig))
 
 
-class _Refused(Exception):
-    """A value that does not fit; the message is the reason."""
-
-
 def load_perspectives(path: Path | None) -> tuple[PerspectivesConfig | None, tuple[Refusal, ...]]:
     """The file's `[perspectives]` (None without a file or the table, or when it is refused) and the refusals; a
     `ConfigError` when the file itself cannot be used."""
@@ -83,16 +80,7 @@ def perspectives_from(raw: Mapping[str, Any]) -> tuple[PerspectivesConfig | None
     table = raw[SECTION]
     if not isinstance(table, dict):
         return None, (Refusal(SECTION, None, f"expected a table, got {type(table).__name__}"),)
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in table.items():
-        reader = _READERS.get(key)
-        try:
-            if reader is None:
-                raise _Refused(f"unknown key (known: {', '.join(KEYS)})")
-            values[key] = reader(key, value)
-        except _Refused as exc:
-            problems.append(f"{key}: {exc}")
+    values, problems = read_keys(table, _READERS)
     if not problems:
         config = PerspectivesConfig(**values)
         problems = _budget_problems(config)

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from bbridge.config_file import Refusal, read_toml
+from bbridge.config_file import Refusal, read_keys, read_toml
+from bbridge.config_file import Refused as _Refused
 
 SECTION: Final = "telemetry"
 TRACES_PATH: Final = "/v1/traces"
@@ -44,10 +45,6 @@ class TelemetryConfig:
 KEYS: Final = tuple(f.name for f in fields(TelemetryConfig))
 
 
-class _Refused(Exception):
-    """A value that does not fit; the message is the reason."""
-
-
 def load_telemetry(path: Path | None) -> tuple[TelemetryConfig | None, tuple[Refusal, ...]]:
     """The file's `[telemetry]` (None without a file or the table, or when it is refused) and the refusals; a
     `ConfigError` when the file itself cannot be used."""
@@ -63,16 +60,7 @@ def telemetry_from(raw: Mapping[str, Any]) -> tuple[TelemetryConfig | None, tupl
     table = raw[SECTION]
     if not isinstance(table, dict):
         return None, (Refusal(SECTION, None, f"expected a table, got {type(table).__name__}"),)
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for key, value in table.items():
-        reader = _READERS.get(key)
-        try:
-            if reader is None:
-                raise _Refused(f"unknown key (known: {', '.join(KEYS)})")
-            values[key] = reader(value)
-        except _Refused as exc:
-            problems.append(f"{key}: {exc}")
+    values, problems = read_keys(table, _READERS)
     if "otlp_endpoint" not in table:
         problems.append('otlp_endpoint: required (the collector\'s OTLP/HTTP base URL, e.g. "http://127.0.0.1:4318")')
     if problems:
@@ -121,9 +109,17 @@ def _ratio(value: Any) -> float:
     return float(value)
 
 
-_READERS: dict[str, Callable[[Any], Any]] = {
+_VALUE_READERS: dict[str, Callable[[Any], Any]] = {
     "otlp_endpoint": _endpoint,
     "headers": _headers,
     "service_name": _service_name,
     "sample_ratio": _ratio,
 }
+
+
+def _by_value(read: Callable[[Any], Any]) -> Callable[[str, Any], Any]:
+    """A reader of the value alone, as `read_keys` calls one (with its key too)."""
+    return lambda _key, value: read(value)
+
+
+_READERS: dict[str, Callable[[str, Any], Any]] = {key: _by_value(read) for key, read in _VALUE_READERS.items()}
