@@ -358,6 +358,19 @@ class HttpEndpoint:
 
 
 @contextmanager
+def loopback_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server of `handler` on 127.0.0.1 (a free port): its base URL; stopped after the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
 def http_endpoint(path: str) -> Iterator[HttpEndpoint]:
     state = HttpEndpoint("")
 
@@ -376,12 +389,6 @@ def http_endpoint(path: str) -> Iterator[HttpEndpoint]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}{path}"
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with loopback_http(Handler) as url:
+        state.url = url + path
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
