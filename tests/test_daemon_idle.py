@@ -21,6 +21,7 @@ import trio
 
 from bbridge.daemon.config import ProviderConfig, load_config
 from bbridge.daemon.idle import RELEASED_IDLE
+from bbridge.daemon.journal import Journal
 from bbridge.toolhost.catalog import Catalog
 from bbridge.toolhost.host import Host
 from bbridge.wire import rpc
@@ -100,6 +101,27 @@ async def test_an_idle_thread_is_released_and_its_next_turn_resumes_it(tmp_path:
             # released again once idle: each release and resume is the same again
             await until(lambda: daemon.counters.idle_releases == 2)
     assert bridges(tmp_path) == {}
+
+
+@pytest.mark.parametrize("journaled", [True, False])
+async def test_a_released_thread_holds_its_inputs_only_in_its_journal(tmp_path: Path, journaled: bool) -> None:
+    """With a journal, an idle release lets the thread's turn inputs go from memory (its file keeps them, read back
+    when next asked for); without one they stay, since nothing else holds them."""
+    config = {"fake": provider(tmp_path, idle_release_s=0.3)}
+    journal = Journal(directory=tmp_path / "journal") if journaled else None
+    async with running(tmp_path, config, journal=journal) as (daemon, path), connect(path) as client:
+        await client.request("thread/start", start())
+        await client.request("turn/start", turn(1, text="first"))
+        await client.wait_for(lambda: client.settled(THREAD, 1))
+        assert THREAD in daemon.inputs.held
+        await until(lambda: daemon.counters.idle_releases == 1)
+        assert (THREAD in daemon.inputs.held) is not journaled
+        listed = await client.request("thread/inputs", {"threadId": THREAD})
+        assert [i["input"][0]["text"] for i in listed["inputs"]] == ["first"]
+        await client.request("turn/start", turn(2, text="second"))  # resumed: read back, then added to
+        await client.wait_for(lambda: client.settled(THREAD, 2))
+        listed = await client.request("thread/inputs", {"threadId": THREAD})
+        assert [i["input"][0]["text"] for i in listed["inputs"]] == ["first", "second"]
 
 
 async def test_two_turns_at_once_on_a_released_thread_resume_it_once(tmp_path: Path) -> None:

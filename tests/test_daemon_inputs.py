@@ -4,12 +4,13 @@ keeps them across a restart; `daemon/status` names each thread from its latest `
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bbridge.daemon import inputs
+from bbridge.daemon import inputs, journal
 from bbridge.daemon.journal import Journal
 from bbridge.wire import rpc
 from tests.daemon_turns import START, THREAD, completed, turn
@@ -143,6 +144,24 @@ def test_each_thread_keeps_its_newest_inputs(monkeypatch: pytest.MonkeyPatch) ->
     assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_2", "creq_3", "creq_4"]
     assert [r["sentAt"] for r in kept.listing("thr_a", 2.0)["inputs"]] == [3.0, 4.0]
     assert len(sent) == 5
+
+
+def test_a_released_threads_file_is_read_back_and_cut_to_the_bound(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(inputs, "INPUTS_BOUND", 3)
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    client = {"connection": "socket-1"}
+    for n in range(7):
+        kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), client)
+    path = journal.beside(tmp_path, "thr_a", inputs.KIND)
+    assert len(path.read_text().splitlines()) == 7  # appended as they come
+    kept.let_go("thr_a")
+    assert "thr_a" not in kept.held
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_4", "creq_5", "creq_6"]
+    assert [json.loads(line)["clientRequestId"] for line in path.read_text().splitlines()] == [
+        "creq_4", "creq_5", "creq_6"
+    ]  # past twice the bound: cut to it  # fmt: skip
 
 
 async def test_status_names_each_thread_from_its_latest_name_event(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.journal import Journal
-from bbridge.daemon.ledger import Booking, Ledger
+from bbridge.daemon.ledger import LEDGER_FILE, Ledger
+from bbridge.daemon.tally import BREAKDOWN
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.usage_config import usage_from
 from bbridge.listen.routes import metrics
@@ -31,13 +32,18 @@ KINDS = ("inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTok
 # -- the rule, against what the recorded sessions report ----------------------------------------------------------
 
 
-def booked(cell: str) -> list[Booking]:
+def bookings(folder: Path) -> list[dict[str, Any]]:
+    """The bookings a ledger journaled in `folder`, one per line as made."""
+    return [json.loads(line) for line in (folder / LEDGER_FILE).read_text().splitlines()]
+
+
+def booked(cell: str, folder: Path) -> list[dict[str, Any]]:
     """A recorded cell's canonical events (its golden) through a ledger: what it books."""
-    ledger = Ledger(ThreadRegistry(None), Inputs(lambda lines: None))
+    ledger = Ledger(ThreadRegistry(None), Inputs(lambda lines: None), folder)
     for line in (require_shared("golden", cell) / "raw-events.ndjson").read_text().splitlines():
         ledger.observe(cell.split("/")[0], "thr_cell", json.loads(line))
     ledger.close()
-    return ledger.booked
+    return bookings(folder) if (folder / LEDGER_FILE).exists() else []
 
 
 # Each turn's spend as the provider counted it: the rise of its running total over the turn (codex, whose counter
@@ -58,19 +64,20 @@ RECORDED = {
 
 
 @pytest.mark.parametrize("cell", sorted(RECORDED))
-def test_each_recorded_turn_is_booked_once_with_what_it_spent(cell: str) -> None:
-    bookings = booked(cell)
-    assert [(b.turn, b.tokens[0]) for b in bookings] == RECORDED[cell]
-    assert all(b.turns == 1 and b.provider == cell.split("/")[0] for b in bookings)
+def test_each_recorded_turn_is_booked_once_with_what_it_spent(cell: str, tmp_path: Path) -> None:
+    made = booked(cell, tmp_path)
+    assert [(b["turnId"], b["totalTokens"]) for b in made] == RECORDED[cell]
+    assert all(b["turns"] == 1 and b["providerId"] == cell.split("/")[0] for b in made)
 
 
-def test_a_turns_breakdown_is_the_sum_of_its_requests() -> None:
-    (turn,) = booked("codex/turn-tools")
-    assert turn.tokens == (79676, 79422, 76800, 254, 0)  # total, input, cached input, output, reasoning output
+def test_a_turns_breakdown_is_the_sum_of_its_requests(tmp_path: Path) -> None:
+    (turn,) = booked("codex/turn-tools", tmp_path)
+    # total, input, cached input, output, reasoning output
+    assert [turn[kind] for kind in BREAKDOWN] == [79676, 79422, 76800, 254, 0]
 
 
-def test_a_late_usage_event_is_an_addendum_and_an_unchanged_total_a_repeat() -> None:
-    ledger = Ledger(ThreadRegistry(None), Inputs(lambda lines: None))
+def test_a_late_usage_event_is_an_addendum_and_an_unchanged_total_a_repeat(tmp_path: Path) -> None:
+    ledger = Ledger(ThreadRegistry(None), Inputs(lambda lines: None), tmp_path)
 
     def usage(total: int, last: int) -> dict[str, Any]:
         breakdown = dict.fromkeys(KINDS, 0)
@@ -81,7 +88,7 @@ def test_a_late_usage_event_is_an_addendum_and_an_unchanged_total_a_repeat() -> 
     for event in (usage(10, 10), usage(10, 10), {"type": "turn/completed", "scope": {"kind": "turn", "turnId": "t1"}}):
         ledger.observe("p", "thr", event)
     ledger.observe("p", "thr", usage(15, 5))  # scoped to the turn that ended: booked on its own
-    assert [(b.turn, b.tokens[0], b.turns) for b in ledger.booked] == [("t1", 10, 1), ("t1", 5, 0)]
+    assert [(b["turnId"], b["totalTokens"], b["turns"]) for b in bookings(tmp_path)] == [("t1", 10, 1), ("t1", 5, 0)]
 
 
 # -- the daemon's ledger ------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ Perspectives run before it launches and between its phases).
 A budget covers a request whose scope key (its provider, model, thread, client or run; `all` has none) matches its
 `match` glob, and is kept per key: `scope = "provider", match = "*"` gives every provider a limit of its own. What
 it has spent is the tokens (every booking's `totalTokens`) and, with `usd`, their cost (`[pricing."MODEL"]`; a model
-without a price costs nothing) of the bookings with the request's key in its window: the last hour, day, 7 or 30
-days (rolling), the request's thread, or its run. The turns still running count as booked now (`Ledger.spending`).
+without a price costs nothing) of the ledger's sums with the request's key in its window: the last hour, day, 7 or
+30 days (rolling: to the minute for an hour, to the hour for the longer ones, never less, `tally.py`), the request's
+thread, or its run. The turns still running count as booked now (`Ledger.spending`).
 A budget is past its limit when either amount has reached it; a request is checked before it starts, so a turn
 already running is never cut off.
 
@@ -29,7 +30,8 @@ from typing import Any, Final
 import msgspec
 
 from bbridge.core.events import Event
-from bbridge.daemon.ledger import Booking, Ledger
+from bbridge.daemon.ledger import Ledger
+from bbridge.daemon.tally import Sum
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.usage_config import WINDOW_S, Budget, UsageConfig
 from bbridge.seams.tool_host import Approval
@@ -129,13 +131,13 @@ class Budgets:
         states = []
         for budget in self.budgets:
             spent: dict[str | None, list[Any]] = {}
-            for booking in self._source(budget, None, now, every=True):
-                key = _group(budget, booking)
+            for sum_ in self._source(budget, None, now, every=True):
+                key = _group(budget, sum_)
                 if key is not _OUT:
                     sums = spent.setdefault(key, [0, 0.0])
-                    sums[0] += booking.tokens[0]
+                    sums[0] += sum_.tokens[0]
                     if budget.usd is not None:
-                        sums[1] += booking.usd(self._pricing) or 0.0
+                        sums[1] += sum_.usd(self._pricing) or 0.0
             nearest = max(spent.items(), key=lambda item: _ratio(budget, item[1]), default=(None, [0, 0.0]))
             state = {
                 "name": budget.name,
@@ -160,18 +162,18 @@ class Budgets:
         if (budget.window == "thread" and request.thread is None) or (budget.window == "run" and request.run is None):
             return None
         tokens, usd = 0, 0.0
-        for booking in self._source(budget, request, self._clock()):
-            if budget.scope == "all" or booking.key(budget.scope) == key:
-                tokens += booking.tokens[0]
+        for sum_ in self._source(budget, request, self._clock()):
+            if budget.scope == "all" or sum_.key(budget.scope) == key:
+                tokens += sum_.tokens[0]
                 if budget.usd is not None:
-                    usd += booking.usd(self._pricing) or 0.0
+                    usd += sum_.usd(self._pricing) or 0.0
         if _ratio(budget, [tokens, usd]) < 1:
             return None
         return BudgetRefusal(budget=budget.name, spent=_spend(budget, tokens, usd), limit=_limit(budget),
                              window=budget.window)  # fmt: skip
 
-    def _source(self, budget: Budget, request: Request | None, now: float, every: bool = False) -> Iterable[Booking]:
-        """The bookings in the budget's window: the request's thread's or run's, or (`every`) all of them."""
+    def _source(self, budget: Budget, request: Request | None, now: float, every: bool = False) -> Iterable[Sum]:
+        """The sums in the budget's window: the request's thread's or run's, or (`every`) all of them."""
         if budget.window in WINDOW_S:
             return self._ledger.spending(since=now - WINDOW_S[budget.window])
         if every or request is None:
@@ -211,20 +213,20 @@ class Budgets:
         self._publish(request.thread, provider, [warning])
 
 
-_OUT: Final[Any] = object()  # a booking outside a budget's scope
+_OUT: Final[Any] = object()  # a sum outside a budget's scope
 
 
-def _group(budget: Budget, booking: Booking) -> Any:
-    """The key a booking counts under for `daemon/status` (its scope key, and its thread or run for those
+def _group(budget: Budget, sum_: Sum) -> Any:
+    """The key a sum counts under for `daemon/status` (its scope key, and its thread or run for those
     windows), or `_OUT`."""
     parts: list[str] = []
     if budget.scope != "all":
-        key = booking.key(budget.scope)
+        key = sum_.key(budget.scope)
         if not budget.covers(key):
             return _OUT
         parts.append(str(key))
     if budget.window in ("thread", "run"):
-        owner = booking.thread if budget.window == "thread" else booking.run
+        owner = sum_.thread if budget.window == "thread" else sum_.run
         if owner is None:
             return _OUT
         parts.append(owner)

@@ -11,7 +11,8 @@ each to the `turn/input/accepted` event with the same `clientRequestId`.
 Bounded: the newest `INPUTS_BOUND` inputs per thread, and `MAX_INPUT_BYTES` of text per input (longer strings
 are cut, and the record says `truncated: true`). With `--journal`, appended to `<thread>.inputs.ndjson` beside
 the thread's events and read back (its newest `INPUTS_BOUND`) the first time a thread's inputs are asked for or
-added to after a restart.
+added to after a restart, or after the thread was released (`let_go`: a released thread holds none in memory);
+a file past twice the bound is cut to it then.
 """
 
 from __future__ import annotations
@@ -115,13 +116,19 @@ class Inputs:
                 return client if isinstance(client, dict) else None
         return None
 
+    def let_go(self, thread_id: str) -> None:
+        """The thread was released (`threads.Piece.INPUTS`): with a journal, its inputs are no longer held (its file
+        has them); without one they are, since nothing else does."""
+        if self._directory is not None:
+            self.held.pop(thread_id, None)
+
     def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:
         """The thread's inputs, read from its journal first after a restart; `keep`: held from now on even if none
         (a question about a thread that has none holds nothing)."""
         held = self.held.get(thread_id)
         if held is None:
             path = None if self._directory is None else beside(self._directory, thread_id, KIND)
-            held = deque([] if path is None else read_records(path, INPUTS_BOUND), maxlen=INPUTS_BOUND)
+            held = deque([] if path is None else read_records(path, INPUTS_BOUND, trim=True), maxlen=INPUTS_BOUND)
             if keep or held:
                 self.held[thread_id] = held
         return held

@@ -75,12 +75,21 @@ def latest_beside(directory: Path, kind: str) -> list[dict[str, Any]]:
     return [record for path in sorted(directory.glob(f"*.{kind}.ndjson")) for record in read_records(path, 1)]
 
 
-def read_records(path: Path, last: int) -> list[dict[str, Any]]:
-    """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped."""
+def read_records(path: Path, last: int, trim: bool = False) -> list[dict[str, Any]]:
+    """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped.
+    `trim`: a file of more than twice `last` lines is rewritten as its last `last` (those it keeps), so a file kept
+    bounded in memory is bounded on disk too."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
+    if trim and len(lines) > 2 * last:
+        scratch = path.with_suffix(".trim")
+        try:
+            scratch.write_text("".join(line + "\n" for line in lines[-last:]), encoding="utf-8")
+            os.replace(scratch, path)
+        except OSError as exc:
+            _logger.warning("could not trim a file beside the journal", path=str(path), error=str(exc))
     records = []
     for line in lines[-last:]:
         try:

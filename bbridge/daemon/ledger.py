@@ -21,8 +21,11 @@ Tested against what the recorded sessions report (tests/test_usage_ledger.py). T
 construction's or turn's `options.model`, else the fallback a `provider/modelFallback` named, else unknown; the
 client is the one whose input the turn accepted first (`thread/inputs`), by what it called itself in `initialize`.
 
-With `--journal` the bookings are appended to `usage/ledger.ndjson` in its directory and read back at start (a
-thread's latest `total` with them, for the repeat rule); without it they are kept in memory only.
+What is booked is summed (`tally.Tally`): by minute, hour and day as it ages, and over all time per thread and per
+run, so the ledger's memory grows with the threads and hours it has seen, not its turns. With `--journal` each
+booking is also appended to `usage/ledger.ndjson` in its directory (its turn id with it, and the thread's latest
+`total` for the repeat rule), read back at start and rewritten as the sums when it has grown; without it the sums
+are in memory only.
 """
 
 from __future__ import annotations
@@ -31,76 +34,19 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-import structlog
-
 from bbridge.core.events import Event
 from bbridge.daemon.inputs import Inputs
-from bbridge.daemon.journal import append_record, read_records
+from bbridge.daemon.tally import ZERO, Sum, Tally, Tokens, breakdown, plus, uncached
 from bbridge.daemon.threads import ThreadRegistry
 from bbridge.daemon.usage_config import Pricing
 
-log = structlog.get_logger("bbridge.daemon.ledger")
-
 USAGE: Final = "thread/tokenUsage/updated"
 OBSERVED_TYPES: Final = frozenset({USAGE, "turn/input/accepted", "turn/completed", "provider/modelFallback"})
-BREAKDOWN: Final = ("totalTokens", "inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens")
-KINDS: Final = ("inputTokens", "cachedInputTokens", "outputTokens", "reasoningOutputTokens", "totalTokens")
 LEDGER_FILE: Final = Path("usage") / "ledger.ndjson"  # in the journal's directory: no thread's file is named so
 SETTLED_KEPT: Final = 8  # a thread's last booked turns, for a late usage event's addendum
-
-Tokens = tuple[int, int, int, int, int]  # a breakdown in `BREAKDOWN` order
-ZERO: Final[Tokens] = (0, 0, 0, 0, 0)
-
-
-@dataclass(slots=True)
-class Booking:
-    """One turn booked (or an addendum to one, `turns` 0), with what it is summed by."""
-
-    at: float  # when it was booked, seconds since the epoch
-    thread: str
-    turn: str | None
-    provider: str
-    model: str | None
-    client: str | None
-    run: str | None
-    tokens: Tokens
-    turns: int = 1
-
-    @property
-    def day(self) -> str:
-        return datetime.fromtimestamp(self.at, UTC).date().isoformat()
-
-    def key(self, group: str) -> str | None:
-        value: str | None = self.day if group == "day" else getattr(self, group)
-        return value
-
-    def usd(self, pricing: Pricing) -> float | None:
-        """What its tokens cost at the model's price (None: no price); input not from the cache is what the
-        breakdown's `totalTokens` holds beyond the cached input and the output (every bridge's total counts both)."""
-        price = pricing.price(self.model)
-        if price is None:
-            return None
-        total, _, cached, output, _ = self.tokens
-        return price.usd(max(0, total - cached - output), cached, output)
-
-    def record(self, mark: Tokens | None) -> dict[str, Any]:
-        named = dict(zip(BREAKDOWN, self.tokens, strict=True))
-        return {
-            "at": self.at,
-            "threadId": self.thread,
-            "turnId": self.turn,
-            "providerId": self.provider,
-            "model": self.model,
-            "client": self.client,
-            "runId": self.run,
-            **{kind: named[kind] for kind in KINDS},
-            "turns": self.turns,
-            "mark": None if mark is None else list(mark),
-        }
 
 
 @dataclass(slots=True)
@@ -117,11 +63,10 @@ class _Thread:
     reported_model: str | None = None  # a `provider/modelFallback`'s fallback
     requests: dict[str | None, str] = field(default_factory=dict)  # each open turn's first accepted input's id
     settled: deque[str | None] = field(default_factory=lambda: deque(maxlen=SETTLED_KEPT))
-    booked: list[Booking] = field(default_factory=list)
 
 
 class Ledger:
-    """The bookings, in the order they were made, and each open turn's usage so far."""
+    """What each thread's turns spent, booked into the sums as each turn ends, and each open turn's usage so far."""
 
     def __init__(
         self,
@@ -132,13 +77,13 @@ class Ledger:
     ) -> None:
         self._registry = registry
         self._inputs = inputs
-        self._path = None if directory is None else directory / LEDGER_FILE
         self._clock = clock
-        self.booked: list[Booking] = []
+        self.tally = Tally(None if directory is None else directory / LEDGER_FILE, clock)
         self._threads: defaultdict[str, _Thread] = defaultdict(_Thread)
-        self._runs: defaultdict[str, list[Booking]] = defaultdict(list)
         self._open: dict[tuple[str, str | None], _Open] = {}
-        self.read_back()
+        self.tally.read_back()
+        for thread_id, mark in self.tally.marks.items():
+            self._threads[thread_id].mark = mark
 
     # -- what the delivery noticed ---------------------------------------------------------------------------
 
@@ -172,7 +117,7 @@ class Ledger:
     def _usage(self, provider_id: str, thread_id: str, thread: _Thread, turn: str | None, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
-        total, last = _breakdown(usage.get("total")), _breakdown(usage.get("last"))
+        total, last = breakdown(usage.get("total")), breakdown(usage.get("last"))
         if total is None or last is None:
             return
         added = ZERO if total == thread.mark else last
@@ -184,7 +129,7 @@ class Ledger:
             return
         if opened is None:
             opened = self._open[(thread_id, turn)] = _Open(provider_id)
-        opened.tokens = _plus(opened.tokens, added)
+        opened.tokens = plus(opened.tokens, added)
 
     def close(self) -> None:
         """Shutdown: every open turn booked with what it has so far."""
@@ -198,36 +143,8 @@ class Ledger:
     def _book(
         self, thread_id: str, turn: str | None, provider: str, tokens: Tokens, request: str | None, turns: int = 1
     ) -> None:
-        booking = Booking(
-            self._clock(), thread_id, turn, provider, self.model_of(thread_id), self._client(thread_id, request),
-            self._run(thread_id), tokens, turns,
-        )  # fmt: skip
-        self._keep(booking)
-        if self._path is not None:
-            try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                append_record(self._path, booking.record(self._threads[thread_id].mark))
-            except OSError as exc:
-                log.warning("could not journal a usage booking", threadId=thread_id, error=str(exc))
-
-    def _keep(self, booking: Booking) -> None:
-        self.booked.append(booking)
-        self._threads[booking.thread].booked.append(booking)
-        if booking.run is not None:
-            self._runs[booking.run].append(booking)
-
-    def read_back(self) -> None:
-        """A restart: the journaled bookings (a malformed line skipped), and each thread's latest `total`."""
-        if self._path is None:
-            return
-        for record in read_records(self._path, 1 << 62):
-            booking = _booking(record)
-            if booking is None:
-                continue
-            self._keep(booking)
-            mark = _breakdown(dict(zip(BREAKDOWN, record.get("mark") or (), strict=False)))
-            if mark is not None:
-                self._threads[booking.thread].mark = mark
+        keys = (thread_id, provider, self.model_of(thread_id), self._client(thread_id, request), self._run(thread_id))
+        self.tally.add(self._clock(), keys, tokens, turns, turn, self._threads[thread_id].mark)
 
     # -- what a booking is booked against ------------------------------------------------------------------------
 
@@ -255,84 +172,22 @@ class Ledger:
     def summary(
         self, group_by: Sequence[str], since: float | None, until: float | None, pricing: Pricing
     ) -> list[dict[str, Any]]:
-        """`usage/summary`'s rows: the bookings made in [since, until) summed by the `group_by` keys, sorted."""
-        sums: dict[tuple[str | None, ...], list[Any]] = {}
-        for booking in self.booked:
-            if (since is not None and booking.at < since) or (until is not None and booking.at >= until):
-                continue
-            key = tuple(booking.key(group) for group in group_by)
-            sum_ = sums.setdefault(key, [ZERO, 0, None])
-            sum_[0] = _plus(sum_[0], booking.tokens)
-            sum_[1] += booking.turns
-            usd = booking.usd(pricing)
-            if usd is not None:
-                sum_[2] = (sum_[2] or 0.0) + usd
-        if not group_by and not sums:
-            sums[()] = [ZERO, 0, None]
-        rows = []
-        for key, (tokens, turns, usd) in sorted(sums.items(), key=lambda item: [k or "" for k in item[0]]):
-            named = dict(zip(BREAKDOWN, tokens, strict=True))
-            row: dict[str, Any] = dict(zip(group_by, key, strict=True))
-            row |= {kind: named[kind] for kind in KINDS}
-            row["turns"] = turns
-            if usd is not None:
-                row["usd"] = round(usd, 6)
-            rows.append(row)
-        return rows
+        """`usage/summary`'s rows (`Tally.summary`)."""
+        return self.tally.summary(group_by, since, until, pricing)
 
-    def spending(
-        self, since: float | None = None, thread: str | None = None, run: str | None = None
-    ) -> Iterator[Booking]:
-        """The bookings a budget counts, each turn still open among them as booked now: those made since `since`,
-        or those of one thread, or of one run."""
+    def spending(self, since: float | None = None, thread: str | None = None, run: str | None = None) -> Iterator[Sum]:
+        """The sums a budget counts, each turn still open among them as a sum of now: those ending after `since`, or
+        those of one thread, or of one run, over all time."""
         if thread is not None:
-            yield from self._threads[thread].booked if thread in self._threads else ()
+            yield from self.tally.of_thread(thread)
         elif run is not None:
-            yield from self._runs.get(run, ())
+            yield from self.tally.of_run(run)
         else:
-            for booking in reversed(self.booked):  # newest first: a rolling window stops at its start
-                if since is not None and booking.at < since:
-                    break
-                yield booking
+            yield from self.tally.since(since)
         now = self._clock()
         for (thread_id, turn), opened in self._open.items():
             if (thread is None or thread_id == thread) and (run is None or self._run(thread_id) == run):
                 request = self._threads[thread_id].requests.get(turn)
-                yield Booking(
-                    now, thread_id, turn, opened.provider, self.model_of(thread_id),
-                    self._client(thread_id, request), self._run(thread_id), opened.tokens, 0,
-                )  # fmt: skip
-
-
-def _breakdown(value: Any) -> Tokens | None:
-    """A token breakdown (a dict, or the grammar's `TokenBreakdown` as a live event carries it) as five integers."""
-    if value is None:
-        return None
-    found: list[Any] = [
-        value.get(name) if isinstance(value, dict) else getattr(value, name, None) for name in BREAKDOWN
-    ]
-    numbers = [int(n) for n in found if isinstance(n, (int, float)) and not isinstance(n, bool)]
-    if len(numbers) != len(BREAKDOWN):
-        return None
-    return (numbers[0], numbers[1], numbers[2], numbers[3], numbers[4])
-
-
-def _plus(a: Tokens, b: Tokens) -> Tokens:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
-
-
-def _booking(record: dict[str, Any]) -> Booking | None:
-    """A journaled booking, or None when the line is not one."""
-    tokens = _breakdown(record)
-    at, thread, provider = record.get("at"), record.get("threadId"), record.get("providerId")
-    if (
-        tokens is None
-        or not isinstance(at, (int, float))
-        or not isinstance(thread, str)
-        or not isinstance(provider, str)
-    ):
-        return None
-    optional = [record.get(name) for name in ("turnId", "model", "client", "runId")]
-    turn, model, client, run = (value if isinstance(value, str) else None for value in optional)
-    turns = record.get("turns")
-    return Booking(float(at), thread, turn, provider, model, client, run, tokens, turns if turns in (0, 1) else 1)
+                keys = (thread_id, opened.provider, self.model_of(thread_id), self._client(thread_id, request),
+                        self._run(thread_id))  # fmt: skip
+                yield Sum(now, 0.0, *keys, opened.tokens, uncached(opened.tokens))

@@ -165,6 +165,7 @@ class Daemon:
             bridges,
             self.output,
             self.relays,
+            self.inputs,
         )
         self.view = Status(
             providers,

@@ -24,6 +24,7 @@ from bbridge.daemon.bridge import BridgeProcess, ExitStatus
 from bbridge.daemon.config import ConfigReport, ProviderConfig
 from bbridge.daemon.delivery import Output
 from bbridge.daemon.fanout import Fanout
+from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.relays import Relays
 from bbridge.daemon.threads import LETS_GO, Cause, Piece, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
@@ -61,6 +62,7 @@ class Supervisor:
         bridges: dict[str, BridgeProcess],
         output: Output,
         relays: Relays,
+        inputs: Inputs,
     ) -> None:
         self._providers = providers
         self._config = config
@@ -70,6 +72,7 @@ class Supervisor:
         self._tracker = tracker
         self._output = output
         self._relays = relays
+        self._inputs = inputs
         # a bridge's reads go straight to the output's handler: no coroutine of the supervisor's per read
         self.on_notifications = output.on_notifications
         self.bridges = bridges  # by provider: its current process (the output and relays read the same dict)
@@ -217,6 +220,8 @@ class Supervisor:
             settlement = self._tracker.settle_failed(thread_id, provider_thread, message, streamed)
         bridge.let_go(thread_id, pieces)
         self._registry.let_go(thread_id, cause)
+        if Piece.INPUTS in pieces:
+            self._inputs.let_go(thread_id)
         return settlement
 
     def threads_of(self, bridge: BridgeProcess) -> Iterator[str]:

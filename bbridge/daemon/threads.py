@@ -85,15 +85,21 @@ class Piece(enum.Enum):
     TRACKER = "tracker"  # its open work, settled as failed
     GUARD = "guard"  # its grammar guard state in its bridge
     MEMBERSHIP = "membership"  # its place in `BridgeProcess.threads`
+    INPUTS = "inputs"  # its turn inputs held in memory, when its journal keeps them (`Inputs.let_go`)
 
 
 LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
     # A released thread may be resumed later (a construction declares its tools again); the daemon keeps its
-    # record and open work, and the bridge stops counting it.
-    Cause.RELEASED: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS}),
+    # record and open work, and the bridge stops counting it. Its turn inputs are read back from its journal when
+    # next asked for (without a journal they stay: nothing else holds them).
+    Cause.RELEASED: frozenset(
+        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS}
+    ),
     # An idle release is a release the daemon asked for: the same pieces, and the record remembers it (`parked`), so
     # the thread's next turn resumes it first.
-    Cause.IDLE: frozenset({Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS}),
+    Cause.IDLE: frozenset(
+        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS}
+    ),
     # A dead bridge's guard and members go with its process; its threads keep their tools for the next process,
     # but nobody can use the answer of a hosted call it asked for.
     Cause.BRIDGE_EXITED: frozenset({Piece.TRACKER, Piece.WATCHDOGS, Piece.HOSTED_CALLS}),
