@@ -24,6 +24,7 @@ import acp
 from acp.schema import ClientCapabilities, Implementation, McpServerStdio
 
 STEP_S = 30.0  # every step's bound
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"  # tests/test_tracing.py's client trace
 
 
 class Editor:
@@ -124,6 +125,10 @@ async def main(scenario: str, cwd: str, session: str | None, argv: list[str]) ->
                 conn.prompt(session_id=session, prompt=[acp.text_block('tool:mini__echo args:{"text":"hi"}')]), STEP_S
             )
             report["mcp"] = called.stop_reason
+        elif scenario == "traced":  # W3C trace context in the prompt's `_meta` (ACP's meta propagation)
+            traced = await asyncio.wait_for(conn.prompt(session_id=session, prompt=[acp.text_block("traced")],
+                traceparent=TRACEPARENT, tracestate="editor=1"), STEP_S)  # fmt: skip
+            report["traced"] = traced.stop_reason
         elif scenario == "all":
             every = await asyncio.wait_for(
                 conn.prompt(session_id=session, prompt=[acp.text_block("deltas:all")]), STEP_S

@@ -15,9 +15,13 @@ import trio
 
 from bbridge.client import Client
 from bbridge.daemon.config import echo_provider
+from bbridge.telemetry import tracer as build_tracer
+from bbridge.telemetry.settings import load_telemetry
 from tests.conftest import REPO
 from tests.listen_support import TOKEN, listening
+from tests.otlp import otlp_receiver
 from tests.support import running
+from tests.test_tracing import CLIENT_SPAN, CLIENT_TRACE, one
 
 AGENT_PY = REPO / ".cache" / "acp" / "venv" / "bin" / "python"
 EDITOR = REPO / "tests" / "acp_editor.py"
@@ -152,6 +156,32 @@ async def test_a_socket_client_sees_the_thread_and_answers_the_approval_first(tm
     assert [s["sessionId"] for s in report["list"]["sessions"]] == [session]
     said = [u["content"]["text"] for u in kinds(report, "user_message_chunk")]
     assert said == ["from the page"]  # the other client's turn shows in the editor, its input as the user's
+
+
+async def test_the_editors_trace_context_makes_the_turns_span_its_child(tmp_path: Path) -> None:
+    """A prompt's `_meta` `traceparent` (and `tracestate`), as ACP's meta propagation carries W3C trace context, goes
+    into the turn's `_meta`: with `[telemetry]`, the daemon's `bbridge.turn` span is in the editor's trace."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    with otlp_receiver() as receiver:
+        config = tmp_path / "bbridge.toml"
+        config.write_text(f'[telemetry]\notlp_endpoint = "{receiver.url}"\n', encoding="utf-8")
+        settings, refused = load_telemetry(config)
+        assert settings is not None and not refused, refused
+        tracer = build_tracer(settings)
+        try:
+            async with running(tmp_path, {"echo": echo_provider()}, tracer=tracer) as (_daemon, socket):
+                argv = [str(AGENT_PY), str(EDITOR), "traced", str(cwd), "--", *BBRIDGE_ACP, "--socket", str(socket),
+                        "--sessions", str(tmp_path / "sessions.json")]  # fmt: skip
+                with trio.fail_after(RUN_S):
+                    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, env=clean_env())
+        finally:
+            tracer.close()
+        turn = one(receiver.named("bbridge.turn"))
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["traced"] == "end_turn"
+    assert (turn.trace_id, turn.parent_span_id) == (CLIENT_TRACE, CLIENT_SPAN)
+    assert turn.attributes["bbridge.thread_id"] == report["sessionId"]
 
 
 def test_every_event_kind_of_a_turn_becomes_updates_the_sdk_accepts(tmp_path: Path) -> None:

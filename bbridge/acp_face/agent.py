@@ -257,6 +257,8 @@ class Face:
         turn = {"providerId": session.choice.provider, "threadId": session.session_id, "input": inputs,
                 "providerThreadId": session.provider_thread_id, "clientRequestId": request_id,
                 "options": session.options()}  # fmt: skip
+        if (trace := params.trace()) is not None:
+            turn["_meta"] = trace
         try:
             await self.client.request("turn/start", turn)
         except DaemonError as exc:

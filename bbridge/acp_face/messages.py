@@ -54,6 +54,16 @@ class ContentBlock(msgspec.Struct, kw_only=True):
 class PromptParams(msgspec.Struct, kw_only=True):
     sessionId: str
     prompt: list[ContentBlock]
+    meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+    def trace(self) -> dict[str, str] | None:
+        """The W3C trace context the editor put in `_meta` (ACP's meta propagation: `traceparent`, `tracestate`), for
+        the turn's `_meta`: the daemon's span of the turn is then the child of the editor's."""
+        meta = self.meta or {}
+        parent, state = meta.get("traceparent"), meta.get("tracestate")
+        if not isinstance(parent, str):
+            return None
+        return {"traceparent": parent} | ({"tracestate": state} if isinstance(state, str) else {})
 
 
 class SessionParams(msgspec.Struct, kw_only=True):
