@@ -16,6 +16,7 @@ import trio
 from bbridge.cli import main
 from bbridge.daemon import server
 from bbridge.daemon.config import ProviderConfig
+from bbridge.daemon.journal import Journal
 from bbridge.daemon.runtime import Daemon
 from bbridge.daemon.usage_config import UsageConfig, usage_from
 from bbridge.perspectives.room import Perspectives
@@ -184,6 +185,36 @@ async def test_ask_denied_by_a_second_client_refuses_the_turn(tmp_path: Path) ->
     assert refused.code == errors.BUDGET_EXCEEDED
     assert refused.message.endswith("turn/start refused: its approval was declined (by socket-2)")
     assert len(owner.of(THREAD, "turn/started")) == 1
+
+
+async def test_an_allowance_for_the_session_is_journaled_and_holds_after_a_restart(tmp_path: Path) -> None:
+    folder, providers = tmp_path / "journal", {"fake": fake_provider("usage")}
+    start = {"providerId": "fake", "threadId": THREAD, "cwd": "/tmp", "options": {"model": "m"}}
+    daemon_options: dict[str, Any] = {"spending": budgets("ask")}
+    async with (
+        running(tmp_path, providers, journal=Journal(directory=folder), **daemon_options) as (daemon, path),
+        connect(path, never) as owner,
+        connect(path) as second,
+    ):
+        await owner.request("thread/start", start)
+        await spend(owner, 1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(spend, owner, 2)
+            asked = await opened(second)
+            answer = {"requestId": asked["requestId"], "result": {"decision": "allow_for_session"}}
+            await second.request("interaction/respond", answer)
+        await spend(owner, 3)  # past the limit, allowed for the thread: not asked again
+        assert sum(method == "interaction/opened" for method, _ in owner.notes) == 1
+    async with (
+        running(tmp_path, providers, journal=Journal(directory=folder), **daemon_options) as (daemon, path),
+        connect(path, never) as owner,
+    ):
+        await owner.request("thread/start", start)
+        with trio.fail_after(10):
+            await owner.request("turn/start", {"threadId": THREAD, "input": [], "clientRequestId": creq(4)})
+            await owner.wait_for(lambda: bool(owner.of(THREAD, "turn/completed")))
+        assert not [method for method, _ in owner.notes if method == "interaction/opened"]
+        assert (await owner.request("daemon/status", {}))["budgets"][0]["spent"]["tokens"] > 100
 
 
 async def test_ask_unanswered_is_declined_at_the_interaction_timeout(tmp_path: Path) -> None:

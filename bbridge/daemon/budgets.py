@@ -17,7 +17,8 @@ the page and `bbridge respond` included; the provider's `interaction_timeout_s` 
 not, since a request waits on it) and the request goes on only when allowed: `allow_for_session` keeps the allowance
 for the thread, and any allow of a request with a run for that run (its later phases and hidden threads are not
 asked again); `warn` lets it through with a `system/warning` on the thread. Deny budgets are checked first, then
-asks, then warns, each in the file's order.
+asks, then warns, each in the file's order. With `--journal`, an allowance is appended to `usage/allowances.ndjson`
+in its directory and read back at start, so a restart does not ask again what was allowed for a thread or a run.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
+import structlog
 
 from bbridge.core.events import Event
+from bbridge.daemon.journal import append_record, read_records
 from bbridge.daemon.ledger import Ledger
 from bbridge.daemon.tally import Sum
 from bbridge.daemon.threads import ThreadRegistry
@@ -52,6 +56,9 @@ WINDOW_WORDS: Final = {
     "run": "in this Perspectives run",
 }
 NO_PROVIDER: Final = "daemon"  # the pending approval of a check that names neither a thread nor a provider
+ALLOWANCES_FILE: Final = Path("usage") / "allowances.ndjson"  # in the journal's directory
+
+log = structlog.get_logger("bbridge.daemon.budgets")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Budgets:
         registry: ThreadRegistry,
         ask: Ask,
         publish: Publish,
+        directory: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.budgets = config.budgets
@@ -90,6 +98,12 @@ class Budgets:
         self._publish = publish
         self._clock = clock
         self._allowed: set[tuple[str, str, str]] = set()  # (budget, "thread" | "run", its id)
+        self._path = None if directory is None else directory / ALLOWANCES_FILE
+        if self._path is not None:
+            for record in read_records(self._path, 1 << 62):
+                budget, kind, owner = record.get("budget"), record.get("for"), record.get("id")
+                if isinstance(budget, str) and kind in ("thread", "run") and isinstance(owner, str):
+                    self._allowed.add((budget, kind, owner))
 
     def request(
         self,
@@ -196,9 +210,22 @@ class Budgets:
             by = "no answer in time" if approval.by == "daemon:timeout" else f"by {approval.by}"
             raise _refused(budget, refusal, request, f": its approval was declined ({by})")
         if request.run is not None:
-            self._allowed.add((budget.name, "run", request.run))
+            self._allow(budget.name, "run", request.run)
         if approval.decision == "allow_for_session" and request.thread is not None:
-            self._allowed.add((budget.name, "thread", request.thread))
+            self._allow(budget.name, "thread", request.thread)
+
+    def _allow(self, budget: str, kind: str, owner: str) -> None:
+        """An allowance kept (and journaled) for the budget on the thread or the run."""
+        if (budget, kind, owner) in self._allowed:
+            return
+        self._allowed.add((budget, kind, owner))
+        if self._path is not None:
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                append_record(self._path, {"budget": budget, "for": kind, "id": owner})
+            except OSError as exc:
+                log.warning("could not journal a budget allowance; it holds until the daemon stops", budget=budget,
+                            error=str(exc))  # fmt: skip
 
     def _warn(self, refusal: BudgetRefusal, request: Request) -> None:
         """A `system/warning` on the request's thread (none without a thread)."""

@@ -151,7 +151,10 @@ class Daemon:
             self.output.deliver_warning,
             self.agents,
         )
-        self.budgets = Budgets(self.spending, self.ledger, self.registry, self.relays.ask_budget, self.fanout.publish)
+        self.budgets = Budgets(
+            self.spending, self.ledger, self.registry, self.relays.ask_budget, self.fanout.publish,
+            self.journal.directory,
+        )  # fmt: skip
         spawning = Spawning(
             record_dir, tuple(record_redactions), text_delta_flush_ms, entropy_prefix, self.agents.skill_roots
         )
