@@ -207,6 +207,34 @@ async def test_a_root_turn_a_wait_on_a_person_a_client_tool_and_a_failed_turn(tm
     assert "it broke" in failed.message
 
 
+async def test_a_steer_is_a_span_under_the_turn_it_steers_and_a_refused_one_fails(tmp_path: Path) -> None:
+    def text(words: str) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": words}]
+
+    with otlp_receiver() as receiver:
+        async with traced(tmp_path, receiver) as (daemon, tracer, client):
+            start = {
+                "threadId": THREAD,
+                "input": text("hold on"),
+                "clientRequestId": "creq_tracingab2",
+                "options": FULL,
+            }
+            await client.request("turn/start", start)
+            await client.wait_for(lambda: bool(client.of(THREAD, "turn/started")))
+            turn_id = client.of(THREAD, "turn/started")[0]["scope"]["turnId"]
+            steer = {"threadId": THREAD, "input": text("finish"), "expectedTurnId": turn_id, "options": FULL}
+            await client.request("turn/steer", {**steer, "clientRequestId": "creq_tracingab3"})
+            await client.wait_for(lambda: client.settled(THREAD, 1))
+            with pytest.raises(rpc.RpcError) as refused:  # the turn has ended
+                await client.request("turn/steer", {**steer, "clientRequestId": "creq_tracingab4"})
+        steered = one(receiver.named("bbridge.turn"))
+        accepted, failed = sorted(receiver.named("bbridge.turn.steer"), key=lambda span: span.start_ns)
+    assert (accepted.trace_id, accepted.parent_span_id) == (steered.trace_id, steered.span_id)
+    assert steered.start_ns <= accepted.start_ns <= accepted.end_ns <= steered.end_ns
+    assert accepted.attributes["bbridge.thread_id"] == THREAD and accepted.status != 2
+    assert failed.status == 2 and failed.message == refused.value.message
+
+
 async def test_an_mcp_tool_call_carries_its_span_in_the_requests_meta(tmp_path: Path) -> None:
     """Through the tool host: an MCP server's tool call is noted `mcp` on its span, and the server gets the span's
     trace context in `tools/call`'s `_meta` (`traceparent`, `tracestate`: the MCP trace-context keys)."""

@@ -35,7 +35,7 @@ from bbridge.daemon.inputs import Inputs
 from bbridge.daemon.offered_tools import OfferedTools
 from bbridge.daemon.threads import Cause, Session, ThreadRegistry
 from bbridge.daemon.tracker import Tracker
-from bbridge.seams.telemetry import Carrier
+from bbridge.seams.telemetry import NO_SPAN, Carrier, Span
 from bbridge.wire import errors, protocol, rpc
 from bbridge.wire.agent_config import AgentConfiguration
 from bbridge.wire.client_api import ForwardedParams, ToolChoice
@@ -88,6 +88,7 @@ class Call:
     members: dict[str, Any] = field(default_factory=dict)  # top-level members set (`instructionMode`)
     open_before: list[str] = field(default_factory=list)  # an interrupt's open turns, before anything is resolved
     sent_at: float = field(default_factory=time.time)  # when the daemon received it (wall clock, for clients)
+    span: Span = NO_SPAN  # a steer's span under its turn, with tracing
 
     @property
     def thread_id(self) -> str | None:
@@ -322,10 +323,27 @@ class TurnStart(TurnInput):
 
 
 class TurnSteer(TurnInput):
+    """`turn/steer`: kept as `TurnInput`; with tracing, a `bbridge.turn.steer` span under the turn it steers, from
+    when it is sent to the bridge's answer (an error marks it failed)."""
+
     turn_field = "expectedTurnId"
 
     def turn_of(self, view: ForwardedParams) -> str | None:
         return None if view.expectedTurnId is UNSET else view.expectedTurnId
+
+    async def before(self, ctx: RuleContext, call: Call) -> None:
+        tracer = ctx.fanout.tracer
+        if tracer.enabled:
+            attributes = {"bbridge.thread_id": call.thread_id or "", "bbridge.provider_id": call.provider_id}
+            call.span = tracer.in_turn("bbridge.turn.steer", call.thread_id, self.turn_of(call.view), attributes)
+
+    def after_result(self, ctx: RuleContext, call: Call, raw: msgspec.Raw) -> None:
+        super().after_result(ctx, call, raw)
+        call.span.end()
+
+    def after_error(self, ctx: RuleContext, call: Call, exc: rpc.RpcError) -> Any:
+        call.span.end(exc.message)
+        return None
 
 
 class ThreadStop(MethodRule):
