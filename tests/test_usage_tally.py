@@ -134,3 +134,46 @@ def test_a_file_of_bookings_from_before_is_read_back_folded_and_rewritten(tmp_pa
     again.read_back()
     assert len(again) == 1 and totals(again) == (500, 500)
     assert len(path.read_text().splitlines()) == 1
+
+
+def test_a_clock_set_back_still_folds_and_a_sum_from_the_future_counts_until_then() -> None:
+    clock = Clock(T0)
+    tally = Tally(None, clock)
+    clock.now = T0 + 365 * DAY  # a clock a year ahead for one booking
+    book(tally, clock, KEYS, tokens(7))
+    for n in range(3 * 60):  # set right again: a turn every minute for three hours
+        clock.now = T0 + n * MINUTE
+        book(tally, clock, KEYS, tokens(1))
+    assert len(tally) <= 2 * 60 + 3  # folded as it went: two hours of minutes, an hour, the future one
+    assert totals(tally) == (187, 181)
+
+
+def test_lines_that_are_no_booking_are_skipped_and_a_torn_line_loses_only_itself(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.ndjson"
+    good = {"at": T0, "threadId": "thr_a", "providerId": "codex", "totalTokens": 5, "inputTokens": 5,
+            "cachedInputTokens": 0, "outputTokens": 0, "reasoningOutputTokens": 0, "turns": 1}  # fmt: skip
+    bad = [
+        {**good, "totalTokens": 1e400},  # json reads it as infinity
+        {**good, "at": 1e300},  # past the year 9999
+        {**good, "mark": 5},
+        {"at": 1, "threadId": "thr_a"},
+        {"threadId": "thr_a", "mark": [1e400, 0, 0, 0, 0]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in [good, *bad]) + '{"at": 17999', encoding="utf-8")
+    clock = Clock(T0 + 60)
+    tally = Tally(path, clock)
+    tally.read_back()
+    assert totals(tally) == (10, 2) and tally.marks == {}  # the good line, and the one whose mark is no breakdown
+    assert [row["day"] for row in tally.summary(["day"], None, None, PRICED)] == ["2027-01-15"]
+    book(tally, clock, KEYS, tokens(3))  # after the torn line: on a line of its own
+    again = Tally(path, clock)
+    again.read_back()
+    assert totals(again) == (13, 3)
+
+
+def test_a_file_of_nothing_the_ledger_reads_is_rewritten_empty(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.ndjson"
+    path.write_text(json.dumps({"at": 1, "threadId": "thr_a"}) + "\n" + "junk\n" * 3, encoding="utf-8")
+    tally = Tally(path, Clock(T0))
+    tally.read_back()
+    assert len(tally) == 0 and path.read_text() == ""

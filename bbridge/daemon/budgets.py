@@ -18,7 +18,8 @@ not, since a request waits on it) and the request goes on only when allowed: `al
 for the thread, and any allow of a request with a run for that run (its later phases and hidden threads are not
 asked again); `warn` lets it through with a `system/warning` on the thread. Deny budgets are checked first, then
 asks, then warns, each in the file's order. With `--journal`, an allowance is appended to `usage/allowances.ndjson`
-in its directory and read back at start, so a restart does not ask again what was allowed for a thread or a run.
+in its directory and read back at start (the newest `ALLOWANCES_KEPT`), so a restart does not ask again what was
+allowed for a thread or a run.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ WINDOW_WORDS: Final = {
 }
 NO_PROVIDER: Final = "daemon"  # the pending approval of a check that names neither a thread nor a provider
 ALLOWANCES_FILE: Final = Path("usage") / "allowances.ndjson"  # in the journal's directory
+ALLOWANCES_KEPT: Final = 10_000  # the newest, read back (a file past twice that is cut to it)
 
 log = structlog.get_logger("bbridge.daemon.budgets")
 
@@ -100,7 +102,7 @@ class Budgets:
         self._allowed: set[tuple[str, str, str]] = set()  # (budget, "thread" | "run", its id)
         self._path = None if directory is None else directory / ALLOWANCES_FILE
         if self._path is not None:
-            for record in read_records(self._path, 1 << 62):
+            for record in read_records(self._path, ALLOWANCES_KEPT, trim=True):
                 budget, kind, owner = record.get("budget"), record.get("for"), record.get("id")
                 if isinstance(budget, str) and kind in ("thread", "run") and isinstance(owner, str):
                     self._allowed.add((budget, kind, owner))

@@ -68,6 +68,7 @@ class Inputs:
         self._broadcast = broadcast
         self._directory = directory
         self.held: dict[str, deque[dict[str, Any]]] = {}
+        self._unwritten: set[str] = set()  # threads an input of which the file did not take: held until a restart
 
     def add(
         self,
@@ -95,6 +96,7 @@ class Inputs:
             try:
                 append_record(beside(self._directory, thread_id, KIND), record)
             except OSError as exc:
+                self._unwritten.add(thread_id)
                 log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
         notice = {"threadId": thread_id, "providerId": provider_id, **record}
         self._broadcast([rpc.encode_notification("thread/input", notice)])
@@ -118,8 +120,8 @@ class Inputs:
 
     def let_go(self, thread_id: str) -> None:
         """The thread was released (`threads.Piece.INPUTS`): with a journal, its inputs are no longer held (its file
-        has them); without one they are, since nothing else does."""
-        if self._directory is not None:
+        has them); without one, or when its file missed one, they are, since nothing else has them all."""
+        if self._directory is not None and thread_id not in self._unwritten:
             self.held.pop(thread_id, None)
 
     def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -64,10 +65,35 @@ def beside(directory: Path, thread_id: str, kind: str) -> Path:
     return directory / file_name(thread_id).replace(".ndjson", f".{kind}.ndjson")
 
 
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """One JSON line appended to a file beside a journal (`beside`); raises `OSError`."""
-    with path.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    """One JSON line appended to a file beside a journal (`beside`), on a line of its own even after a torn last
+    line (a crash mid-write loses that line only); raises `OSError`."""
+    with path.open("a+b") as out:
+        torn = False
+        if out.tell() > 0:
+            out.seek(-1, os.SEEK_END)
+            torn = out.read(1) != b"\n"
+        out.write((b"\n" if torn else b"") + _line(record))
+
+
+def replace_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """The file made of `records` alone, replaced whole and synced to the disk first (a crash, of the process or the
+    machine, leaves the old file or the new one); raises `OSError`."""
+    scratch = path.with_name(path.name + ".new")
+    with scratch.open("wb") as out:
+        out.writelines(_line(record) for record in records)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(scratch, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def latest_beside(directory: Path, kind: str) -> list[dict[str, Any]]:
@@ -83,13 +109,6 @@ def read_records(path: Path, last: int, trim: bool = False) -> list[dict[str, An
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
-    if trim and len(lines) > 2 * last:
-        scratch = path.with_suffix(".trim")
-        try:
-            scratch.write_text("".join(line + "\n" for line in lines[-last:]), encoding="utf-8")
-            os.replace(scratch, path)
-        except OSError as exc:
-            _logger.warning("could not trim a file beside the journal", path=str(path), error=str(exc))
     records = []
     for line in lines[-last:]:
         try:
@@ -98,6 +117,11 @@ def read_records(path: Path, last: int, trim: bool = False) -> list[dict[str, An
             continue
         if isinstance(record, dict):
             records.append(record)
+    if trim and len(lines) > 2 * last:
+        try:
+            replace_records(path, records)
+        except OSError as exc:
+            _logger.warning("could not trim a file beside the journal", path=str(path), error=str(exc))
     return records
 
 

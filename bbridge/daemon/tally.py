@@ -1,5 +1,5 @@
-"""The usage ledger's sums (issue 49): every booking (`ledger.Booking`) added to the sum of its keys over a span of
-time that widens as it ages, so what the ledger keeps grows with the threads and hours it has seen, not its turns.
+"""The usage ledger's sums (issue 49): every booking (a turn's tokens, `ledger.Ledger`) added to the sum of its keys
+over a span of time that widens as it ages, so what the ledger keeps grows with the threads and hours it has seen, not its turns.
 
 A booking is added to its minute's sum (one per thread, provider, model, client and run). The sums are folded as they
 age, at most once a minute, when a booking is made: a minute's into its hour once that hour ended over an hour ago, an
@@ -14,23 +14,23 @@ hour's into its day once that day ended over 30 days (the longest rolling window
 
 With `--journal`, each booking is appended to `usage/ledger.ndjson` as it is made, its turn id with it; at start the
 file is read back, and it is rewritten as the sums (and each thread's latest running total, the repeat rule's mark)
-whenever it holds more than twice as many lines, at start and when an hour is folded, so it does not grow with turns
-either. Without it, the sums are in memory only.
+whenever it holds more than twice as many lines, checked at start and after sums were folded, so it does not grow
+with turns either (replaced whole, synced first: a crash leaves the old file or the new). A line that is not a
+booking, a sum or a mark (torn, or with numbers out of range) is skipped. Without it, the sums are in memory only.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import structlog
 
-from bbridge.daemon.journal import append_record, read_records
+from bbridge.daemon.journal import append_record, read_records, replace_records
 from bbridge.daemon.usage_config import WINDOW_S, Pricing
 
 log = structlog.get_logger("bbridge.daemon.tally")
@@ -41,6 +41,7 @@ MINUTE: Final = 60.0
 HOUR: Final = 3600.0
 DAY: Final = 86400.0
 HOURS_KEPT_S: Final = max(WINDOW_S.values())  # hours are folded into days only past the longest rolling window
+EPOCH_RANGE: Final = (0.0, 253402300799.0)  # a booking's time read back: 1970 to the end of year 9999 (a UTC day)
 
 Tokens = tuple[int, int, int, int, int]  # a breakdown in `BREAKDOWN` order
 ZERO: Final[Tokens] = (0, 0, 0, 0, 0)
@@ -65,7 +66,7 @@ def breakdown(value: Any) -> Tokens | None:
     found: list[Any] = [
         value.get(name) if isinstance(value, dict) else getattr(value, name, None) for name in BREAKDOWN
     ]
-    numbers = [int(n) for n in found if isinstance(n, (int, float)) and not isinstance(n, bool)]
+    numbers = [int(n) for n in found if _finite(n)]
     if len(numbers) != len(BREAKDOWN):
         return None
     return (numbers[0], numbers[1], numbers[2], numbers[3], numbers[4])
@@ -123,6 +124,10 @@ def width(start: float, now: float) -> float:
     if _floor(start, HOUR) + HOUR <= now - HOUR:
         return HOUR
     return MINUTE
+
+
+def _finite(n: Any) -> TypeGuard[int | float]:
+    return (isinstance(n, int) and not isinstance(n, bool)) or (isinstance(n, float) and math.isfinite(n))
 
 
 def _floor(at: float, span: float) -> float:
@@ -195,7 +200,7 @@ class Tally:
         now = self._clock()
         folded = 0
         for span, every in ((MINUTE, MINUTE), (HOUR, HOUR)):
-            if not force and now - self._folded_at[span] < every:
+            if not force and 0 <= now - self._folded_at[span] < every:  # a clock set back: due at once
                 continue
             self._folded_at[span] = now
             sums = self._spans[span]
@@ -218,7 +223,8 @@ class Tally:
         self._lines = len(records)
         for record in records:
             thread = record.get("threadId")
-            mark = breakdown(dict(zip(BREAKDOWN, record.get("mark") or (), strict=False)))
+            marked = record.get("mark")
+            mark = breakdown(dict(zip(BREAKDOWN, marked, strict=False))) if isinstance(marked, list) else None
             if mark is not None and isinstance(thread, str):
                 self.marks[thread] = mark
             read = _read(record)
@@ -228,18 +234,14 @@ class Tally:
         self.fold(force=True)
 
     def _rewrite(self) -> None:
-        """The file as the sums and the marks, replaced whole (a crash leaves the old one)."""
+        """The file as the sums and the marks (`replace_records`)."""
         assert self._path is not None
         lines = [
             _line(s.start, s.keys, s.tokens, s.turns, span=s.span, uncachedInputTokens=s.uncached) for s in self._all()
         ]
         lines += [{"threadId": thread, "mark": list(mark)} for thread, mark in self.marks.items()]
-        scratch = self._path.with_suffix(".ndjson.tmp")
         try:
-            scratch.unlink(missing_ok=True)
-            for line in lines:
-                append_record(scratch, line)
-            os.replace(scratch, self._path)
+            replace_records(self._path, lines)
         except OSError as exc:
             log.warning("could not rewrite the usage ledger's file; it is appended to as before", error=str(exc))
             return
@@ -249,10 +251,15 @@ class Tally:
     # -- reading ---------------------------------------------------------------------------------------------------
 
     def since(self, since: float | None) -> Iterator[Sum]:
-        """The sums whose span ends after `since` (None: every sum)."""
-        for s in self._all():
-            if since is None or s.end > since:
-                yield s
+        """The sums whose span ends after `since` (None: every sum); the days' are skipped for a window within the
+        hours kept (each ended before it: `width`)."""
+        skip_days = since is not None and since >= self._clock() - HOURS_KEPT_S
+        for span, sums in self._spans.items():
+            if span == DAY and skip_days:
+                continue
+            for s in sums.values():
+                if since is None or s.end > since:
+                    yield s
 
     def of_thread(self, thread: str) -> Sequence[Sum]:
         return self._of_thread.get(thread, ())
@@ -306,8 +313,8 @@ def _read(record: dict[str, Any]) -> tuple[float, float, Keys, Tokens, int, int]
     at, thread, provider = record.get("at"), record.get("threadId"), record.get("providerId")
     if (
         tokens is None
-        or not isinstance(at, (int, float))
-        or not math.isfinite(at)
+        or not _finite(at)
+        or not EPOCH_RANGE[0] <= at <= EPOCH_RANGE[1]
         or not isinstance(thread, str)
         or not isinstance(provider, str)
     ):
