@@ -164,6 +164,14 @@ def test_a_released_threads_file_is_read_back_and_cut_to_the_bound(
     ]  # past twice the bound: cut to it  # fmt: skip
 
 
+def test_a_thread_whose_file_missed_an_input_keeps_its_inputs_when_released(tmp_path: Path) -> None:
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    journal.beside(tmp_path, "thr_a", inputs.KIND).mkdir()  # a directory where the file goes: every append fails
+    kept.add("thr_a", "fake", [], "creq_0", "turn/start", 0.0, {"connection": "socket-1"})
+    kept.let_go("thr_a")
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_0"]
+
+
 async def test_status_names_each_thread_from_its_latest_name_event(tmp_path: Path) -> None:
     async with running(tmp_path, {"fake": fake_provider("pair")}) as (daemon, path), connect(path) as client:
         before = {row["threadId"]: row for row in daemon.status()["threads"]}
