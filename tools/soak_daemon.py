@@ -73,15 +73,18 @@ MCP_SERVER = REPO / "tests" / "mcp_server.py"
 FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
 FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may change over the window to be flat
 # The daemon is `bbridge serve` run through this bootstrap: on SIGUSR1 it appends a census of its heap to the file
-# `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()` and the count of each type the collector
-# tracks), which the soak takes at the window's start and at the end, to say what the memory that grew is made of.
+# `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()`, the count of each type the collector
+# tracks and of each dict shape, its first keys), which the soak takes at the window's start and at the end, to say
+# what the memory that grew is made of.
 BOOT = """
 import collections, gc, json, os, runpy, signal, sys
 def census(signum, frame):
     gc.collect()
-    types = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+    held = gc.get_objects()
+    types = collections.Counter(type(o).__qualname__ for o in held)
+    shapes = collections.Counter(",".join(sorted(map(str, o))[:6]) for o in held if type(o) is dict)
     with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
-        out.write(json.dumps({"blocks": sys.getallocatedblocks(), "types": dict(types)}) + "\\n")
+        out.write(json.dumps({"blocks": sys.getallocatedblocks(), "types": dict(types), "dicts": dict(shapes)}) + "\\n")
 signal.signal(signal.SIGUSR1, census)
 sys.argv = ["bbridge", *sys.argv[1:]]
 runpy.run_module("bbridge", run_name="__main__", alter_sys=True)
@@ -514,7 +517,15 @@ def census_diff(first: dict[str, Any] | None, last: dict[str, Any] | None) -> di
         "blocksPerTurn": round((last["blocks"] - first["blocks"]) / turns, 2),
         "grownTypes": [[name, n, last["types"].get(name, 0)] for name, n in grown.most_common(CENSUS_TOP) if n > 0],
         "shrunkTypes": [[name, n] for name, n in sorted(grown.items(), key=lambda kv: kv[1])[:5] if n < 0],
+        "grownDicts": _grown(first.get("dicts", {}), last.get("dicts", {})),
     }
+
+
+def _grown(first: dict[str, int], last: dict[str, int]) -> list[list[Any]]:
+    """The dict shapes (their first keys, sorted) whose count grew most: what kind of record the growth is."""
+    grown = Counter(last)
+    grown.subtract(first)
+    return [[shape, n, last.get(shape, 0)] for shape, n in grown.most_common(CENSUS_TOP) if n > 0]
 
 
 async def drive(
