@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tools.soak_daemon import FLAT, Sample, slope, trend
+from tools.soak_daemon import FLAT, Sample, floor, slope, trend
 
 
 def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) -> None:
@@ -47,3 +47,13 @@ def test_the_slopes_are_least_squares_over_the_window() -> None:
     assert got["windowS"] == 100 and got["samples"] == 11
     assert got["rssKiB"]["slopePerHour"] == 72 * 3600 and not got["rssKiB"]["flat"]  # 7,200 KiB over the window
     assert got["fds"] == {**got["fds"], "slopePerHour": 0.0, "flat": True} and got["children"]["flat"]
+
+
+def test_descriptors_and_processes_are_judged_by_their_floor() -> None:
+    """What is in flight at a sample comes and goes (a peak every third sample, late in the window, is no leak);
+    a descriptor leaked every minute raises the floor, and is one."""
+    peaks = [Sample(t, 1000, 20 + (12 if t > 600 and t % 30 == 0 else 0), 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
+    assert trend(peaks, window_s=1200)["fds"]["flat"]
+    assert floor([(0, 5), (10, 3), (70, 9), (80, 8), (90, 9)]) == [(0, 3), (10, 3), (70, 8), (80, 8), (90, 8)]
+    leaking = [Sample(t, 1000, 20 + t // 60 + (12 if t % 30 == 0 else 0), 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
+    assert not trend(leaking, window_s=1200)["fds"]["flat"]

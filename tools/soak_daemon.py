@@ -4,8 +4,8 @@ descriptors and child processes sampled, their slopes reported, and nothing left
     python -m tools.soak_daemon                          # 30 minutes (`make soak-daemon`)
     SOAK_DAEMON_S=120 python -m tools.soak_daemon        # a short local run (or --seconds 120)
 
-What runs: `bbridge serve --socket S --listen 127.0.0.1:PORT --token-file T --journal-bound 256` in a temporary
-directory, on a `bbridge.toml` of two providers on the echo bridge (`python -m bridges.echo`: restorable sessions, a
+What runs: `bbridge serve --socket S --listen 127.0.0.1:PORT --token-file T --journal DIR --journal-bound 256`
+(`--no-journal`: without `--journal`, everything in memory) in a temporary directory, on a `bbridge.toml` of two providers on the echo bridge (`python -m bridges.echo`: restorable sessions, a
 `tool:<name>` directive that calls a tool), each idle-reaped (`idle_release_s`, issue 49 item 4), one of them also
 stopped when idle (`bridge_idle_exit_s`) and started with the daemon (`prestart`), and one hosted command tool
 (`[tools.soak_stamp]`, `echo`, policy allow). Against it, at a modest pace (the machine may be shared):
@@ -28,9 +28,13 @@ Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
 gives each series' least-squares slope over the last `--window-s` (20 minutes; the whole run after the first
 sample when shorter), projected over that window, and calls it flat when the projection stays within
-`FLAT` (an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). What the memory that grew is made of:
+`FLAT` (an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). Descriptors and processes are judged
+by their floor, the fewest within a minute around each sample (`floor`): a sample also counts what is in flight at that moment (a turn's tool
+process, an MCP server, a WebSocket), which comes and goes; a leak raises every later sample, the floor with them.
+What the memory that grew is made of:
 the daemon runs through a bootstrap (`BOOT`) that, on SIGUSR1, appends a census of its heap (after a full
-collection: `sys.getallocatedblocks()` and the count of every type the collector tracks) to a file; the soak takes
+collection: `sys.getallocatedblocks()`, the count of every type the collector tracks and of every dict shape, its
+first keys) to a file; the soak takes
 one as the window starts and one at the end and reports the blocks and the types that grew, per turn too
 (`census`). At the end the daemon gets SIGTERM; then
 no process it started may be alive (every descendant seen in a sample, and any process whose working directory is
@@ -147,6 +151,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--mcp-every", type=int, default=4, help="every Nth construction brings an MCP server (0: none)"
     )
     parser.add_argument("--seed", type=int, default=49)
+    parser.add_argument(
+        "--journal", action=argparse.BooleanOptionalAction, default=True,
+        help="serve with --journal in the soak's directory (--no-journal: everything in memory)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the report here too")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a slope is not flat")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (the daemon's log)")
@@ -278,9 +286,14 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((t - mean_t) * (y - mean_y) for t, y in points) / var
 
 
+def floor(points: list[tuple[float, float]], width_s: float = 60.0) -> list[tuple[float, float]]:
+    """(t, y) with each y the fewest within `width_s` around it: the level under what comes and goes."""
+    return [(t, min(v for u, v in points if abs(u - t) <= width_s / 2)) for t, _ in points]
+
+
 def trend(samples: list[Sample], window_s: float) -> dict[str, Any]:
-    """Each series over the window: its slope per hour, its change projected over the window, first, last, min,
-    max, and whether it is flat (`FLAT`)."""
+    """Each series over the window: its slope per hour (RSS: of every sample; descriptors and processes: of their
+    `floor`), its change projected over the window, first, last, min, max, and whether it is flat (`FLAT`)."""
     if not samples:
         return {}
     end = samples[-1].t
@@ -291,7 +304,8 @@ def trend(samples: list[Sample], window_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {"windowS": round(span, 1), "samples": len(chosen)}
     for name, attribute in (("rssKiB", "rss_kib"), ("fds", "fds"), ("children", "children")):
         values = [float(getattr(s, attribute)) for s in chosen]
-        per_s = slope([(s.t, v) for s, v in zip(chosen, values, strict=True)])
+        points = [(s.t, v) for s, v in zip(chosen, values, strict=True)]
+        per_s = slope(points if name == "rssKiB" else floor(points))
         projected = per_s * span
         out[name] = {
             "slopePerHour": round(per_s * 3600, 3),
@@ -611,6 +625,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         argv = [
             sys.executable, "-c", BOOT, "serve", "--socket", str(socket_path), "--listen", f"127.0.0.1:{port}",
             "--token-file", str(token_file), "--config", str(config), "--journal-bound", "256",
+            *(["--journal", str(work / "journal")] if args.journal else []),
             "--allow-client-mcp-servers", "--log-format", "json", "--log-level", "warning",
         ]  # fmt: skip
         census_path = work / "census.ndjson"
