@@ -146,6 +146,8 @@ def test_a_clock_set_back_still_folds_and_a_sum_from_the_future_counts_until_the
         book(tally, clock, KEYS, tokens(1))
     assert len(tally) <= 2 * 60 + 3  # folded as it went: two hours of minutes, an hour, the future one
     assert totals(tally) == (187, 181)
+    # the last hour: its 60 turns, the minute it starts in (a sum ending inside it) and the future one (the safe side)
+    assert sum(s.tokens[0] for s in tally.since(clock.now - HOUR)) == 61 + 7
 
 
 def test_lines_that_are_no_booking_are_skipped_and_a_torn_line_loses_only_itself(tmp_path: Path) -> None:

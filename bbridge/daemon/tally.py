@@ -10,7 +10,8 @@ hour's into its day once that day ended over 30 days (the longest rolling window
   side);
 * `usage/summary` counts the sums whose span starts in [since, until): to the minute for the last hour or two, to the
   hour for the last 30 days, to the day before (periods side by side never count a booking twice);
-* a thread's and a run's budgets read sums kept per thread and per run over all time, which never fold.
+* a thread's and a run's budgets read sums kept per thread and per run over all time, which never fold;
+* a booking made while the clock was set ahead counts in every rolling window until the clock passes it again.
 
 With `--journal`, each booking is appended to `usage/ledger.ndjson` as it is made, its turn id with it; at start the
 file is read back, and it is rewritten as the sums (and each thread's latest running total, the repeat rule's mark)
