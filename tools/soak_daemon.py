@@ -34,9 +34,10 @@ process, an MCP server, a WebSocket), which comes and goes; a leak raises every 
 What the memory that grew is made of:
 the daemon runs through a bootstrap (`BOOT`) that, on SIGUSR1, appends a census of its heap (after a full
 collection: `sys.getallocatedblocks()`, the count of every type the collector tracks and of every dict shape, its
-first keys) to a file; the soak takes
-one as the window starts and one at the end and reports the blocks and the types that grew, per turn too
-(`census`). At the end the daemon gets SIGTERM; then
+first keys, and its RSS) to a file; the soak takes one as the window starts and one at the end and reports the
+blocks and the types that grew, per turn too (`census`); after the last one the daemon's C library gives back the
+free memory it holds (`malloc_trim(0)`) and the RSS is read again (`rssKiBAfterTrim`): RSS that grew while no
+object did is memory the allocator kept, not the daemon. At the end the daemon gets SIGTERM; then
 no process it started may be alive (every descendant seen in a sample, and any process whose working directory is
 the soak's directory), its socket file must be gone and its port closed.
 
@@ -78,18 +79,27 @@ FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer":
 FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may change over the window to be flat
 # The daemon is `bbridge serve` run through this bootstrap: on SIGUSR1 it appends a census of its heap to the file
 # `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()`, the count of each type the collector
-# tracks and of each dict shape, its first keys), which the soak takes at the window's start and at the end, to say
-# what the memory that grew is made of.
+# tracks and of each dict shape, its first keys, and its RSS), which the soak takes at the window's start and at the
+# end, to say what the memory that grew is made of. The last one (SIGUSR2) then asks the C library to give back the
+# free memory it holds (glibc's `malloc_trim(0)`) and reads the RSS again: what RSS grew that no object holds.
 BOOT = """
-import collections, gc, json, os, runpy, signal, sys
+import collections, ctypes, ctypes.util, gc, json, os, runpy, signal, sys
+def rss_kib():
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 def census(signum, frame):
     gc.collect()
     held = gc.get_objects()
     types = collections.Counter(type(o).__qualname__ for o in held)
     shapes = collections.Counter(",".join(sorted(map(str, o))[:6]) for o in held if type(o) is dict)
+    taken = {"blocks": sys.getallocatedblocks(), "types": dict(types), "dicts": dict(shapes), "rssKiB": rss_kib()}
+    if signum == signal.SIGUSR2 and ctypes.util.find_library("c"):
+        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+        taken["rssKiBTrimmed"] = rss_kib()
     with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
-        out.write(json.dumps({"blocks": sys.getallocatedblocks(), "types": dict(types), "dicts": dict(shapes)}) + "\\n")
+        out.write(json.dumps(taken) + "\\n")
 signal.signal(signal.SIGUSR1, census)
+signal.signal(signal.SIGUSR2, census)
 sys.argv = ["bbridge", *sys.argv[1:]]
 runpy.run_module("bbridge", run_name="__main__", alter_sys=True)
 """
@@ -504,10 +514,11 @@ async def sample(pid: int, client: Client, born: float, seen: dict[int, int]) ->
     )
 
 
-async def take_census(pid: int, path: Path, turns: int, t: float) -> dict[str, Any] | None:
-    """The daemon's census (`BOOT`), asked with SIGUSR1 and read back (None: none came within 10 s)."""
+async def take_census(pid: int, path: Path, turns: int, t: float, trim: bool = False) -> dict[str, Any] | None:
+    """The daemon's census (`BOOT`), asked with SIGUSR1 (`trim`: SIGUSR2, the free memory given back after it) and
+    read back (None: none came within 10 s)."""
     before = path.read_text(encoding="utf-8").count("\n") if path.exists() else 0
-    os.kill(pid, signal.SIGUSR1)
+    os.kill(pid, signal.SIGUSR2 if trim else signal.SIGUSR1)
     with trio.move_on_after(10):
         while not path.exists() or path.read_text(encoding="utf-8").count("\n") <= before:
             await trio.sleep(0.05)
@@ -532,6 +543,8 @@ def census_diff(first: dict[str, Any] | None, last: dict[str, Any] | None) -> di
         "grownTypes": [[name, n, last["types"].get(name, 0)] for name, n in grown.most_common(CENSUS_TOP) if n > 0],
         "shrunkTypes": [[name, n] for name, n in sorted(grown.items(), key=lambda kv: kv[1])[:5] if n < 0],
         "grownDicts": _grown(first.get("dicts", {}), last.get("dicts", {})),
+        "rssKiB": [first.get("rssKiB"), last.get("rssKiB")],
+        "rssKiBAfterTrim": last.get("rssKiBTrimmed"),  # the end's RSS once the C library gave back its free memory
     }
 
 
@@ -576,7 +589,7 @@ async def drive(
                     if trio.current_time() >= until:
                         break
                     await trio.sleep(min(args.sample_s, max(0.0, until - trio.current_time())))
-            last_census = await take_census(pid, census_path, soak.tally.turns, samples[-1].t)
+            last_census = await take_census(pid, census_path, soak.tally.turns, samples[-1].t, trim=True)
             nursery.cancel_scope.cancel()
     return samples, seen, census_diff(first, last_census)
 
