@@ -36,6 +36,7 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     assert after["descendantsSeen"] > 0 and after["descendantsAlive"] == [] and after["processesInWorkDir"] == {}
     assert after["socketFileGone"] and after["portClosed"] and report["daemonExit"] == 0
     assert set(FLAT) <= set(report["trend"]) and report["census"]["turns"] > 0
+    assert 0 < report["census"]["rssKiBAfterTrim"] <= report["census"]["rssKiB"][1]  # glibc gave back what it kept
     assert report["budgets"] == "exercised"  # each pool thread's first turn spends, then its later ones trip
     assert tally["budget_turns"] > 0 and tally["budget_trips"] > 0
 
