@@ -152,16 +152,33 @@ def test_a_released_threads_file_is_read_back_and_cut_to_the_bound(
     monkeypatch.setattr(inputs, "INPUTS_BOUND", 3)
     kept = inputs.Inputs(lambda lines: None, tmp_path)
     client = {"connection": "socket-1"}
-    for n in range(7):
+    for n in range(5):
         kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), client)
     path = journal.beside(tmp_path, "thr_a", inputs.KIND)
-    assert len(path.read_text().splitlines()) == 7  # appended as they come
+    assert len(path.read_text().splitlines()) == 5  # appended as they come
     kept.let_go("thr_a")
     assert "thr_a" not in kept.held
+    for n in (5, 6):  # a file longer than the process knows (another daemon's, before a restart)
+        journal.append_record(path, {"clientRequestId": f"creq_{n}", "method": "turn/start", "input": [],
+                                     "sentAt": float(n), "client": client})  # fmt: skip
     assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_4", "creq_5", "creq_6"]
     assert [json.loads(line)["clientRequestId"] for line in path.read_text().splitlines()] == [
         "creq_4", "creq_5", "creq_6"
     ]  # past twice the bound: cut to it  # fmt: skip
+
+
+def test_a_thread_never_released_has_its_file_cut_as_it_grows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(inputs, "INPUTS_BOUND", 3)
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    path = journal.beside(tmp_path, "thr_a", inputs.KIND)
+    sizes = []
+    for n in range(12):
+        kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), {"connection": "socket-1"})
+        sizes.append(len(path.read_text().splitlines()))
+    assert sizes == [1, 2, 3, 4, 5, 6, 3, 4, 5, 6, 3, 4]  # never past twice the bound: cut to the newest three
+    assert [json.loads(line)["clientRequestId"] for line in path.read_text().splitlines()] == [
+        "creq_8", "creq_9", "creq_10", "creq_11"
+    ]  # fmt: skip
 
 
 def test_a_thread_whose_file_missed_an_input_keeps_its_inputs_when_released(tmp_path: Path) -> None:

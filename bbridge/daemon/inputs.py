@@ -12,7 +12,7 @@ Bounded: the newest `INPUTS_BOUND` inputs per thread, and `MAX_INPUT_BYTES` of t
 are cut, and the record says `truncated: true`). With `--journal`, appended to `<thread>.inputs.ndjson` beside
 the thread's events and read back (its newest `INPUTS_BOUND`) the first time a thread's inputs are asked for or
 added to after a restart, or after the thread was released (`let_go`: a released thread holds none in memory);
-a file past twice the bound is cut to it then.
+a file past twice the bound is cut to it then, or when an input takes it there.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from bbridge.daemon.journal import append_record, beside, read_records
+from bbridge.daemon.journal import append_record, beside, read_records, replace_records
 from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.daemon.inputs")
@@ -69,6 +69,7 @@ class Inputs:
         self._directory = directory
         self.held: dict[str, deque[dict[str, Any]]] = {}
         self._unwritten: set[str] = set()  # threads an input of which the file did not take: held until a restart
+        self._lines: dict[str, int] = {}  # the lines of each held thread's file, as far as this process knows
 
     def add(
         self,
@@ -91,10 +92,18 @@ class Inputs:
         }
         if cut:
             record["truncated"] = True
-        self._of(thread_id).append(record)
+        held = self._of(thread_id)
+        held.append(record)
         if self._directory is not None:
+            path = beside(self._directory, thread_id, KIND)
             try:
-                append_record(beside(self._directory, thread_id, KIND), record)
+                lines = self._lines.get(thread_id, len(held) - 1) + 1
+                if lines > 2 * INPUTS_BOUND:  # cut to the bound as it grows, not only when read back
+                    replace_records(path, held)
+                    lines = len(held)
+                else:
+                    append_record(path, record)
+                self._lines[thread_id] = lines
             except OSError as exc:
                 self._unwritten.add(thread_id)
                 log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
@@ -123,6 +132,7 @@ class Inputs:
         has them); without one, or when its file missed one, they are, since nothing else has them all."""
         if self._directory is not None and thread_id not in self._unwritten:
             self.held.pop(thread_id, None)
+            self._lines.pop(thread_id, None)
 
     def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:
         """The thread's inputs, read from its journal first after a restart; `keep`: held from now on even if none
