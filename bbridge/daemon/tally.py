@@ -1,5 +1,6 @@
 """The usage ledger's sums (issue 49): every booking (a turn's tokens, `ledger.Ledger`) added to the sum of its keys
-over a span of time that widens as it ages, so what the ledger keeps grows with the threads and hours it has seen, not its turns.
+over a span of time that widens as it ages, so what the ledger keeps grows with the threads and hours it has seen,
+not with its turns.
 
 A booking is added to its minute's sum (one per thread, provider, model, client and run). The sums are folded as they
 age, at most once a minute, when a booking is made: a minute's into its hour once that hour ended over an hour ago, an
