@@ -5,9 +5,10 @@ descriptors and child processes sampled, their slopes reported, and nothing left
     SOAK_DAEMON_S=120 python -m tools.soak_daemon        # a short local run (or --seconds 120)
 
 What runs: `bbridge serve --socket S --listen 127.0.0.1:PORT --token-file T --journal DIR --journal-bound 256`
-(`--no-journal`: without `--journal`, everything in memory) in a temporary directory, on a `bbridge.toml` of two providers on the echo bridge (`python -m bridges.echo`: restorable sessions, a
-`tool:<name>` directive that calls a tool), each idle-reaped (`idle_release_s`, issue 49 item 4), one of them also
-stopped when idle (`bridge_idle_exit_s`) and started with the daemon (`prestart`), and one hosted command tool
+(`--no-journal`: without `--journal`, everything in memory) in a temporary directory, on a `bbridge.toml` of two
+providers on the echo bridge (`python -m bridges.echo`: restorable sessions, a `tool:<name>` directive that calls a
+tool), each idle-reaped (`idle_release_s`, issue 49 item 4), one of them also stopped when idle
+(`bridge_idle_exit_s`) and started with the daemon (`prestart`), and one hosted command tool
 (`[tools.soak_stamp]`, `echo`, policy allow). Against it, at a modest pace (the machine may be shared):
 
 * a pool of `--threads` thread ids on the first provider: each step picks one; a fresh one (or one in four) is
@@ -27,15 +28,14 @@ stopped when idle (`bridge_idle_exit_s`) and started with the daemon (`prestart`
 Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/PID/fd) and its descendant processes
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
 gives each series' least-squares slope over the last `--window-s` (20 minutes; the whole run after the first
-sample when shorter), projected over that window, and calls it flat when the projection stays within
-`FLAT` (an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). Descriptors and processes are judged
-by their floor, the fewest within a minute around each sample (`floor`): a sample also counts what is in flight at that moment (a turn's tool
-process, an MCP server, a WebSocket), which comes and goes; a leak raises every later sample, the floor with them.
-What the memory that grew is made of:
-the daemon runs through a bootstrap (`BOOT`) that, on SIGUSR1, appends a census of its heap (after a full
-collection: `sys.getallocatedblocks()`, the count of every type the collector tracks and of every dict shape, its
-first keys, and its RSS) to a file; the soak takes one as the window starts and one at the end and reports the
-blocks and the types that grew, per turn too (`census`); after the last one the daemon's C library gives back the
+sample when shorter), projected over that window, and calls it flat when the projection stays within `FLAT` (an
+RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). Descriptors and processes are judged by their
+floor, the fewest within a minute around each sample (`floor`): a sample also counts what is in flight at that
+moment (a turn's tool process, an MCP server, a WebSocket), which comes and goes; a leak raises every later sample,
+the floor with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
+SIGUSR1, appends a census of its heap (after a full collection: `sys.getallocatedblocks()`, the count of every type
+the collector tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the
+window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after the last one the daemon's C library gives back the
 free memory it holds (`malloc_trim(0)`) and the RSS is read again (`rssKiBAfterTrim`): RSS that grew while no
 object did is memory the allocator kept, not the daemon. At the end the daemon gets SIGTERM; then
 no process it started may be alive (every descendant seen in a sample, and any process whose working directory is
