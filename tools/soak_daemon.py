@@ -35,11 +35,11 @@ moment (a turn's tool process, an MCP server, a WebSocket), which comes and goes
 the floor with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
 SIGUSR1, appends a census of its heap (after a full collection: `sys.getallocatedblocks()`, the count of every type
 the collector tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the
-window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after the last one the daemon's C library gives back the
-free memory it holds (`malloc_trim(0)`) and the RSS is read again (`rssKiBAfterTrim`): RSS that grew while no
-object did is memory the allocator kept, not the daemon. At the end the daemon gets SIGTERM; then
-no process it started may be alive (every descendant seen in a sample, and any process whose working directory is
-the soak's directory), its socket file must be gone and its port closed.
+window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after
+the last one the daemon's C library gives back the free memory it holds (`malloc_trim(0)`) and the RSS is read again
+(`rssKiBAfterTrim`): RSS that grew while no object did is memory the allocator kept, not the daemon. At the end the
+daemon gets SIGTERM; then no process it started may be alive (every descendant seen in a sample, and any process
+whose working directory is the soak's directory), its socket file must be gone and its port closed.
 
 The last line on stdout is the report as one JSON object (`--out FILE` writes it too); a summary goes to stderr. Exit
 1 when a turn or a request failed, something is left after the shutdown, or (`--strict`, as `make soak-daemon` runs
