@@ -37,7 +37,8 @@ SIGUSR1, appends a census of its heap (after a full collection: `sys.getallocate
 the collector tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the
 window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after
 the last one the daemon's C library gives back the free memory it holds (`malloc_trim(0)`) and the RSS is read again
-(`rssKiBAfterTrim`): RSS that grew while no object did is memory the allocator kept, not the daemon. At the end the
+(`rssKiBAfterTrim`): RSS that grew while no object did is memory the allocator kept, not the daemon. Each census is
+taken in a forked child, so it does not move the daemon's RSS. At the end the
 daemon gets SIGTERM; then no process it started may be alive (every descendant seen in a sample, and any process
 whose working directory is the soak's directory), its socket file must be gone and its port closed.
 
@@ -80,24 +81,34 @@ FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may chan
 # The daemon is `bbridge serve` run through this bootstrap: on SIGUSR1 it appends a census of its heap to the file
 # `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()`, the count of each type the collector
 # tracks and of each dict shape, its first keys, and its RSS), which the soak takes at the window's start and at the
-# end, to say what the memory that grew is made of. The last one (SIGUSR2) then asks the C library to give back the
-# free memory it holds (glibc's `malloc_trim(0)`) and reads the RSS again: what RSS grew that no object holds.
+# end, to say what the memory that grew is made of. The census is taken in a forked child, which sees the daemon's
+# heap as it is and whose allocations are its own, so measuring does not move the daemon's RSS (the daemon waits the
+# second or so it takes). The last one (SIGUSR2) first asks the C library to give back the free memory it holds
+# (glibc's `malloc_trim(0)`) and reads the RSS again: what RSS grew that no object holds.
 BOOT = """
 import collections, ctypes, ctypes.util, gc, json, os, runpy, signal, sys
 def rss_kib():
     with open("/proc/self/status", encoding="ascii") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
 def census(signum, frame):
-    gc.collect()
-    held = gc.get_objects()
-    types = collections.Counter(type(o).__qualname__ for o in held)
-    shapes = collections.Counter(",".join(sorted(map(str, o))[:6]) for o in held if type(o) is dict)
-    taken = {"blocks": sys.getallocatedblocks(), "types": dict(types), "dicts": dict(shapes), "rssKiB": rss_kib()}
+    taken = {"rssKiB": rss_kib()}
     if signum == signal.SIGUSR2 and ctypes.util.find_library("c"):
         ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
         taken["rssKiBTrimmed"] = rss_kib()
-    with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
-        out.write(json.dumps(taken) + "\\n")
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        return
+    try:
+        gc.collect()
+        held = gc.get_objects()
+        taken["types"] = collections.Counter(type(o).__qualname__ for o in held)
+        taken["dicts"] = collections.Counter(",".join(sorted(map(str, o))[:6]) for o in held if type(o) is dict)
+        taken["blocks"] = sys.getallocatedblocks()
+        with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
+            out.write(json.dumps(taken) + "\\n")
+    finally:
+        os._exit(0)
 signal.signal(signal.SIGUSR1, census)
 signal.signal(signal.SIGUSR2, census)
 sys.argv = ["bbridge", *sys.argv[1:]]
@@ -515,7 +526,7 @@ async def sample(pid: int, client: Client, born: float, seen: dict[int, int]) ->
 
 
 async def take_census(pid: int, path: Path, turns: int, t: float, trim: bool = False) -> dict[str, Any] | None:
-    """The daemon's census (`BOOT`), asked with SIGUSR1 (`trim`: SIGUSR2, the free memory given back after it) and
+    """The daemon's census (`BOOT`), asked with SIGUSR1 (`trim`: SIGUSR2, the free memory given back before it) and
     read back (None: none came within 10 s)."""
     before = path.read_text(encoding="utf-8").count("\n") if path.exists() else 0
     os.kill(pid, signal.SIGUSR2 if trim else signal.SIGUSR1)
