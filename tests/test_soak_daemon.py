@@ -18,7 +18,7 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     out = tmp_path / "soak.json"
     argv = [sys.executable, "-m", "tools.soak_daemon", "--seconds", "6", "--sample-s", "1", "--threads", "4",
             "--pace-s", "0.1", "--idle-release-s", "0.5", "--bridge-idle-exit-s", "1", "--burst-s", "3",
-            "--ws-s", "0.5", "--budget-s", "0.5", "--mcp-every", "3", "--out", str(out)]  # fmt: skip
+            "--ws-s", "0.5", "--budget-s", "0.5", "--mcp-every", "3", "--tracemalloc", "1", "--out", str(out)]  # fmt: skip
     done = subprocess.run(
         argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=180
     )
@@ -37,6 +37,8 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     assert after["socketFileGone"] and after["portClosed"] and report["daemonExit"] == 0
     assert set(FLAT) <= set(report["trend"]) and report["census"]["turns"] > 0
     assert 0 < report["census"]["rssKiBAfterTrim"] <= report["census"]["rssKiB"][1]  # glibc gave back what it kept
+    allocated = report["census"]["allocatedAt"]
+    assert allocated and all(where and isinstance(kib, float) for where, kib, _ in allocated)  # by line
     assert report["budgets"] == "exercised"  # each pool thread's first turn spends, then its later ones trip
     assert tally["budget_turns"] > 0 and tally["budget_trips"] > 0
 

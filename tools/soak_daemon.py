@@ -84,9 +84,13 @@ FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may chan
 # end, to say what the memory that grew is made of. The census is taken in a forked child, which sees the daemon's
 # heap as it is and whose allocations are its own, so measuring does not move the daemon's RSS (the daemon waits the
 # second or so it takes). The last one (SIGUSR2) first asks the C library to give back the free memory it holds
-# (glibc's `malloc_trim(0)`) and reads the RSS again: what RSS grew that no object holds.
+# (glibc's `malloc_trim(0)`) and reads the RSS again: what RSS grew that no object holds. With `--tracemalloc N`
+# the daemon traces its allocations (N frames each) and each census dumps a snapshot, compared at the end by line:
+# where the memory that grew was allocated, objects the collector does not track (strings) and growing sizes too.
 BOOT = """
-import collections, ctypes, ctypes.util, gc, json, os, runpy, signal, sys
+import collections, ctypes, ctypes.util, gc, json, os, runpy, signal, sys, tracemalloc
+if os.environ.get("SOAK_TRACEMALLOC"):
+    tracemalloc.start(int(os.environ["SOAK_TRACEMALLOC"]))
 def rss_kib():
     with open("/proc/self/status", encoding="ascii") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
@@ -105,6 +109,9 @@ def census(signum, frame):
         taken["types"] = collections.Counter(type(o).__qualname__ for o in held)
         taken["dicts"] = collections.Counter(",".join(sorted(map(str, o))[:6]) for o in held if type(o) is dict)
         taken["blocks"] = sys.getallocatedblocks()
+        if tracemalloc.is_tracing():
+            taken["snapshot"] = f"{os.environ['SOAK_CENSUS']}.{os.getpid()}.snapshot"
+            tracemalloc.take_snapshot().dump(taken["snapshot"])
         with open(os.environ["SOAK_CENSUS"], "a", encoding="utf-8") as out:
             out.write(json.dumps(taken) + "\\n")
     finally:
@@ -172,6 +179,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--mcp-every", type=int, default=4, help="every Nth construction brings an MCP server (0: none)"
     )
     parser.add_argument("--seed", type=int, default=49)
+    parser.add_argument(
+        "--tracemalloc", type=int, default=0, metavar="FRAMES",
+        help="trace the daemon's allocations (FRAMES each) and compare the censuses by line (a diagnosis: it costs)",
+    )  # fmt: skip
     parser.add_argument(
         "--journal", action=argparse.BooleanOptionalAction, default=True,
         help="serve with --journal in the soak's directory (--no-journal: everything in memory)",
@@ -555,8 +566,20 @@ def census_diff(first: dict[str, Any] | None, last: dict[str, Any] | None) -> di
         "shrunkTypes": [[name, n] for name, n in sorted(grown.items(), key=lambda kv: kv[1])[:5] if n < 0],
         "grownDicts": _grown(first.get("dicts", {}), last.get("dicts", {})),
         "rssKiB": [first.get("rssKiB"), last.get("rssKiB")],
+        "allocatedAt": _allocated_at(first.get("snapshot"), last.get("snapshot")),
         "rssKiBAfterTrim": last.get("rssKiBTrimmed"),  # the end's RSS once the C library gave back its free memory
     }
+
+
+def _allocated_at(first: str | None, last: str | None) -> list[list[Any]]:
+    """With `--tracemalloc`: the lines whose allocations grew most between the two snapshots (KiB, blocks)."""
+    if first is None or last is None:
+        return []
+    import tracemalloc  # only for this comparison: the soak itself traces nothing
+
+    grown = tracemalloc.Snapshot.load(last).compare_to(tracemalloc.Snapshot.load(first), "lineno")
+    top = sorted(grown, key=lambda stat: stat.size_diff, reverse=True)[:CENSUS_TOP]
+    return [[str(stat.traceback), round(stat.size_diff / 1024, 1), stat.count_diff] for stat in top]
 
 
 def _grown(first: dict[str, int], last: dict[str, int]) -> list[list[Any]]:
@@ -654,6 +677,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ]  # fmt: skip
         census_path = work / "census.ndjson"
         env = {**os.environ, "PYTHONPATH": str(REPO), "SOAK_CENSUS": str(census_path)}
+        if args.tracemalloc:
+            env["SOAK_TRACEMALLOC"] = str(args.tracemalloc)
         with (work / "daemon.log").open("wb") as log:
             born = time.monotonic()
             daemon = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
