@@ -132,6 +132,10 @@ def _finite(n: Any) -> TypeGuard[int | float]:
     return (isinstance(n, int) and not isinstance(n, bool)) or (isinstance(n, float) and math.isfinite(n))
 
 
+def _count(n: Any) -> TypeGuard[int]:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
 def _floor(at: float, span: float) -> float:
     return math.floor(at / span) * span
 
@@ -166,7 +170,8 @@ class Tally:
         self._sum(at, 0.0, keys, tokens, uncached(tokens), turns, self._clock())
         if self._path is not None:
             try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
+                if not self._lines:  # the first line: its folder made once, not at every booking
+                    self._path.parent.mkdir(parents=True, exist_ok=True)
                 append_record(
                     self._path, _line(at, keys, tokens, turns, turnId=turn, mark=None if mark is None else list(mark))
                 )
@@ -329,6 +334,6 @@ def _read(record: dict[str, Any]) -> tuple[float, float, Keys, Tokens, int, int]
         float(span) if isinstance(span, (int, float)) and span in (MINUTE, HOUR, DAY) else 0.0,
         (thread, provider, model, client, run),
         tokens,
-        fresh if isinstance(fresh, int) and not isinstance(fresh, bool) and fresh >= 0 else uncached(tokens),
-        turns if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0 else 1,
+        fresh if _count(fresh) else uncached(tokens),
+        turns if _count(turns) else 1,
     )
