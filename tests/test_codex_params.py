@@ -14,8 +14,9 @@ from bbridge.core import js
 from bbridge.wire import protocol
 from bbridge.wire.lanes import BRIDGE_TO_PROVIDER, RUNTIME_TO_BRIDGE, read_cell
 from bridges.codex import codex_params
+from tests.conftest import require_shared, shared_path
 
-ROOT = Path(__file__).resolve().parents[2] / "shared" / "recordings" / "codex"
+ROOT = shared_path("recordings", "codex") or Path("absent")
 CELLS = (
     sorted(path.name for path in ROOT.iterdir() if (path / "bridge→provider.ndjson").exists()) if ROOT.exists() else []
 )
@@ -87,6 +88,7 @@ def test_requests_match_the_recording(cell: str) -> None:
 
 
 def test_every_cell_exercises_a_request() -> None:
+    require_shared("recordings", "codex")  # without the recordings there is nothing to count: skipped, saying why
     assert sum(len(pairs(ROOT / cell)) for cell in CELLS) > 20
 
 
