@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO
-from tools.soak_daemon import FLAT, Sample, floor, slope, trend
+from tools.soak_daemon import BOOT, FLAT, Sample, floor, slope, trend
 
 
 def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) -> None:
@@ -37,6 +37,9 @@ def test_a_short_soak_exercises_everything_and_leaves_nothing(tmp_path: Path) ->
     assert after["socketFileGone"] and after["portClosed"] and report["daemonExit"] == 0
     assert set(FLAT) <= set(report["trend"]) and report["census"]["turns"] > 0
     assert 0 < report["census"]["rssKiBAfterTrim"] <= report["census"]["rssKiB"][1]  # glibc gave back what it kept
+    memory = report["census"]["memory"]  # where the RSS lives: glibc's heap, the threads (pymalloc: see below)
+    assert memory["threads"][1] >= 1 and memory["inUseBytes"][1] > 0 and memory["heapBytes"][1] > 0
+    assert memory["arenas"] == [None, None]  # tracing replaces pymalloc's hooks, and then it has no statistics
     allocated = report["census"]["allocatedAt"]
     assert allocated and all(where and isinstance(kib, float) for where, kib, _ in allocated)  # by line
     assert report["budgets"] == "exercised"  # each pool thread's first turn spends, then its later ones trip
@@ -60,3 +63,15 @@ def test_descriptors_and_processes_are_judged_by_their_floor() -> None:
     assert floor([(0, 5), (10, 3), (70, 9), (80, 8), (90, 9)]) == [(0, 3), (10, 3), (70, 8), (80, 8), (90, 8)]
     leaking = [Sample(t, 1000, 20 + t // 60 + (12 if t % 30 == 0 else 0), 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
     assert not trend(leaking, window_s=1200)["fds"]["flat"]
+
+
+def test_the_census_says_where_the_memory_lives(tmp_path: Path) -> None:
+    """Not tracing, pymalloc says how many arenas it holds and how much of them live blocks fill."""
+    where = BOOT.split("def census")[0] + "import json; print(json.dumps(where()))"
+    done = subprocess.run(
+        [sys.executable, "-c", where], env={**os.environ, "SOAK_CENSUS": str(tmp_path / "census")},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    memory = json.loads(done.stdout)
+    assert memory["arenas"] > 0 and 0 < memory["blocksBytes"] < memory["arenas"] * 2**20
+    assert memory["threads"] >= 1 and memory["inUseBytes"] > 0 and memory["heapBytes"] > 0

@@ -94,6 +94,31 @@ if os.environ.get("SOAK_TRACEMALLOC"):
 def rss_kib():
     with open("/proc/self/status", encoding="ascii") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+def where():
+    # Where the daemon's memory lives, read in the fork before it allocates: pymalloc's arenas (their bytes, the
+    # bytes of live blocks in them), glibc's heap (in use, free, mapped), the threads (each has its own stack)
+    with open(os.environ["SOAK_CENSUS"] + ".stats", "w+", encoding="ascii") as stats:
+        os.dup2(stats.fileno(), 2)
+        sys._debugmallocstats()
+        stats.seek(0)
+        text = stats.read()
+    def number(label):
+        found = [line for line in text.splitlines() if line.startswith(label)]
+        return int(found[0].rsplit("=", 1)[1].replace(",", "")) if found else None
+    where = {"arenas": number("# arenas allocated current"), "blocksBytes": number("# bytes in allocated blocks"),
+             "freeBlocksBytes": number("# bytes in available blocks"),
+             "threads": len(os.listdir(f"/proc/{os.getppid()}/task"))}
+    libc = ctypes.util.find_library("c")
+    if libc and hasattr(ctypes.CDLL(libc), "mallinfo2"):
+        mallinfo2 = ctypes.CDLL(libc).mallinfo2
+        mallinfo2.restype = Mallinfo2
+        info = mallinfo2()
+        where.update(heapBytes=info.arena, mappedBytes=info.hblkhd, inUseBytes=info.uordblks, freeBytes=info.fordblks)
+    return where
 def census(signum, frame):
     taken = {"rssKiB": rss_kib()}
     if signum == signal.SIGUSR2 and ctypes.util.find_library("c"):
@@ -104,6 +129,7 @@ def census(signum, frame):
         os.waitpid(child, 0)
         return
     try:
+        taken["memory"] = where()
         gc.collect()
         held = gc.get_objects()
         taken["types"] = collections.Counter(type(o).__qualname__ for o in held)
@@ -568,6 +594,7 @@ def census_diff(first: dict[str, Any] | None, last: dict[str, Any] | None) -> di
         "rssKiB": [first.get("rssKiB"), last.get("rssKiB")],
         "allocatedAt": _allocated_at(first.get("snapshot"), last.get("snapshot")),
         "rssKiBAfterTrim": last.get("rssKiBTrimmed"),  # the end's RSS once the C library gave back its free memory
+        "memory": {key: [first.get("memory", {}).get(key), value] for key, value in last.get("memory", {}).items()},
     }
 
 
