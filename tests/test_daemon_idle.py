@@ -11,6 +11,7 @@ sent is read from its recorded runtime lane. Timeouts are tenths of a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -103,25 +104,49 @@ async def test_an_idle_thread_is_released_and_its_next_turn_resumes_it(tmp_path:
     assert bridges(tmp_path) == {}
 
 
+def open_files(directory: Path) -> set[str]:
+    """The files under `directory` this process has open."""
+    found = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = fd.readlink()
+            if target.is_relative_to(directory):
+                found.add(target.name)
+    return found
+
+
 @pytest.mark.parametrize("journaled", [True, False])
-async def test_a_released_thread_holds_its_inputs_only_in_its_journal(tmp_path: Path, journaled: bool) -> None:
-    """With a journal, an idle release lets the thread's turn inputs go from memory (its file keeps them, read back
-    when next asked for); without one they stay, since nothing else holds them."""
+async def test_a_released_thread_holds_its_inputs_and_events_only_in_its_journal(
+    tmp_path: Path, journaled: bool
+) -> None:
+    """With a journal, an idle release lets the thread's turn inputs and events go from memory and closes its
+    journal file (the files have them all: read when asked for, appended to at its next turn); without one they
+    stay, since nothing else holds them."""
     config = {"fake": provider(tmp_path, idle_release_s=0.3)}
-    journal = Journal(directory=tmp_path / "journal") if journaled else None
+    journal = Journal(directory=tmp_path / "journal") if journaled else Journal()
     async with running(tmp_path, config, journal=journal) as (daemon, path), connect(path) as client:
         await client.request("thread/start", start())
         await client.request("turn/start", turn(1, text="first"))
         await client.wait_for(lambda: client.settled(THREAD, 1))
-        assert THREAD in daemon.inputs.held
+        assert THREAD in daemon.inputs.held and THREAD in journal.log.threads
+        first = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
         await until(lambda: daemon.counters.idle_releases == 1)
-        assert (THREAD in daemon.inputs.held) is not journaled
+        assert (THREAD in daemon.inputs.held) is not journaled and (THREAD in journal.log.threads) is not journaled
+        if sys.platform == "linux" and journaled:
+            assert open_files(tmp_path / "journal") == set()
         listed = await client.request("thread/inputs", {"threadId": THREAD})
         assert [i["input"][0]["text"] for i in listed["inputs"]] == ["first"]
-        await client.request("turn/start", turn(2, text="second"))  # resumed: read back, then added to
+        replayed = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+        assert replayed["events"] == first["events"] and replayed["lastSeq"] == first["lastSeq"] > 2
+        later = await client.request("thread/events", {"threadId": THREAD, "afterSeq": first["lastSeq"] - 2})
+        assert later["events"] == first["events"][-2:] and "missingThrough" not in later
+        await client.request("turn/start", turn(2, text="second"))  # resumed: its files appended to
         await client.wait_for(lambda: client.settled(THREAD, 2))
         listed = await client.request("thread/inputs", {"threadId": THREAD})
         assert [i["input"][0]["text"] for i in listed["inputs"]] == ["first", "second"]
+        both = await client.request("thread/events", {"threadId": THREAD, "afterSeq": 0})
+        assert both["events"][: len(first["events"])] == first["events"]
+        assert [e["seq"] for e in both["events"]] == list(range(1, both["lastSeq"] + 1))  # seqs go on, no gap
 
 
 async def test_two_turns_at_once_on_a_released_thread_resume_it_once(tmp_path: Path) -> None:

@@ -181,12 +181,66 @@ def test_a_thread_never_released_has_its_file_cut_as_it_grows(monkeypatch: pytes
     ]  # fmt: skip
 
 
+def test_a_released_thread_holds_only_the_inputs_added_since(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its next turn does not read its file back: memory holds what came since, the file has them all."""
+    monkeypatch.setattr(inputs, "INPUTS_BOUND", 3)
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    path = journal.beside(tmp_path, "thr_a", inputs.KIND)
+    kept.add("thr_a", "fake", [], "creq_0", "turn/start", 0.0, {"connection": "socket-1"})
+    kept.add("thr_a", "fake", [], "creq_1", "turn/steer", 1.0, {"connection": "socket-2"})
+    kept.let_go("thr_a")
+    reads: list[int] = []  # the inputs held when the file was read
+    monkeypatch.setattr(inputs, "read_records", lambda *args, **kwargs: reads.append(len(kept.held.get("thr_a", ()))) or
+                        journal.read_records(*args, **kwargs))  # fmt: skip
+    for n in range(2, 7):
+        kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), {"connection": f"socket-{n}"})
+        assert [r["clientRequestId"] for r in kept.held["thr_a"]] == [f"creq_{m}" for m in range(2, n + 1)][-3:]
+        assert kept.client_of("thr_a", f"creq_{n}") == {"connection": f"socket-{n}"}
+    assert reads == [3]  # once, to cut the file past twice the bound (at the seventh input) to the newest three
+    assert len(path.read_text().splitlines()) == 3
+    kept.let_go("thr_a")
+    assert kept.client_of("thr_a", "creq_4") == {"connection": "socket-4"}  # from the file, held by nobody
+    assert kept.client_of("thr_a", None) == {"connection": "socket-6"} and "thr_a" not in kept.held
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", 3.0)["inputs"]] == ["creq_4", "creq_5", "creq_6"]
+
+
+def test_a_restarted_daemon_counts_a_files_lines_before_its_first_input(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(inputs, "INPUTS_BOUND", 2)
+    path = journal.beside(tmp_path, "thr_a", inputs.KIND)
+    for n in range(4):  # another daemon's: twice the bound already
+        journal.append_record(path, {"clientRequestId": f"creq_{n}", "method": "turn/start", "input": [],
+                                     "sentAt": float(n), "client": {}})  # fmt: skip
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    kept.add("thr_a", "fake", [], "creq_4", "turn/start", 4.0, {})
+    assert [json.loads(line)["clientRequestId"] for line in path.read_text().splitlines()] == ["creq_3", "creq_4"]
+
+
 def test_a_thread_whose_file_missed_an_input_keeps_its_inputs_when_released(tmp_path: Path) -> None:
     kept = inputs.Inputs(lambda lines: None, tmp_path)
     journal.beside(tmp_path, "thr_a", inputs.KIND).mkdir()  # a directory where the file goes: every append fails
     kept.add("thr_a", "fake", [], "creq_0", "turn/start", 0.0, {"connection": "socket-1"})
     kept.let_go("thr_a")
     assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_0"]
+
+
+def test_a_file_that_misses_an_input_leaves_all_of_them_in_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the file had and the input it missed: `thread/inputs` lists them all until a restart."""
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    for n in range(2):
+        kept.add("thr_a", "fake", [], f"creq_{n}", "turn/start", float(n), {})
+    kept.let_go("thr_a")
+
+    def full(path: Path, record: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(inputs, "append_record", full)
+    kept.add("thr_a", "fake", [], "creq_2", "turn/start", 2.0, {})
+    kept.let_go("thr_a")
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_0", "creq_1", "creq_2"]
 
 
 async def test_status_names_each_thread_from_its_latest_name_event(tmp_path: Path) -> None:

@@ -148,3 +148,40 @@ def test_an_unreadable_directory_keeps_the_journal_in_memory(tmp_path: Path) -> 
     (tmp_path / file_name("t")).mkdir()  # opening the thread's file fails
     assert [json.loads(e)["seq"] for e in journal.log.append("t", events(2))] == [1, 2]
     assert journal.health()["writeErrors"] == 1
+
+
+def test_a_thread_let_go_leaves_memory_and_closes_its_file(tmp_path: Path) -> None:
+    """Its file has every entry: a replay reads it, its next entry appends to it without reading it back."""
+    journal = Journal(bound=2, directory=tmp_path)
+    journal.log.append("t", events(3))
+    handle = journal._files["t"].handle
+    journal.let_go("t")
+    assert "t" not in journal.log.threads and "t" not in journal._files and handle.closed
+    assert journal.last_seq("t") == 3 and journal.threads() == {"t": 3} and "t" not in journal.log.threads
+    replay = journal.after("t", 0)  # beyond the memory bound: the file has them all
+    assert [seq for seq, _ in replay.entries] == [1, 2, 3] and replay.missing_before == 0 and replay.last_seq == 3
+    assert journal.after("t", 3).entries == [] and "t" not in journal._files  # nothing was opened to answer
+    journal.let_go("t")  # twice: nothing more to let go
+    path = tmp_path / file_name("t")
+    path.write_bytes(path.read_bytes() + b'{"seq": 99, "event": {"type": "read back"}}\n')  # never read to append
+    assert [json.loads(e)["seq"] for e in journal.log.append("t", events(1))] == [4]
+    journal.close()
+    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2, 3, 99, 4]
+
+
+def test_a_thread_whose_file_missed_a_write_is_not_let_go(tmp_path: Path) -> None:
+    """Memory then has entries the file has not: they stay, and so does the file (torn, to start a fresh line)."""
+    journal = Journal(directory=tmp_path)
+    journal.log.append("t", events(1))
+    file = journal._files["t"]
+    disk = file.handle = _FullDisk(file.handle)  # type: ignore[assignment]
+    journal.log.append("t", events(1))
+    disk.fail = False
+    journal.let_go("t")
+    assert "t" in journal.log.threads and journal._files["t"] is file
+    assert [seq for seq, _ in journal.after("t", 0).entries] == [1, 2]
+    journal.let_go("never-heard")  # a thread with no log: nothing to do
+    memory = Journal()
+    memory.log.append("t", events(1))
+    memory.let_go("t")  # without a directory, memory is all there is
+    assert [seq for seq, _ in memory.after("t", 0).entries] == [1]

@@ -10,22 +10,23 @@ each to the `turn/input/accepted` event with the same `clientRequestId`.
 
 Bounded: the newest `INPUTS_BOUND` inputs per thread, and `MAX_INPUT_BYTES` of text per input (longer strings
 are cut, and the record says `truncated: true`). With `--journal`, appended to `<thread>.inputs.ndjson` beside
-the thread's events and read back (its newest `INPUTS_BOUND`) the first time a thread's inputs are asked for or
-added to after a restart, or after the thread was released (`let_go`: a released thread holds none in memory);
-a file past twice the bound is cut to it then, or when an input takes it there.
+the thread's events, which then has them all: memory holds only a thread's inputs added since it was last released
+(`let_go`) or the daemon started (what `client_of` asks for, the sender of a running turn), and `thread/inputs`
+reads the file's newest `INPUTS_BOUND`. Adding one never reads the file back (the first one a process adds counts
+its lines); a file past twice the bound is cut to it when an input takes it there, or when it is read.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import structlog
 
-from bbridge.daemon.journal import append_record, beside, read_records, replace_records
+from bbridge.daemon.journal import append_record, beside, count_lines, read_records, replace_records
 from bbridge.wire import rpc
 
 log = structlog.get_logger("bbridge.daemon.inputs")
@@ -62,14 +63,18 @@ def bounded(elements: list[Any], limit: int = MAX_INPUT_BYTES) -> tuple[list[Any
 
 
 class Inputs:
-    """Each thread's recent turn inputs, told to every client as they are kept."""
+    """Each thread's recent turn inputs, told to every client as they are kept.
+
+    `held` is, per thread, without a journal (or for a thread whose file missed an input) all its kept inputs; with
+    one, only those added since the thread was last let go (or the daemon started): its file has them all, and
+    adding one never reads it back."""
 
     def __init__(self, broadcast: Callable[[list[bytes]], Any], directory: Path | None = None) -> None:
         self._broadcast = broadcast
         self._directory = directory
         self.held: dict[str, deque[dict[str, Any]]] = {}
         self._unwritten: set[str] = set()  # threads an input of which the file did not take: held until a restart
-        self._lines: dict[str, int] = {}  # the lines of each held thread's file, as far as this process knows
+        self._lines: dict[str, int] = {}  # the lines of each thread's file, as far as this process knows
 
     def add(
         self,
@@ -92,55 +97,80 @@ class Inputs:
         }
         if cut:
             record["truncated"] = True
-        held = self._of(thread_id)
+        held = self.held.get(thread_id)
+        if held is None:
+            held = self.held[thread_id] = deque(maxlen=INPUTS_BOUND)
         held.append(record)
         if self._directory is not None:
-            path = beside(self._directory, thread_id, KIND)
-            try:
-                lines = self._lines.get(thread_id, len(held) - 1) + 1
-                if lines > 2 * INPUTS_BOUND:  # cut to the bound as it grows, not only when read back
-                    replace_records(path, held)
-                    lines = len(held)
-                else:
-                    append_record(path, record)
-                self._lines[thread_id] = lines
-            except OSError as exc:
-                self._unwritten.add(thread_id)
-                log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
+            self._journal(thread_id, beside(self._directory, thread_id, KIND), record)
         notice = {"threadId": thread_id, "providerId": provider_id, **record}
         self._broadcast([rpc.encode_notification("thread/input", notice)])
 
+    def _journal(self, thread_id: str, path: Path, record: dict[str, Any]) -> None:
+        """Appends the input to the thread's file, cut to the bound once past twice it. A file that misses one
+        leaves the thread's inputs in memory (what the file had, and this one) until a restart."""
+        try:
+            lines = self._lines.get(thread_id)
+            if lines is None:  # the first input this process adds: the file's lines, counted, not decoded
+                lines = count_lines(path)
+            append_record(path, record)
+            lines += 1
+            if lines > 2 * INPUTS_BOUND:  # cut to the bound as it grows, not only when read back
+                if thread_id in self._unwritten:
+                    replace_records(path, self.held[thread_id])
+                    lines = len(self.held[thread_id])
+                else:
+                    lines = len(read_records(path, INPUTS_BOUND, trim=True))
+            self._lines[thread_id] = lines
+        except OSError as exc:
+            if thread_id not in self._unwritten:
+                self._unwritten.add(thread_id)
+                self.held[thread_id] = deque([*read_records(path, INPUTS_BOUND), record], maxlen=INPUTS_BOUND)
+            log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
+
     def listing(self, thread_id: str, after_sent_at: float | None) -> dict[str, Any]:
         """`thread/inputs`: the thread's kept inputs (those sent after `after_sent_at`), oldest first."""
-        held = self._of(thread_id, keep=False)
+        every = self._every(thread_id)
         if after_sent_at is None:
-            return {"inputs": list(held)}
-        return {"inputs": [record for record in held if record.get("sentAt", 0) > after_sent_at]}
+            return {"inputs": list(every)}
+        return {"inputs": [record for record in every if record.get("sentAt", 0) > after_sent_at]}
 
     def client_of(self, thread_id: str, client_request_id: str | None) -> dict[str, str] | None:
-        """Who sent the thread's input `client_request_id` (None: its latest `turn/start`'s sender), if kept."""
-        for record in reversed(self._of(thread_id, keep=False)):
-            if record.get("clientRequestId") == client_request_id or (
-                client_request_id is None and record.get("method") == "turn/start"
-            ):
-                client = record.get("client")
-                return client if isinstance(client, dict) else None
-        return None
+        """Who sent the thread's input `client_request_id` (None: its latest `turn/start`'s sender), if kept: looked
+        for among those held first (a turn's own input is, since a thread with a turn is not let go)."""
+        held = self.held.get(thread_id, ())
+        found = _sender(held, client_request_id)
+        if found is None and self._journaled(thread_id):
+            found = _sender(self._every(thread_id), client_request_id)
+        return found
 
     def let_go(self, thread_id: str) -> None:
         """The thread was released (`threads.Piece.INPUTS`): with a journal, its inputs are no longer held (its file
         has them); without one, or when its file missed one, they are, since nothing else has them all."""
-        if self._directory is not None and thread_id not in self._unwritten:
+        if self._journaled(thread_id):
             self.held.pop(thread_id, None)
-            self._lines.pop(thread_id, None)
 
-    def _of(self, thread_id: str, keep: bool = True) -> deque[dict[str, Any]]:
-        """The thread's inputs, read from its journal first after a restart; `keep`: held from now on even if none
-        (a question about a thread that has none holds nothing)."""
-        held = self.held.get(thread_id)
-        if held is None:
-            path = None if self._directory is None else beside(self._directory, thread_id, KIND)
-            held = deque([] if path is None else read_records(path, INPUTS_BOUND, trim=True), maxlen=INPUTS_BOUND)
-            if keep or held:
-                self.held[thread_id] = held
-        return held
+    def _journaled(self, thread_id: str) -> bool:
+        """The thread's file has every input it kept (so memory need not)."""
+        return self._directory is not None and thread_id not in self._unwritten
+
+    def _every(self, thread_id: str) -> Sequence[dict[str, Any]]:
+        """All the thread's kept inputs: its file's newest `INPUTS_BOUND` when it has them all (read, not held; a
+        file past twice the bound is cut to it), else those held."""
+        if not self._journaled(thread_id):
+            return self.held.get(thread_id, ())
+        assert self._directory is not None
+        every = read_records(beside(self._directory, thread_id, KIND), INPUTS_BOUND, trim=True)
+        self._lines.pop(thread_id, None)  # a cut changed them: counted again by the next input
+        return every
+
+
+def _sender(records: Sequence[dict[str, Any]], client_request_id: str | None) -> dict[str, str] | None:
+    """`client_of` within `records`, newest first."""
+    for record in reversed(records):
+        if record.get("clientRequestId") == client_request_id or (
+            client_request_id is None and record.get("method") == "turn/start"
+        ):
+            client = record.get("client")
+            return client if isinstance(client, dict) else None
+    return None

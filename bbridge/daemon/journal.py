@@ -101,6 +101,15 @@ def latest_beside(directory: Path, kind: str) -> list[dict[str, Any]]:
     return [record for path in sorted(directory.glob(f"*.{kind}.ndjson")) for record in read_records(path, 1)]
 
 
+def count_lines(path: Path) -> int:
+    """The lines of a file beside a journal (a missing one has none), counted without decoding them."""
+    try:
+        with path.open("rb") as file:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 16), b""))
+    except FileNotFoundError:
+        return 0
+
+
 def read_records(path: Path, last: int, trim: bool = False) -> list[dict[str, Any]]:
     """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped.
     `trim`: a file of more than twice `last` lines is rewritten as its last `last` (those it keeps), so a file kept
@@ -158,10 +167,12 @@ def _last_entry(data: bytes, whole: bool) -> _Last | None:
 
 @dataclass
 class _File:
-    """A thread's journal file; `torn`: a failed write may have left a partial line, the next starts anew."""
+    """A thread's journal file; `torn`: a failed write may have left a partial line, the next starts anew;
+    `failed`: a write failed, so the file misses entries memory has."""
 
     handle: IO[bytes]
     torn: bool = False
+    failed: bool = False
 
 
 @dataclass
@@ -233,6 +244,7 @@ class Journal:
         self._files: dict[str, _File] = {}
         self.health_counts = JournalHealth()
         self._on_disk: dict[str, int] = {}  # threads journaled before this start: their last seq
+        self._parked: dict[str, int] = {}  # threads let go (`let_go`): their last seq, their file whole and closed
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             self._on_disk = self._index(directory)
@@ -262,9 +274,36 @@ class Journal:
         assert self.directory is not None
         return self.directory / file_name(thread_id)
 
+    def let_go(self, thread_id: str) -> None:
+        """The thread was released (`threads.Piece.EVENTS`): with a directory, its entries leave memory and its file
+        is closed, since the file has them all; its next event opens the file again to append (without reading
+        it), and a replay reads it. A thread whose file missed a write keeps both, since memory then has more."""
+        log = self.log.threads.get(thread_id)
+        file = self._files.get(thread_id)
+        if log is None or file is None or file.torn or file.failed:
+            return
+        try:
+            file.handle.close()
+        except OSError as exc:
+            file.torn = True
+            self._failed(thread_id, "could not close the thread's journal file; its events stay in memory", exc)
+            return
+        del self._files[thread_id], self.log.threads[thread_id]
+        self._parked[thread_id] = log.last_seq
+
     def _open(self, thread_id: str, log: ThreadLog) -> None:
-        """A thread's log is new: load its file's good entries into it and append to that file from now on."""
+        """A thread's log is new: load its file's good entries into it and append to that file from now on (a
+        thread let go only appends: its file ends with its last entry)."""
         path = self._path(thread_id)
+        parked = self._parked.pop(thread_id, None)
+        if parked is not None:
+            log.last_seq = parked
+            try:
+                file = self._files[thread_id] = _File(path.open("ab"), torn=False)
+                log.write = functools.partial(self._write, thread_id, file)
+            except OSError as exc:
+                self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
+            return
         scan = None
         try:
             scan = _scan(path.read_bytes()) if path.exists() else None
@@ -297,7 +336,7 @@ class Journal:
             file.handle.write(b"\n".join(entries) + b"\n")
             file.handle.flush()
         except OSError as exc:
-            file.torn = True
+            file.torn = file.failed = True
             self._failed(thread_id, "journal write failed; the events were still delivered", exc)
 
     def _failed(self, thread_id: str, what: str, exc: OSError) -> None:
@@ -314,11 +353,21 @@ class Journal:
         return log
 
     def last_seq(self, thread_id: str) -> int:
+        parked = self._parked.get(thread_id)
+        if parked is not None:
+            return parked
         log = self._known(thread_id)
         return 0 if log is None else log.last_seq
 
     def after(self, thread_id: str, after_seq: int) -> Replay:
-        """Everything with seq > after_seq that is still held, in order."""
+        """Everything with seq > after_seq that is still held, in order (a thread let go: its file's)."""
+        parked = self._parked.get(thread_id)
+        if parked is not None:
+            later = (
+                [] if after_seq >= parked else [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
+            )
+            first = later[0][0] if later else parked + 1
+            return Replay(later, parked, first - 1 if after_seq + 1 < first else 0)
         log = self._known(thread_id)
         if log is None:
             return Replay([], 0)
@@ -354,6 +403,7 @@ class Journal:
     def threads(self) -> dict[str, int]:
         """Every thread known, with its last seq: those journaled before this start and those heard from since."""
         known = dict(self._on_disk)
+        known.update(self._parked)
         known.update((tid, log.last_seq) for tid, log in self.log.threads.items())
         return known
 

@@ -222,6 +222,8 @@ class Supervisor:
         self._registry.let_go(thread_id, cause)
         if Piece.INPUTS in pieces:
             self._inputs.let_go(thread_id)
+        if Piece.EVENTS in pieces:
+            self._fanout.journal.let_go(thread_id)
         return settlement
 
     def threads_of(self, bridge: BridgeProcess) -> Iterator[str]:

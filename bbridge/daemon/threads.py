@@ -36,8 +36,9 @@ What each way of letting a thread go clears is `LETS_GO`: the record's part here
   (`relays.Relays.resolve_thread`) and, for a bridge that exits, by provider before its threads are let go
   (`relays.Relays.resolve_provider`: a request may name no thread); each resolution leaves the record
   (`Interactions.resolve`), so a released thread's record holds none unless its bridge asked again meanwhile;
-* its assembly state, journal and bridge mistakes: bounded caches (the assembler's idle-state LRU, the journal's
-  per-thread bound, `Mistakes.MAX_THREADS`), never released by thread.
+* its assembly state and bridge mistakes: bounded caches (the assembler's idle-state LRU, `Mistakes.MAX_THREADS`),
+  never released by thread; its journal's entries only when it has a file (`Piece.EVENTS`: the file has them all),
+  the in-memory journal (the newest `--journal-bound` per thread) being all a daemon without one has.
 
 A hidden thread (a construction's `hidden {runId, role}`: one a room runs for itself) carries its mark on its record
 (`hidden`, kept by `hidden.HiddenThreads`, read back after a restart): a release keeps it, as it keeps the name.
@@ -86,19 +87,20 @@ class Piece(enum.Enum):
     GUARD = "guard"  # its grammar guard state in its bridge
     MEMBERSHIP = "membership"  # its place in `BridgeProcess.threads`
     INPUTS = "inputs"  # its turn inputs held in memory, when its journal keeps them (`Inputs.let_go`)
+    EVENTS = "events"  # its journal entries in memory and its open journal file, when it has one (`Journal.let_go`)
 
 
 LETS_GO: Final[dict[Cause, frozenset[Piece]]] = {
     # A released thread may be resumed later (a construction declares its tools again); the daemon keeps its
-    # record and open work, and the bridge stops counting it. Its turn inputs are read back from its journal when
-    # next asked for (without a journal they stay: nothing else holds them).
+    # record and open work, and the bridge stops counting it. Its turn inputs and events leave memory when its
+    # journal has them, and its journal file is closed (without a journal they stay: nothing else holds them).
     Cause.RELEASED: frozenset(
-        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS}
+        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS, Piece.EVENTS}
     ),
     # An idle release is a release the daemon asked for: the same pieces, and the record remembers it (`parked`), so
     # the thread's next turn resumes it first.
     Cause.IDLE: frozenset(
-        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS}
+        {Piece.GUARD, Piece.WATCHDOGS, Piece.MEMBERSHIP, Piece.TOOLS, Piece.HOSTED_CALLS, Piece.INPUTS, Piece.EVENTS}
     ),
     # A dead bridge's guard and members go with its process; its threads keep their tools for the next process,
     # but nobody can use the answer of a hosted call it asked for.
