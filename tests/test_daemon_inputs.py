@@ -270,3 +270,30 @@ async def test_a_journaled_threads_name_is_read_back_after_a_restart(tmp_path: P
         assert names == {THREAD: f"named {len(THREAD)}", "thr_other": "named 9"}
     async with running(tmp_path, {"fake": fake_provider()}) as (daemon, _):
         assert daemon.status()["threads"] == []  # without the journal, nothing is read back
+
+
+def test_an_input_holding_a_unicode_line_separator_is_listed_whole(tmp_path: Path) -> None:
+    """Its file splits lines at `\\n` only: U+2028, U+2029 and U+0085 stay inside a record."""
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    odd = "a\u2028b\u2029c\x85d"
+    kept.add("thr_a", "fake", [{"type": "text", "text": odd}], "creq_0", "turn/start", 0.0, {"connection": "s-1"})
+    kept.add("thr_a", "fake", [], "creq_1", "turn/start", 1.0, {"connection": "s-2"})
+    kept.let_go("thr_a")
+    assert [r["input"] for r in kept.listing("thr_a", None)["inputs"]] == [[{"type": "text", "text": odd}], []]
+    assert kept.client_of("thr_a", "creq_0") == {"connection": "s-1"}
+
+
+def test_an_unwritable_and_unreadable_file_keeps_what_memory_has(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    kept = inputs.Inputs(lambda lines: None, tmp_path)
+    kept.add("thr_a", "fake", [], "creq_0", "turn/start", 0.0, {})
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(inputs, "append_record", broken)
+    monkeypatch.setattr(journal.Path, "read_bytes", broken)
+    kept.add("thr_a", "fake", [], "creq_1", "turn/start", 1.0, {})
+    kept.let_go("thr_a")
+    assert [r["clientRequestId"] for r in kept.listing("thr_a", None)["inputs"]] == ["creq_0", "creq_1"]

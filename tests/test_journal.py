@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bbridge.daemon import journal as journal_module
 from bbridge.daemon.journal import Journal, file_name
 
 
@@ -140,6 +141,8 @@ def test_a_write_error_is_counted_and_never_stops_delivery(tmp_path: Path) -> No
     again = Journal(directory=tmp_path)
     assert again.last_seq("t") == 5  # the lost entries leave a gap, never a reused seq
     assert seqs(again, "t") == [1, 2, 5]
+    later = again.after("t", 2).entries  # memory holds the run after the gap, each entry under its own seq
+    assert [seq for seq, _ in later] == [5] and all(json.loads(raw)["seq"] == seq for seq, raw in later)
     assert again.health()["corruptEntries"] == 1  # the partial line
 
 
@@ -162,11 +165,55 @@ def test_a_thread_let_go_leaves_memory_and_closes_its_file(tmp_path: Path) -> No
     assert [seq for seq, _ in replay.entries] == [1, 2, 3] and replay.missing_before == 0 and replay.last_seq == 3
     assert journal.after("t", 3).entries == [] and "t" not in journal._files  # nothing was opened to answer
     journal.let_go("t")  # twice: nothing more to let go
-    path = tmp_path / file_name("t")
-    path.write_bytes(path.read_bytes() + b'{"seq": 99, "event": {"type": "read back"}}\n')  # never read to append
-    assert [json.loads(e)["seq"] for e in journal.log.append("t", events(1))] == [4]
+    with pytest.MonkeyPatch.context() as patch:  # its next entry appends without reading the file back
+        patch.setattr(journal_module, "_scan", lambda data: pytest.fail("read back to append"))
+        assert [json.loads(e)["seq"] for e in journal.log.append("t", events(1))] == [4]
     journal.close()
-    assert [json.loads(line)["seq"] for line in path.read_text().splitlines()] == [1, 2, 3, 99, 4]
+    assert seqs(Journal(directory=tmp_path), "t") == [1, 2, 3, 4]
+
+
+def test_a_thread_let_go_is_synced_first_and_parked_even_when_its_close_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(journal_module.os, "fsync", synced.append)
+    journal = Journal(directory=tmp_path)
+    journal.log.append("t", events(1))
+    file = journal._files["t"]
+    assert file.handle.fileno() not in synced
+    fileno = file.handle.fileno()
+
+    class _CloseFails:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def close(self) -> None:
+            self.inner.close()  # as CPython does: the descriptor is closed, then the error is raised
+            raise OSError(errno.EIO, "Input/output error")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    file.handle = _CloseFails(file.handle)  # type: ignore[assignment]
+    journal.let_go("t")
+    assert synced == [fileno] and "t" not in journal._files  # its entries were synced: the file has them all
+    journal.log.append("t", events(1))
+    journal.close()
+    assert seqs(Journal(directory=tmp_path), "t") == [1, 2]
+
+
+def test_a_reopened_threads_entries_the_file_missed_are_still_replayed(tmp_path: Path) -> None:
+    """Let go, then a write fails: the file has the older, memory the newer; a replay joins them."""
+    journal = Journal(directory=tmp_path)
+    journal.log.append("t", events(3))
+    journal.let_go("t")
+    journal.log.append("t", events(1))
+    disk = journal._files["t"].handle = _FullDisk(journal._files["t"].handle)  # type: ignore[assignment]
+    journal.log.append("t", events(1))
+    disk.fail = False
+    replay = journal.after("t", 0)
+    assert [seq for seq, _ in replay.entries] == [1, 2, 3, 4, 5] and replay.last_seq == 5 and replay.missing_before == 0
+    assert [seq for seq, _ in journal.after("t", 4).entries] == [5]
 
 
 def test_a_thread_whose_file_missed_a_write_is_not_let_go(tmp_path: Path) -> None:

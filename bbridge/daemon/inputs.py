@@ -18,6 +18,7 @@ its lines); a file past twice the bound is cut to it when an input takes it ther
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -123,9 +124,11 @@ class Inputs:
                     lines = len(read_records(path, INPUTS_BOUND, trim=True))
             self._lines[thread_id] = lines
         except OSError as exc:
-            if thread_id not in self._unwritten:
+            if thread_id not in self._unwritten:  # memory has all from now on: what the file had, and what it missed
                 self._unwritten.add(thread_id)
-                self.held[thread_id] = deque([*read_records(path, INPUTS_BOUND), record], maxlen=INPUTS_BOUND)
+                with contextlib.suppress(OSError):  # unreadable too: those added since its release, at least
+                    before = read_records(path, INPUTS_BOUND, strict=True)
+                    self.held[thread_id] = deque([*before, record], maxlen=INPUTS_BOUND)
             log.warning("could not journal a turn input", threadId=thread_id, error=str(exc))
 
     def listing(self, thread_id: str, after_sent_at: float | None) -> dict[str, Any]:
@@ -161,7 +164,8 @@ class Inputs:
             return self.held.get(thread_id, ())
         assert self._directory is not None
         every = read_records(beside(self._directory, thread_id, KIND), INPUTS_BOUND, trim=True)
-        self._lines.pop(thread_id, None)  # a cut changed them: counted again by the next input
+        if len(every) < self._lines.get(thread_id, 0):  # cut, or bad lines skipped: counted again by the next input
+            del self._lines[thread_id]
         return every
 
 

@@ -27,6 +27,7 @@ only when the thread is asked for or written to.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -110,14 +111,20 @@ def count_lines(path: Path) -> int:
         return 0
 
 
-def read_records(path: Path, last: int, trim: bool = False) -> list[dict[str, Any]]:
+def read_records(path: Path, last: int, trim: bool = False, strict: bool = False) -> list[dict[str, Any]]:
     """The last `last` objects of a file beside a journal; a missing file reads as none, bad lines are skipped.
     `trim`: a file of more than twice `last` lines is rewritten as its last `last` (those it keeps), so a file kept
-    bounded in memory is bounded on disk too."""
+    bounded in memory is bounded on disk too. `strict`: a file that exists but cannot be read raises (else: none)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+        lines = path.read_bytes().split(b"\n")  # only at b"\n": a record's text may hold U+2028 and its kind raw
+    except FileNotFoundError:
         return []
+    except OSError:
+        if strict:
+            raise
+        return []
+    if lines and not lines[-1]:
+        lines.pop()
     records = []
     for line in lines[-last:]:
         try:
@@ -282,12 +289,15 @@ class Journal:
         file = self._files.get(thread_id)
         if log is None or file is None or file.torn or file.failed:
             return
-        try:
-            file.handle.close()
+        try:  # synced first: `sync` at shutdown no longer sees it
+            file.handle.flush()
+            os.fsync(file.handle.fileno())
         except OSError as exc:
-            file.torn = True
-            self._failed(thread_id, "could not close the thread's journal file; its events stay in memory", exc)
+            file.torn = file.failed = True
+            self._failed(thread_id, "could not sync the thread's journal file; its events stay in memory", exc)
             return
+        with contextlib.suppress(OSError):  # what it wrote is on disk; the descriptor is closed even when this fails
+            file.handle.close()
         del self._files[thread_id], self.log.threads[thread_id]
         self._parked[thread_id] = log.last_seq
 
@@ -315,9 +325,13 @@ class Journal:
             self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
         if scan is None:
             return
-        log.extend([raw for _, raw in scan.entries])
-        if scan.entries:
-            log.last_seq = scan.entries[-1][0]
+        entries = scan.entries
+        if entries:  # memory holds a contiguous run of seqs: the file's after its last gap (a write that failed)
+            run = len(entries) - 1
+            while run > 0 and entries[run - 1][0] == entries[run][0] - 1:
+                run -= 1
+            log.extend([raw for _, raw in entries[run:]])
+            log.last_seq = entries[-1][0]
         health = self.health_counts
         if scan.torn_tail:
             health.truncated_tails += 1
@@ -360,25 +374,20 @@ class Journal:
         return 0 if log is None else log.last_seq
 
     def after(self, thread_id: str, after_seq: int) -> Replay:
-        """Everything with seq > after_seq that is still held, in order (a thread let go: its file's)."""
+        """Everything with seq > after_seq that is still held, in order: memory's, and before them its file's (those
+        past the memory bound, or all of a thread let go; memory's own are kept, the file may have missed some)."""
         parked = self._parked.get(thread_id)
-        if parked is not None:
-            later = (
-                [] if after_seq >= parked else [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
-            )
-            first = later[0][0] if later else parked + 1
-            return Replay(later, parked, first - 1 if after_seq + 1 < first else 0)
-        log = self._known(thread_id)
-        if log is None:
+        log = None if parked is not None else self._known(thread_id)
+        if log is None and parked is None:
             return Replay([], 0)
-        first_held = log.first_held()
-        skip = max(0, after_seq + 1 - first_held)
-        entries = list(zip(range(first_held + skip, log.last_seq + 1), log.entries(skip), strict=True))
-        if self.directory is not None and after_seq + 1 < first_held:
-            entries = [entry for entry in self._read_file(thread_id) if entry[0] > after_seq]
-            first_held = entries[0][0] if entries else log.last_seq + 1
-        missing = first_held - 1 if after_seq + 1 < first_held else 0
-        return Replay(entries, log.last_seq, missing)
+        last = log.last_seq if log is not None else parked
+        first = log.first_held() if log is not None else last + 1
+        skip = max(0, after_seq + 1 - first)
+        entries = [] if log is None else list(zip(range(first + skip, last + 1), log.entries(skip), strict=True))
+        if self.directory is not None and after_seq + 1 < first:
+            entries = [entry for entry in self._read_file(thread_id) if after_seq < entry[0] < first] + entries
+            first = entries[0][0] if entries else last + 1
+        return Replay(entries, last, first - 1 if after_seq + 1 < first else 0)
 
     def _read_file(self, thread_id: str) -> list[tuple[int, bytes]]:
         try:
