@@ -63,6 +63,8 @@ def test_descriptors_and_processes_are_judged_by_their_floor() -> None:
     assert floor([(0, 5), (10, 3), (70, 9), (80, 8), (90, 9)]) == [(0, 3), (10, 3), (70, 8), (80, 8), (90, 8)]
     leaking = [Sample(t, 1000, 20 + t // 60 + (12 if t % 30 == 0 else 0), 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
     assert not trend(leaking, window_s=1200)["fds"]["flat"]
+    falling = [Sample(t, 1000, 40 - t // 60, 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
+    assert trend(falling, window_s=1200)["fds"]["flat"]  # fewer at the end: nothing leaked
 
 
 def test_the_census_says_where_the_memory_lives(tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ tool), each idle-reaped (`idle_release_s`, issue 49 item 4), one of them also st
 Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/PID/fd) and its descendant processes
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
 gives each series' least-squares slope over the last `--window-s` (20 minutes; the whole run after the first
-sample when shorter), projected over that window, and calls it flat when the projection stays within `FLAT` (an
-RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process). Descriptors and processes are judged by their
+sample when shorter), projected over that window, and calls it flat when the projection grows by less than `FLAT`
+(an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process; a series that falls leaks nothing). Descriptors and processes are judged by their
 floor, the fewest within a minute around each sample (`floor`): a sample also counts what is in flight at that
 moment (a turn's tool process, an MCP server, a WebSocket), which comes and goes; a leak raises every later sample,
 the floor with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
@@ -77,7 +77,7 @@ from bbridge.wire import errors
 REPO = Path(__file__).resolve().parent.parent
 MCP_SERVER = REPO / "tests" / "mcp_server.py"
 FULL = {"permissionMode": "full", "permissionScope": "full", "approvalReviewer": None, "permissionEscalation": None}
-FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may change over the window to be flat
+FLAT = {"rssKiB": 4096.0, "fds": 2.0, "children": 1.0}  # the most each may grow over the window to be flat
 # The daemon is `bbridge serve` run through this bootstrap: on SIGUSR1 it appends a census of its heap to the file
 # `SOAK_CENSUS` names (a full collection first; `sys.getallocatedblocks()`, the count of each type the collector
 # tracks and of each dict shape, its first keys, and its RSS), which the soak takes at the window's start and at the
@@ -351,7 +351,8 @@ def floor(points: list[tuple[float, float]], width_s: float = 60.0) -> list[tupl
 
 def trend(samples: list[Sample], window_s: float) -> dict[str, Any]:
     """Each series over the window: its slope per hour (RSS: of every sample; descriptors and processes: of their
-    `floor`), its change projected over the window, first, last, min, max, and whether it is flat (`FLAT`)."""
+    `floor`), its change projected over the window, first, last, min, max, and whether it is flat: it grows by less
+    than `FLAT` over the window (falling is no leak: fewer threads at work at the end hold fewer descriptors)."""
     if not samples:
         return {}
     end = samples[-1].t
@@ -373,7 +374,7 @@ def trend(samples: list[Sample], window_s: float) -> dict[str, Any]:
             "min": min(values),
             "max": max(values),
             "mean": round(sum(values) / len(values), 3),
-            "flat": abs(projected) < FLAT[name],
+            "flat": projected < FLAT[name],  # what a leak fails: growth (a floor that falls leaks nothing)
         }
     if span > 0:
         out["daemonCpuShare"] = round((chosen[-1].cpu_s - chosen[0].cpu_s) / span, 4)  # of one core
