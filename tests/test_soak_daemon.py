@@ -65,6 +65,14 @@ def test_descriptors_and_processes_are_judged_by_their_floor() -> None:
     assert not trend(leaking, window_s=1200)["fds"]["flat"]
     falling = [Sample(t, 1000, 40 - t // 60, 3, 0.0, 0, {}) for t in range(0, 1201, 10)]
     assert trend(falling, window_s=1200)["fds"]["flat"]  # fewer at the end: nothing leaked
+    # minutes with more at work (a process up a few minutes, its descriptors with it), late in the window: the base
+    # level is back under them, where a leak's is not
+    busy = [Sample(t, 1000, 21 + (8 if 900 <= t < 1140 else 0), 2 + (t >= 900 and t < 1140), 0.0, 0, {})
+            for t in range(0, 1201, 10)]  # fmt: skip
+    got = trend(busy, window_s=1200)
+    assert got["fds"]["overWindow"] > 2 and got["fds"]["base"] == [21, 21] and got["fds"]["flat"]
+    assert got["children"]["flat"] and got["children"]["rise"] == 0
+    assert trend(leaking, window_s=1200)["fds"]["rise"] >= 10
 
 
 def test_the_census_says_where_the_memory_lives(tmp_path: Path) -> None:

@@ -28,11 +28,12 @@ tool), each idle-reaped (`idle_release_s`, issue 49 item 4), one of them also st
 Every `--sample-s` (10 s) the daemon's RSS (VmRSS), its open descriptors (/proc/PID/fd) and its descendant processes
 (from every /proc/*/stat's parent) are sampled, with its CPU time and the counters of `daemon/status`. The report
 gives each series' least-squares slope over the last `--window-s` (20 minutes; the whole run after the first
-sample when shorter), projected over that window, and calls it flat when the projection grows by less than `FLAT`
-(an RSS under 4 MiB, fewer than 2 descriptors, fewer than 1 process; a series that falls leaks nothing). Descriptors and processes are judged by their
-floor, the fewest within a minute around each sample (`floor`): a sample also counts what is in flight at that
-moment (a turn's tool process, an MCP server, a WebSocket), which comes and goes; a leak raises every later sample,
-the floor with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
+sample when shorter), projected over that window. The RSS is flat when that projection grows by less than `FLAT`
+(4 MiB; one that falls leaks nothing). Descriptors and processes count what is in flight at a sample too (a turn's
+tool process, an MCP server, a WebSocket, the journal files of the threads at work), which comes and goes, so their
+slope is that of their floor (the fewest within a minute around each sample, `floor`), and they are judged by their
+base level: the fewest over the window's first quarter against the fewest over its last (`rise`), flat when it rises
+by fewer than 2 descriptors and 1 process. A leak raises every later sample, the base with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
 SIGUSR1, appends a census of its heap (after a full collection: `sys.getallocatedblocks()`, the count of every type
 the collector tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the
 window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after
@@ -374,8 +375,13 @@ def trend(samples: list[Sample], window_s: float) -> dict[str, Any]:
             "min": min(values),
             "max": max(values),
             "mean": round(sum(values) / len(values), 3),
-            "flat": projected < FLAT[name],  # what a leak fails: growth (a floor that falls leaks nothing)
         }
+        if name == "rssKiB":
+            out[name]["flat"] = projected < FLAT[name]  # what a leak fails: growth (falling leaks nothing)
+        else:  # the base level: the fewest over the window's first quarter, and over its last
+            start, end = chosen[0].t + span / 4, chosen[-1].t - span / 4
+            base = [min(v for t, v in points if t <= start), min(v for t, v in points if t >= end)]
+            out[name].update(base=base, rise=base[1] - base[0], flat=base[1] - base[0] < FLAT[name])
     if span > 0:
         out["daemonCpuShare"] = round((chosen[-1].cpu_s - chosen[0].cpu_s) / span, 4)  # of one core
     return out
@@ -767,7 +773,8 @@ def verdict(report: dict[str, Any], strict: bool) -> list[str]:
         for name in FLAT:
             series = report["trend"].get(name)
             if series is not None and not series["flat"]:
-                problems.append(f"{name} not flat: {series['overWindow']} over the window")
+                grew = series.get("rise", series["overWindow"])
+                problems.append(f"{name} not flat: {grew} more over the window")
     return problems
 
 
