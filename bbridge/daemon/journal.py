@@ -378,12 +378,16 @@ class Journal:
         past the memory bound, or all of a thread let go; memory's own are kept, the file may have missed some)."""
         parked = self._parked.get(thread_id)
         log = None if parked is not None else self._known(thread_id)
-        if log is None and parked is None:
+        entries: list[tuple[int, bytes]] = []
+        if log is not None:
+            last, first = log.last_seq, log.first_held()
+            skip = max(0, after_seq + 1 - first)
+            entries = list(zip(range(first + skip, last + 1), log.entries(skip), strict=True))
+        elif parked is not None:
+            last = parked
+            first = last + 1
+        else:
             return Replay([], 0)
-        last = log.last_seq if log is not None else parked
-        first = log.first_held() if log is not None else last + 1
-        skip = max(0, after_seq + 1 - first)
-        entries = [] if log is None else list(zip(range(first + skip, last + 1), log.entries(skip), strict=True))
         if self.directory is not None and after_seq + 1 < first:
             entries = [entry for entry in self._read_file(thread_id) if after_seq < entry[0] < first] + entries
             first = entries[0][0] if entries else last + 1
