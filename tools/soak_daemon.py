@@ -33,15 +33,17 @@ sample when shorter), projected over that window. The RSS is flat when that proj
 tool process, an MCP server, a WebSocket, the journal files of the threads at work), which comes and goes, so their
 slope is that of their floor (the fewest within a minute around each sample, `floor`), and they are judged by their
 base level: the fewest over the window's first quarter against the fewest over its last (`rise`), flat when it rises
-by fewer than 2 descriptors and 1 process. A leak raises every later sample, the base with them. What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on
-SIGUSR1, appends a census of its heap (after a full collection: `sys.getallocatedblocks()`, the count of every type
-the collector tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the
-window starts and one at the end and reports the blocks and the types that grew, per turn too (`census`); after
-the last one the daemon's C library gives back the free memory it holds (`malloc_trim(0)`) and the RSS is read again
+by fewer than 2 descriptors and 1 process. A leak raises every later sample, the base with them.
+
+What the memory that grew is made of: the daemon runs through a bootstrap (`BOOT`) that, on SIGUSR1, appends a
+census of its heap (after a full collection: `sys.getallocatedblocks()`, the count of every type the collector
+tracks and of every dict shape, its first keys, and its RSS) to a file; the soak takes one as the window starts and
+one at the end and reports the blocks and the types that grew, per turn too (`census`); after the last one the
+daemon's C library gives back the free memory it holds (`malloc_trim(0)`) and the RSS is read again
 (`rssKiBAfterTrim`): RSS that grew while no object did is memory the allocator kept, not the daemon. Each census is
-taken in a forked child, so it does not move the daemon's RSS. At the end the
-daemon gets SIGTERM; then no process it started may be alive (every descendant seen in a sample, and any process
-whose working directory is the soak's directory), its socket file must be gone and its port closed.
+taken in a forked child, so it does not move the daemon's RSS. At the end the daemon gets SIGTERM; then no process
+it started may be alive (every descendant seen in a sample, and any process whose working directory is the soak's
+directory), its socket file must be gone and its port closed.
 
 The last line on stdout is the report as one JSON object (`--out FILE` writes it too); a summary goes to stderr. Exit
 1 when a turn or a request failed, something is left after the shutdown, or (`--strict`, as `make soak-daemon` runs

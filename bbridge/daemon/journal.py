@@ -308,15 +308,9 @@ class Journal:
         parked = self._parked.pop(thread_id, None)
         if parked is not None:
             log.last_seq = parked
-            try:
-                file = self._files[thread_id] = _File(path.open("ab"), torn=False)
-                log.write = functools.partial(self._write, thread_id, file)
-            except OSError as exc:
-                self._failed(thread_id, "could not open the thread's journal file; its events stay in memory", exc)
-            return
         scan = None
         try:
-            scan = _scan(path.read_bytes()) if path.exists() else None
+            scan = _scan(path.read_bytes()) if parked is None and path.exists() else None
             if scan is not None and scan.torn_tail:
                 os.truncate(path, scan.good_end)
             file = self._files[thread_id] = _File(path.open("ab"), torn=scan is not None and not scan.newline)
